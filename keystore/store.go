@@ -1,0 +1,154 @@
+// Package keystore holds the records idem persists for every operation: the idempotency key,
+// the request fingerprint, the request itself (without credentials) and the final outcome.
+//
+// A record is written before the first byte of a request is sent, so that a process that dies
+// mid-call can reconcile the operation after a restart instead of repeating or forgetting it.
+// Backends: [Memory] (tests, short-lived processes) and the bbolt file store in
+// keystore/boltstore. Every backend passes the conformance suite in keystore/keystoretest.
+//
+// This package never imports the root idem package.
+package keystore
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// State is the lifecycle state of a record.
+type State string
+
+const (
+	// StatePending: persisted, possibly sent, outcome not known yet. Recover reconciles it.
+	// Pending records are never purged.
+	StatePending State = "pending"
+	// StateSucceeded: the server executed the operation; Response holds its answer.
+	StateSucceeded State = "succeeded"
+	// StateFailed: the operation ended with a permanent failure (validation, auth, key
+	// conflict, or a server answer that must not be retried). Error holds the reason.
+	StateFailed State = "failed"
+	// StateManual: the outcome cannot be learned and the key is too old to resend safely
+	// (past the server's retention window). A person must reconcile it. Never purged.
+	StateManual State = "manual"
+)
+
+// Terminal reports whether s is a final state that a retention purge may remove
+// (succeeded or failed). Pending and manual records are kept until resolved.
+func (s State) Terminal() bool { return s == StateSucceeded || s == StateFailed }
+
+// Valid reports whether s is one of the defined states.
+func (s State) Valid() bool {
+	switch s {
+	case StatePending, StateSucceeded, StateFailed, StateManual:
+		return true
+	}
+	return false
+}
+
+// Request is the persisted copy of an operation's request. Credential headers are stripped
+// before it is stored (see [StripSecrets]); the client re-applies them when it sends.
+type Request struct {
+	Method string      `json:"method"`
+	URL    string      `json:"url"` // relative to the client's base URL, e.g. "/v1/payments"
+	Header http.Header `json:"header,omitempty"`
+	Body   []byte      `json:"body,omitempty"` // exact bytes sent on every attempt
+}
+
+// Response is the persisted final answer of a succeeded (or permanently failed) operation.
+type Response struct {
+	Status int         `json:"status"`
+	Header http.Header `json:"header,omitempty"`
+	Body   []byte      `json:"body,omitempty"`
+}
+
+// Record is everything idem knows about one operation. (Scope, Key) is unique; so is
+// (Scope, Intent) when Intent is not empty.
+type Record struct {
+	Scope       string    `json:"scope"`            // tenant; "" is a valid scope
+	Key         string    `json:"key"`              // the idempotency key sent on every attempt
+	Intent      string    `json:"intent,omitempty"` // caller-named intent such as an order id
+	Fingerprint string    `json:"fingerprint"`      // hex SHA-256 of method, path and body
+	Request     Request   `json:"request"`
+	State       State     `json:"state"`
+	Attempts    int       `json:"attempts"`              // requests sent to the server so far
+	LastStatus  int       `json:"last_status,omitempty"` // HTTP status of the last answer, 0 if none
+	Error       string    `json:"error,omitempty"`       // why it failed or is still unknown
+	Response    *Response `json:"response,omitempty"`    // set when the server answered finally
+	CreatedAt   time.Time `json:"created_at"`            // when the key was persisted
+	UpdatedAt   time.Time `json:"updated_at"`            // last write
+}
+
+// Clone returns a deep copy, so that a backend never shares memory with its callers.
+func (r *Record) Clone() *Record {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	c.Request.Header = r.Request.Header.Clone()
+	c.Request.Body = cloneBytes(r.Request.Body)
+	if r.Response != nil {
+		resp := *r.Response
+		resp.Header = r.Response.Header.Clone()
+		resp.Body = cloneBytes(r.Response.Body)
+		c.Response = &resp
+	}
+	return &c
+}
+
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+// Validate reports whether the record can be stored: a non-empty key, a valid state and a
+// method. Backends call it on Create and Update and return its error wrapped in ErrInvalid.
+func (r *Record) Validate() error {
+	switch {
+	case r == nil:
+		return errors.Join(ErrInvalid, errors.New("nil record"))
+	case r.Key == "":
+		return errors.Join(ErrInvalid, errors.New("empty key"))
+	case !r.State.Valid():
+		return errors.Join(ErrInvalid, errors.New("unknown state "+string(r.State)))
+	case r.Request.Method == "":
+		return errors.Join(ErrInvalid, errors.New("empty request method"))
+	}
+	return nil
+}
+
+// Store persists records. Implementations are safe for concurrent use. A write is durable
+// when the call returns (for a file store: committed and fsynced).
+type Store interface {
+	// Create stores a new record. It returns ErrExists if (Scope, Key) exists, or if
+	// rec.Intent is set and another record in Scope has that intent; nothing is written then.
+	Create(ctx context.Context, rec *Record) error
+	// Get returns the record for (scope, key), or ErrNotFound.
+	Get(ctx context.Context, scope, key string) (*Record, error)
+	// GetByIntent returns the record persisted for (scope, intent), or ErrNotFound.
+	GetByIntent(ctx context.Context, scope, intent string) (*Record, error)
+	// Update replaces an existing record (matched by Scope and Key); ErrNotFound if absent.
+	// Scope, Key, Intent and Fingerprint of the stored record must not change (ErrInvalid).
+	Update(ctx context.Context, rec *Record) error
+	// List returns the records in any of the given states (all records if none is given),
+	// oldest CreatedAt first.
+	List(ctx context.Context, states ...State) ([]*Record, error)
+	// Purge deletes terminal records (succeeded, failed) last updated before cutoff and
+	// returns how many it deleted. Pending and manual records are never purged.
+	Purge(ctx context.Context, cutoff time.Time) (int, error)
+	// Close releases the store. Calls after Close return ErrClosed.
+	Close() error
+}
+
+var (
+	// ErrNotFound: no record for that key or intent.
+	ErrNotFound = errors.New("keystore: record not found")
+	// ErrExists: a record with that key (or intent) already exists in the scope.
+	ErrExists = errors.New("keystore: record already exists")
+	// ErrInvalid: the record cannot be stored as given (see Record.Validate).
+	ErrInvalid = errors.New("keystore: invalid record")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("keystore: store is closed")
+)
