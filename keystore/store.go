@@ -73,6 +73,7 @@ type Record struct {
 	State       State     `json:"state"`
 	Attempts    int       `json:"attempts"`              // requests sent to the server so far
 	LastStatus  int       `json:"last_status,omitempty"` // HTTP status of the last answer, 0 if none
+	Reason      string    `json:"reason,omitempty"`      // machine-readable stop reason, set by the client
 	Error       string    `json:"error,omitempty"`       // why it failed or is still unknown
 	Response    *Response `json:"response,omitempty"`    // set when the server answered finally
 	CreatedAt   time.Time `json:"created_at"`            // when the key was persisted

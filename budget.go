@@ -1,0 +1,100 @@
+package idem
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Retry budget defaults, after aws-sdk-go-v2's aws/retry quota (RetryCost 5, RetryTimeoutCost
+// 10, NoRetryIncrement 1, capacity 500).
+const (
+	DefaultBudgetCapacity      = 500 // tokens in a full bucket
+	DefaultBudgetRetryCost     = 5   // tokens one retry takes
+	DefaultBudgetUnknownCost   = 10  // tokens a retry after a timeout or unknown outcome takes
+	DefaultBudgetSuccessRefund = 1   // tokens a first-attempt success puts back
+)
+
+// BudgetConfig configures the client-wide retry budget, a token bucket shared by every call of
+// a Client: each retry takes tokens, successes put them back, and an empty bucket means calls
+// make their first attempt but no retry (ErrBudgetExhausted). So a fleet of clients cannot
+// multiply an outage's load. The zero value enables it with the defaults.
+type BudgetConfig struct {
+	Disabled      bool // no budget: only the policy bounds retries
+	Capacity      int  // default DefaultBudgetCapacity
+	RetryCost     int  // default DefaultBudgetRetryCost
+	UnknownCost   int  // default DefaultBudgetUnknownCost
+	SuccessRefund int  // default DefaultBudgetSuccessRefund
+}
+
+// Budget is a retry token bucket. A success after retries returns the tokens its retries
+// took; a success at the first attempt adds SuccessRefund. Safe for concurrent use.
+type Budget struct {
+	cfg       BudgetConfig
+	mu        sync.Mutex
+	available int
+}
+
+// NewBudget returns a full bucket, or nil when cfg.Disabled. Negative values give an error
+// matching ErrInvalidConfig.
+func NewBudget(cfg BudgetConfig) (*Budget, error) {
+	if cfg.Disabled {
+		return nil, nil
+	}
+	if cfg.Capacity < 0 || cfg.RetryCost < 0 || cfg.UnknownCost < 0 || cfg.SuccessRefund < 0 {
+		return nil, fmt.Errorf("%w: retry budget values must not be negative: %+v", ErrInvalidConfig, cfg)
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&cfg.Capacity, DefaultBudgetCapacity)
+	def(&cfg.RetryCost, DefaultBudgetRetryCost)
+	def(&cfg.UnknownCost, DefaultBudgetUnknownCost)
+	def(&cfg.SuccessRefund, DefaultBudgetSuccessRefund)
+	return &Budget{cfg: cfg, available: cfg.Capacity}, nil
+}
+
+// Available returns the tokens left (0 for a nil Budget).
+func (b *Budget) Available() int {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.available
+}
+
+// take spends the cost of one retry for cl; false means the bucket cannot pay.
+func (b *Budget) take(cl *call, unknown bool) bool {
+	if b == nil {
+		return true
+	}
+	cost := b.cfg.RetryCost
+	if unknown {
+		cost = b.cfg.UnknownCost
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.available < cost {
+		return false
+	}
+	b.available -= cost
+	cl.spent += cost
+	return true
+}
+
+// succeeded refunds a successful call: what its retries took, or SuccessRefund.
+func (b *Budget) succeeded(cl *call) {
+	if b == nil {
+		return
+	}
+	refund := cl.spent
+	if refund == 0 {
+		refund = b.cfg.SuccessRefund
+	}
+	cl.spent = 0
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.available = min(b.cfg.Capacity, b.available+refund)
+}

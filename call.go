@@ -1,0 +1,261 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// errStopped tells go-retryablehttp that the call decided to stop; the decision itself is in
+// call.result or call.stop.
+var errStopped = errors.New("idem: call stopped")
+
+// call is the state of one Do (or one record in Recover): a per-call copy of everything
+// that changes between attempts, so concurrent calls never share it.
+type call struct {
+	c      *Client
+	s      callSettings
+	rec    *keystore.Record
+	header http.Header // headers as sent, credentials included (unlike rec.Request.Header)
+	target string      // absolute URL
+	bo     *backoff.ExponentialBackOff
+	start  time.Time
+
+	baseAttempts int // rec.Attempts when the call began
+	attempts     int // requests sent in this call
+	statusChecks int
+	unknown      bool // an attempt may have executed and no answer resolved it yet
+	last         *Attempt
+	delay        time.Duration // wait before the next attempt, decided in checkRetry
+	spent        int           // retry-budget tokens this call took
+	lastCode     int           // status of the last response in this call, 0 if none
+	credErr      error         // Config.Credentials failed: nothing was sent, nothing will be
+
+	result *Result
+	stop   *OperationError
+}
+
+func (c *Client) newCall(s callSettings, rec *keystore.Record, header http.Header, target string) *call {
+	p := s.policy
+	bo := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(p.InitialDelay),
+		backoff.WithMultiplier(p.Multiplier),
+		backoff.WithRandomizationFactor(p.Jitter),
+		backoff.WithMaxInterval(p.MaxDelay),
+		backoff.WithMaxElapsedTime(0), // MaxElapsed is enforced by the call, with the injected clock
+	)
+	c.stats.calls.Add(1)
+	return &call{c: c, s: s, rec: rec, header: header, target: target, bo: bo,
+		start: c.cfg.Now(), baseAttempts: rec.Attempts}
+}
+
+// run drives the call to a known state. resumed means the record existed before this call,
+// so an earlier attempt may have executed: the status endpoint is asked before any send.
+func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
+	if resumed {
+		cl.unknown = true
+		if !cl.resolve(ctx) {
+			return cl.finish(ctx)
+		}
+	}
+	rc := &retryablehttp.Client{
+		HTTPClient:   cl.httpClient(),
+		RetryMax:     cl.s.policy.MaxAttempts - 1,
+		CheckRetry:   cl.checkRetry,
+		Backoff:      func(time.Duration, time.Duration, int, *http.Response) time.Duration { return 0 },
+		PrepareRetry: cl.prepareRetry,
+		ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
+	}
+	req, err := retryablehttp.NewRequestWithContext(ctx, cl.rec.Request.Method, cl.target, cl.rec.Request.Body)
+	if err != nil {
+		cl.halt(ErrInvalidOperation, err)
+		return cl.finish(ctx)
+	}
+	for k, vs := range cl.header {
+		req.Header[k] = append([]string(nil), vs...)
+	}
+	req.Header.Set(cl.c.cfg.KeyHeader, cl.keyValue())
+	resp, err := rc.Do(req)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	if cl.result == nil && cl.stop == nil { // stopped outside our decisions (should not happen)
+		cl.halt(ErrOutcomeUnknown, err)
+	}
+	return cl.finish(ctx)
+}
+
+func (cl *call) httpClient() *http.Client {
+	base := cl.c.http
+	rt := base.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	return &http.Client{
+		Transport: &attemptTransport{call: cl, base: rt},
+		Jar:       base.Jar,
+		Timeout:   base.Timeout,
+		// A redirect would resend the body to another URL; a 3xx is a final answer instead.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+func (cl *call) keyValue() string {
+	if cl.c.cfg.KeyAsSFString {
+		return sfString(cl.rec.Key)
+	}
+	return cl.rec.Key
+}
+
+// checkRetry is go-retryablehttp's CheckRetry: classify the attempt the transport recorded,
+// resolve unknown outcomes through the status endpoint, and decide whether to resend.
+func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bool, error) {
+	a := cl.last
+	if a == nil { // the transport never ran: http.Client rejected the request
+		cl.halt(ErrInvalidOperation, err)
+		return false, errStopped
+	}
+	cl.last = nil
+	if cl.credErr != nil {
+		cl.halt(ErrInvalidOperation, cl.credErr)
+		return false, errStopped
+	}
+	if ctx.Err() != nil {
+		if a.Written {
+			cl.unknown = true
+		}
+		cl.halt(ErrCanceled, ctx.Err())
+		return false, errStopped
+	}
+	if a.Response != nil {
+		cl.lastCode = a.Response.StatusCode
+	}
+	class := cl.c.classes.Classify(a)
+	cl.c.onAttempt(cl, a, class)
+	switch class {
+	case ClassSuccess:
+		cl.succeed(a)
+		return false, nil
+	case ClassPermanent:
+		cl.fail(ErrPermanent, a.StatusCode(), cl.response(a, SourceResponse), nil)
+		return false, errStopped
+	case ClassKeyConflict:
+		cl.c.onKeyConflict(cl, a.StatusCode(), false)
+		cl.fail(ErrKeyConflict, a.StatusCode(), cl.response(a, SourceResponse),
+			fmt.Errorf("server refused key %q: already used with another payload", cl.rec.Key))
+		return false, errStopped
+	case ClassInProgress:
+		cl.unknown = true
+		wait, fromRA := cl.nextDelay(a.Response)
+		cl.c.onInProgress(cl, wait)
+		if !cl.wait(ctx, wait, fromRA) {
+			return false, errStopped
+		}
+		if cl.s.status != nil && !cl.resolve(ctx) {
+			return false, errStopped
+		}
+		return cl.retry(ctx, a, class, true)
+	case ClassUnknown:
+		cl.unknown = true
+		cl.c.onUnknown(cl, a)
+		if cl.s.status != nil && !cl.resolve(ctx) {
+			return false, errStopped
+		}
+		if cl.s.status == nil && cl.keyExpired() {
+			cl.expire()
+			return false, errStopped
+		}
+		return cl.retry(ctx, a, class, false)
+	}
+	return cl.retry(ctx, a, ClassRetry, false)
+}
+
+// retry decides whether a resend may happen: attempts left, a wait that fits the policy,
+// the deadline and the time budget, and a retry-budget token. waited means the caller already
+// waited for this resend (409 in progress), so no further delay is added.
+func (cl *call) retry(ctx context.Context, a *Attempt, reason Class, waited bool) (bool, error) {
+	if cl.attempts >= cl.s.policy.MaxAttempts {
+		cl.halt(ErrExhausted, fmt.Errorf("%d of %d attempts used", cl.attempts, cl.s.policy.MaxAttempts))
+		return false, errStopped
+	}
+	var d time.Duration
+	var fromRA bool
+	if !waited {
+		var resp *http.Response
+		if a != nil && reason == ClassRetry {
+			resp = a.Response // Retry-After on a 429/503 is the server's word on when to come back
+		}
+		d, fromRA = cl.nextDelay(resp)
+	}
+	if !cl.allow(ctx, d, fromRA) {
+		return false, errStopped
+	}
+	if !cl.s.noBudget && !cl.c.budget.take(cl, reason == ClassUnknown || reason == ClassInProgress) {
+		cl.c.onBudgetDenied(cl)
+		cl.halt(ErrBudgetExhausted, nil)
+		return false, errStopped
+	}
+	cl.delay = d
+	cl.c.onRetry(cl, d, reason, fromRA)
+	cl.persistProgress(ctx)
+	return true, nil
+}
+
+// prepareRetry is go-retryablehttp's PrepareRetry: it waits the delay checkRetry decided,
+// with the injected clock, and stops at once when the context ends.
+func (cl *call) prepareRetry(req *http.Request) error {
+	d := cl.delay
+	cl.delay = 0
+	if err := cl.c.cfg.Sleep(req.Context(), d); err != nil {
+		cl.halt(ErrCanceled, err)
+		return errStopped
+	}
+	return nil
+}
+
+func (cl *call) succeed(a *Attempt) {
+	src := SourceResponse
+	if a.Response.Header.Get("Idempotent-Replayed") == "true" {
+		src = SourceReplay
+		cl.c.onReplay(cl, a.StatusCode())
+	}
+	cl.unknown = false
+	cl.result = cl.response(a, src)
+}
+
+func (cl *call) response(a *Attempt, src Source) *Result {
+	if a == nil || a.Response == nil {
+		return nil
+	}
+	return &Result{Key: cl.rec.Key, StatusCode: a.Response.StatusCode, Header: a.Response.Header.Clone(),
+		Body: a.Body, Source: src}
+}
+
+// fail ends the call with a final, non-retryable answer.
+func (cl *call) fail(kind error, status int, resp *Result, cause error) {
+	cl.unknown = false
+	cl.stop = &OperationError{Kind: kind, LastStatus: status, Response: resp, Cause: cause}
+}
+
+// halt ends the call without a final answer; the record stays pending (or becomes manual).
+func (cl *call) halt(kind error, cause error) {
+	cl.stop = &OperationError{Kind: kind, Cause: cause}
+}
+
+func (cl *call) keyExpired() bool {
+	return cl.c.cfg.Now().Sub(cl.rec.CreatedAt) > cl.c.cfg.KeyTTL
+}
+
+func (cl *call) expire() {
+	age := cl.c.cfg.Now().Sub(cl.rec.CreatedAt)
+	cl.c.onKeyExpired(cl, age)
+	cl.unknown = true
+	cl.halt(ErrKeyExpired, fmt.Errorf("key is %s old, the server keeps keys %s", age.Round(time.Second), cl.c.cfg.KeyTTL))
+}

@@ -1,0 +1,379 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-cleanhttp"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// Client defaults.
+const (
+	DefaultKeyHeader = "Idempotency-Key" // IETF Idempotency-Key draft §2
+	DefaultKeyTTL    = 24 * time.Hour    // server's key retention window (Stripe keeps keys 24 h)
+	DefaultRetention = 72 * time.Hour    // how long terminal records stay in the keystore
+)
+
+// Config configures a Client. The zero value of every field is a documented default; only
+// BaseURL (or absolute operation URLs) is needed.
+type Config struct {
+	// BaseURL is prefixed to relative operation URLs, e.g. "https://api.example.com".
+	BaseURL string
+	// HTTPClient provides the transport (connection pool, TLS). Its Timeout, if set, also
+	// applies; redirects are never followed (a 3xx is a permanent answer). Default: a pooled
+	// client from go-cleanhttp.
+	HTTPClient *http.Client
+	// Store persists records. Default: keystore.NewMemory(), which does not survive a
+	// restart; use keystore/boltstore for durability.
+	Store keystore.Store
+	// Tenant scopes keys locally (WithTenant overrides it per operation).
+	Tenant string
+	// StatusURL is the status endpoint path ("{key}" is replaced by the escaped key), such as
+	// "/v1/payments/operations/{key}", in the default JSON convention (DESIGN.md §1). Empty:
+	// no status endpoint, and an unknown outcome is resent with the same key while the key is
+	// younger than KeyTTL.
+	StatusURL string
+	// StatusFunc replaces the default status check for APIs with another convention.
+	StatusFunc StatusFunc
+	// KeyHeader is the header carrying the key. Default DefaultKeyHeader.
+	KeyHeader string
+	// KeyAsSFString sends the key as an RFC 8941 sf-string ("quoted"), as the IETF draft
+	// specifies; the default sends the bare token most APIs (Stripe) expect.
+	KeyAsSFString bool
+	// Policy is the default retry policy; zero fields take the defaults (see Policy).
+	Policy Policy
+	// Classifiers decide what each attempt means. Default DefaultClassifiers().
+	Classifiers Classifiers
+	// Budget is the client-wide retry budget. The zero value enables it with defaults.
+	Budget BudgetConfig
+	// Hooks receive events; nil fields are skipped.
+	Hooks Hooks
+	// Logger receives debug and warning logs; never bodies or credentials. Nil: no logs.
+	Logger *slog.Logger
+	// Credentials, if set, is called on every outgoing request (attempts and status checks)
+	// to add credentials, which idem never persists. Needed after a restart, when the
+	// persisted request has lost its Authorization header.
+	Credentials func(*http.Request) error
+	// SecretHeaders are extra header names never persisted (Authorization, Cookie and
+	// Proxy-Authorization never are).
+	SecretHeaders []string
+	// KeyTTL is the server's key retention window: a key older than this is never resent,
+	// because the server may have forgotten it. Default DefaultKeyTTL.
+	KeyTTL time.Duration
+	// Retention is how long succeeded and failed records are kept before Recover purges
+	// them. Default DefaultRetention. Pending and manual records are never purged.
+	Retention time.Duration
+	// RecoverConcurrency is how many records Recover reconciles at once. Default 16.
+	RecoverConcurrency int
+	// Now and Sleep replace the clock and the wait between attempts (for tests). Sleep must
+	// return ctx.Err() promptly when ctx is done. Defaults: time.Now and a timer.
+	Now   func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Client sends operations with idempotency keys, retries them safely and records their
+// outcome. It is safe for concurrent use; create one per API and reuse it.
+type Client struct {
+	cfg     Config
+	base    *url.URL
+	http    *http.Client
+	store   keystore.Store
+	policy  Policy
+	classes Classifiers
+	budget  *Budget
+	locks   keyLocks
+	stats   counters
+}
+
+// NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig or
+// ErrInvalidPolicy.
+func NewClient(cfg Config) (*Client, error) {
+	c := &Client{cfg: cfg, policy: cfg.Policy.withDefaults()}
+	if err := c.policy.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.BaseURL != "" {
+		u, err := url.Parse(cfg.BaseURL)
+		if err != nil || u.Scheme == "" || u.Host == "" {
+			return nil, fmt.Errorf("%w: BaseURL %q is not an absolute URL", ErrInvalidConfig, cfg.BaseURL)
+		}
+		c.base = u
+	}
+	if cfg.KeyTTL < 0 || cfg.Retention < 0 || cfg.RecoverConcurrency < 0 {
+		return nil, fmt.Errorf("%w: KeyTTL, Retention and RecoverConcurrency must not be negative", ErrInvalidConfig)
+	}
+	if cfg.KeyHeader == "" {
+		c.cfg.KeyHeader = DefaultKeyHeader
+	} else if !validHeaderName(cfg.KeyHeader) {
+		return nil, fmt.Errorf("%w: KeyHeader %q is not a header name", ErrInvalidConfig, cfg.KeyHeader)
+	}
+	if cfg.StatusURL != "" && !strings.Contains(cfg.StatusURL, "{key}") {
+		return nil, fmt.Errorf("%w: StatusURL %q has no {key} placeholder", ErrInvalidConfig, cfg.StatusURL)
+	}
+	if cfg.KeyTTL == 0 {
+		c.cfg.KeyTTL = DefaultKeyTTL
+	}
+	if cfg.Retention == 0 {
+		c.cfg.Retention = DefaultRetention
+	}
+	if cfg.RecoverConcurrency == 0 {
+		c.cfg.RecoverConcurrency = 16
+	}
+	if cfg.Now == nil {
+		c.cfg.Now = time.Now
+	}
+	if cfg.Sleep == nil {
+		c.cfg.Sleep = sleepCtx
+	}
+	c.http = cfg.HTTPClient
+	if c.http == nil {
+		c.http = cleanhttp.DefaultPooledClient()
+	}
+	c.store = cfg.Store
+	if c.store == nil {
+		c.store = keystore.NewMemory()
+	}
+	c.classes = cfg.Classifiers
+	if c.classes == nil {
+		c.classes = DefaultClassifiers()
+	}
+	b, err := NewBudget(cfg.Budget)
+	if err != nil {
+		return nil, err
+	}
+	c.budget = b
+	return c, nil
+}
+
+// Store returns the keystore the client writes to.
+func (c *Client) Store() keystore.Store { return c.store }
+
+// Budget returns the client-wide retry budget (nil when disabled).
+func (c *Client) Budget() *Budget { return c.budget }
+
+// Source says where a Result came from.
+type Source string
+
+const (
+	SourceResponse Source = "response" // the server's answer to an attempt of this call
+	SourceReplay   Source = "replay"   // the server replayed a stored answer (Idempotent-Replayed)
+	SourceStatus   Source = "status"   // the status endpoint reported the stored answer
+	SourceStore    Source = "store"    // the keystore already held the final answer
+)
+
+// Result is the final, successful answer for an operation.
+type Result struct {
+	Key          string      // the idempotency key used
+	StatusCode   int         // HTTP status of the operation's answer (2xx)
+	Header       http.Header // response headers (nil when the answer came from the status endpoint)
+	Body         []byte      // the response body, byte for byte
+	Attempts     int         // requests sent in this call (0 when answered from the store)
+	StatusChecks int         // status-endpoint asks made in this call
+	Source       Source      // where the answer came from
+}
+
+// Replayed reports whether the answer was not produced by this call's own execution: a
+// server replay, a status-endpoint answer, or the keystore.
+func (r *Result) Replayed() bool { return r.Source != SourceResponse }
+
+// Do sends op until it reaches a known state, retrying within the policy (client defaults,
+// then opts). The record is persisted before the first byte is sent. It returns the
+// successful Result, or an *OperationError matching ErrPermanent, ErrKeyConflict,
+// ErrOutcomeUnknown, ErrExhausted, ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted or
+// ErrKeyExpired; invalid input gives ErrInvalidOperation or ErrInvalidPolicy. A second Do of
+// the same key (or intent) waits for the first and returns its outcome, never sending
+// concurrently.
+func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {
+	if err := op.validate(); err != nil {
+		return nil, err
+	}
+	s, err := c.settings(opts)
+	if err != nil {
+		return nil, err
+	}
+	target, err := c.resolveURL(op.url)
+	if err != nil {
+		return nil, err
+	}
+	scope := c.cfg.Tenant
+	if op.hasTen {
+		scope = op.tenant
+	}
+	if op.intent != "" {
+		unlock, waited, err := c.locks.lock(ctx, intentLockName(scope, op.intent))
+		if err != nil {
+			return nil, fmt.Errorf("%w: waiting for intent %q: %w", ErrCanceled, op.intent, err)
+		}
+		defer unlock()
+		if waited {
+			c.stats.sameKey.Add(1)
+		}
+	}
+	rec, created, err := c.open(ctx, op, scope)
+	if err != nil {
+		return nil, err
+	}
+	unlock, waited, err := c.locks.lock(ctx, keyLockName(scope, rec.Key))
+	if err != nil {
+		return nil, fmt.Errorf("%w: waiting for key %q: %w", ErrCanceled, rec.Key, err)
+	}
+	defer unlock()
+	if waited && op.intent == "" {
+		c.stats.sameKey.Add(1)
+	}
+	if !created { // another call may have finished it while we waited for the lock
+		fresh, err := c.store.Get(ctx, scope, rec.Key)
+		if err != nil {
+			return nil, fmt.Errorf("idem: reading record %q: %w", rec.Key, err)
+		}
+		rec = fresh
+		if rec.State != keystore.StatePending {
+			return c.storedOutcome(rec)
+		}
+	}
+	cl := c.newCall(s, rec, op.header, target)
+	return cl.run(ctx, !created)
+}
+
+func (c *Client) settings(opts []CallOption) (callSettings, error) {
+	s := callSettings{policy: c.policy, statusURL: c.cfg.StatusURL, status: c.cfg.StatusFunc}
+	for _, o := range opts {
+		if o != nil {
+			o(&s)
+		}
+	}
+	if err := s.policy.Validate(); err != nil {
+		return s, err
+	}
+	if s.status == nil && s.statusURL != "" {
+		if !strings.Contains(s.statusURL, "{key}") {
+			return s, fmt.Errorf("%w: status URL %q has no {key} placeholder", ErrInvalidConfig, s.statusURL)
+		}
+		s.status = c.defaultStatus(s.statusURL)
+	}
+	return s, nil
+}
+
+// open finds the record for op (by intent, then by key) or persists a new pending one.
+func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keystore.Record, bool, error) {
+	fp := Fingerprint(op.method, op.url, op.body)
+	for try := 0; try < 3; try++ {
+		rec, err := c.lookup(ctx, op, scope)
+		if err == nil {
+			if rec.Fingerprint != fp {
+				return nil, false, &OperationError{Key: rec.Key, Scope: scope, Intent: rec.Intent, Kind: ErrKeyConflict,
+					Cause: fmt.Errorf("key %q is bound to %s %s with another body; this operation is %s %s",
+						rec.Key, rec.Request.Method, rec.Request.URL, op.method, op.url)}
+			}
+			return rec, false, nil
+		}
+		if !errors.Is(err, keystore.ErrNotFound) {
+			return nil, false, fmt.Errorf("idem: reading keystore: %w", err)
+		}
+		now := c.cfg.Now()
+		rec = &keystore.Record{
+			Scope: scope, Key: op.key, Intent: op.intent, Fingerprint: fp, State: keystore.StatePending,
+			Request: keystore.Request{Method: op.method, URL: op.url,
+				Header: keystore.StripSecrets(op.header, c.cfg.SecretHeaders...), Body: op.body},
+			CreatedAt: now, UpdatedAt: now,
+		}
+		err = c.store.Create(ctx, rec)
+		if err == nil {
+			return rec, true, nil
+		}
+		if !errors.Is(err, keystore.ErrExists) { // nothing was sent: the caller may simply retry
+			return nil, false, fmt.Errorf("idem: persisting key before send: %w", err)
+		}
+		// Another process created it between our lookup and Create: look again.
+	}
+	return nil, false, fmt.Errorf("idem: key %q keeps appearing and vanishing in the keystore", op.key)
+}
+
+func (c *Client) lookup(ctx context.Context, op *Operation, scope string) (*keystore.Record, error) {
+	if op.intent != "" {
+		rec, err := c.store.GetByIntent(ctx, scope, op.intent)
+		if !errors.Is(err, keystore.ErrNotFound) {
+			return rec, err
+		}
+	}
+	rec, err := c.store.Get(ctx, scope, op.key)
+	if err == nil && rec.Intent != op.intent {
+		return nil, &OperationError{Key: rec.Key, Scope: scope, Intent: op.intent, Kind: ErrKeyConflict,
+			Cause: fmt.Errorf("key %q belongs to intent %q", rec.Key, rec.Intent)}
+	}
+	return rec, err
+}
+
+// storedOutcome turns a terminal record into what Do returns, without sending anything.
+func (c *Client) storedOutcome(rec *keystore.Record) (*Result, error) {
+	switch rec.State {
+	case keystore.StateSucceeded:
+		res := &Result{Key: rec.Key, Source: SourceStore}
+		if rec.Response != nil {
+			res.StatusCode, res.Header, res.Body = rec.Response.Status, rec.Response.Header, rec.Response.Body
+		}
+		return res, nil
+	case keystore.StateManual:
+		return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrKeyExpired,
+			Unknown: true, LastStatus: rec.LastStatus, Cause: errors.New(rec.Error)}
+	}
+	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: reasonKind(rec.Reason),
+		LastStatus: rec.LastStatus}
+	if rec.Error != "" {
+		e.Cause = errors.New(rec.Error)
+	}
+	if rec.Response != nil {
+		e.Response = &Result{Key: rec.Key, StatusCode: rec.Response.Status, Header: rec.Response.Header,
+			Body: rec.Response.Body, Source: SourceStore}
+	}
+	return nil, e
+}
+
+func (c *Client) resolveURL(ref string) (string, error) {
+	u, err := url.Parse(ref)
+	if err != nil {
+		return "", fmt.Errorf("%w: bad URL %q: %w", ErrInvalidOperation, ref, err)
+	}
+	if u.IsAbs() {
+		return ref, nil
+	}
+	if c.base == nil {
+		return "", fmt.Errorf("%w: relative URL %q and no Config.BaseURL", ErrInvalidOperation, ref)
+	}
+	return strings.TrimRight(c.base.String(), "/") + "/" + strings.TrimLeft(ref, "/"), nil
+}
+
+func intentLockName(scope, intent string) string { return "i\x00" + scope + "\x00" + intent }
+func keyLockName(scope, key string) string       { return "k\x00" + scope + "\x00" + key }
+
+func validHeaderName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		ch := name[i]
+		if !(ch == '-' || ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z') {
+			return false
+		}
+	}
+	return name != ""
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,101 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Sentinel errors. Every error Do returns for an operation is an *OperationError that matches
+// one of these with errors.Is; several may match at once (a call stopped by the retry budget
+// after a timeout matches both ErrBudgetExhausted and ErrOutcomeUnknown).
+var (
+	// ErrOutcomeUnknown: a request may have reached the server and idem could not learn
+	// whether it was executed. The record stays pending; Do again with the same operation, or
+	// Client.Recover, reconciles it. Never treat it as "failed".
+	ErrOutcomeUnknown = errors.New("idem: outcome unknown")
+	// ErrExhausted: the policy's MaxAttempts or MaxElapsed ran out. The record stays pending.
+	ErrExhausted = errors.New("idem: retries exhausted")
+	// ErrKeyConflict: the idempotency key is already bound to another request (method, path or
+	// body differ): refused locally before sending, or answered 422 by the server (IETF
+	// Idempotency-Key draft §2.7). A programming error; the record is not changed.
+	ErrKeyConflict = errors.New("idem: idempotency key reused with another payload")
+	// ErrPermanent: the server gave a final answer that must not be retried (a 4xx
+	// validation or auth error, a stored 5xx replayed for this key, or a hint header saying
+	// "do not retry"). OperationError.Response holds that answer. The record is failed.
+	ErrPermanent = errors.New("idem: permanent failure")
+	// ErrRetryAfterTooLong: the server asked to wait (Retry-After, RFC 9110 §10.2.3) longer
+	// than Policy.MaxRetryAfter or than the time left; idem stops at once instead of sleeping.
+	// OperationError.RetryAfter holds the requested wait. The record stays pending.
+	ErrRetryAfterTooLong = errors.New("idem: Retry-After beyond the allowed wait")
+	// ErrDeadline: the context deadline comes before the next attempt could start, so idem
+	// returns at once rather than sleeping into it. The record stays pending.
+	ErrDeadline = errors.New("idem: context deadline before the next attempt")
+	// ErrBudgetExhausted: the client-wide retry budget is empty, so no retry was made.
+	// The record stays pending.
+	ErrBudgetExhausted = errors.New("idem: retry budget exhausted")
+	// ErrKeyExpired: the outcome is unknown and the key is older than Config.KeyTTL (the
+	// server's retention window), so resending could execute the intent twice. The record
+	// is marked for manual reconciliation and never resent.
+	ErrKeyExpired = errors.New("idem: key past the server's retention window; reconcile manually")
+	// ErrCanceled: the caller's context was cancelled or passed its deadline. The record stays
+	// pending; errors.Is(err, context.Canceled) or context.DeadlineExceeded also matches.
+	ErrCanceled = errors.New("idem: call canceled")
+	// ErrInvalidOperation: the operation cannot be sent as given (bad key, method or URL).
+	ErrInvalidOperation = errors.New("idem: invalid operation")
+	// ErrInvalidPolicy: a policy value is out of range (see Policy.Validate).
+	ErrInvalidPolicy = errors.New("idem: invalid policy")
+	// ErrInvalidConfig: NewClient was given an unusable Config.
+	ErrInvalidConfig = errors.New("idem: invalid config")
+)
+
+// OperationError is the error Do and Recover return for an operation that did not succeed.
+// It says how far the operation got, so that the caller can tell "failed" from "unknown".
+type OperationError struct {
+	Key        string        // the idempotency key (as persisted)
+	Scope      string        // the tenant scope of the key
+	Intent     string        // the caller-named intent, if any
+	Attempts   int           // requests sent to the server in this call
+	LastStatus int           // HTTP status of the last answer; 0 if none came
+	RetryAfter time.Duration // the wait the server asked for, when that stopped the call
+	Unknown    bool          // an attempt may have executed and was not resolved
+	Kind       error         // the sentinel saying why the call stopped (ErrExhausted, ...)
+	Cause      error         // the underlying error (transport, context, store), may be nil
+	Response   *Result       // the server's final answer, for ErrPermanent and ErrKeyConflict
+}
+
+// Error describes the stop in one line: kind, key, attempts, last status and cause.
+func (e *OperationError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Kind.Error())
+	fmt.Fprintf(&b, " (key %q", e.Key)
+	if e.Intent != "" {
+		fmt.Fprintf(&b, ", intent %q", e.Intent)
+	}
+	fmt.Fprintf(&b, ", %d attempt(s)", e.Attempts)
+	if e.LastStatus != 0 {
+		fmt.Fprintf(&b, ", last status %d", e.LastStatus)
+	}
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, ", server asked to wait %s", e.RetryAfter)
+	}
+	b.WriteString(")")
+	if e.Unknown && e.Kind != ErrOutcomeUnknown {
+		b.WriteString("; outcome unknown")
+	}
+	if e.Cause != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Cause.Error())
+	}
+	return b.String()
+}
+
+// Is matches the Kind sentinel and, when Unknown is set, ErrOutcomeUnknown.
+func (e *OperationError) Is(target error) bool {
+	return target == e.Kind || (e.Unknown && target == ErrOutcomeUnknown)
+}
+
+// Unwrap returns the cause, so errors.Is(err, context.Canceled) and errors.As on transport
+// errors work through an OperationError.
+func (e *OperationError) Unwrap() error { return e.Cause }

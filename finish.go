@@ -1,0 +1,83 @@
+package idem
+
+import (
+	"context"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// persistProgress records the attempts made so far before a retry waits, so that a crash
+// during the wait leaves an honest record. A store error here is logged, not fatal: the
+// record is still pending, which is all recovery needs.
+func (cl *call) persistProgress(ctx context.Context) {
+	cl.rec.Attempts = cl.baseAttempts + cl.attempts
+	cl.rec.UpdatedAt = cl.c.cfg.Now()
+	if err := cl.c.store.Update(context.WithoutCancel(ctx), cl.rec); err != nil {
+		cl.c.warn("recording attempt", cl.rec, err)
+	}
+}
+
+// finish persists the call's final state and returns what Do returns. A cancelled caller
+// still gets its record written (context.WithoutCancel).
+func (cl *call) finish(ctx context.Context) (*Result, error) {
+	rec := cl.rec
+	rec.Attempts = cl.baseAttempts + cl.attempts
+	rec.UpdatedAt = cl.c.cfg.Now()
+	rec.Reason, rec.Error = "", ""
+	switch {
+	case cl.result != nil:
+		rec.State = keystore.StateSucceeded
+		rec.LastStatus = cl.result.StatusCode
+		rec.Response = cl.persistedResponse(cl.result)
+		cl.result.Attempts, cl.result.StatusChecks = cl.attempts, cl.statusChecks
+		cl.c.stats.succeeded.Add(1)
+	default:
+		e := cl.stop
+		e.Key, e.Scope, e.Intent = rec.Key, rec.Scope, rec.Intent
+		e.Attempts, e.Unknown = cl.attempts, e.Unknown || cl.unknown
+		if e.LastStatus == 0 {
+			e.LastStatus = rec.LastStatus
+			if cl.lastCode != 0 {
+				e.LastStatus = cl.lastCode
+			}
+		}
+		rec.LastStatus = e.LastStatus
+		rec.Reason = kindReason(e.Kind)
+		if e.Cause != nil {
+			rec.Error = e.Cause.Error()
+		}
+		switch e.Kind {
+		case ErrPermanent, ErrKeyConflict:
+			rec.State = keystore.StateFailed
+			rec.Response = cl.persistedResponse(e.Response)
+			cl.c.stats.failed.Add(1)
+		case ErrKeyExpired:
+			rec.State = keystore.StateManual
+		default:
+			rec.State = keystore.StatePending // reconcilable: Do again or Recover
+			if e.Unknown {
+				cl.c.stats.stillUnknown.Add(1)
+			}
+		}
+		cl.c.onGiveUp(cl, e)
+	}
+	if err := cl.c.store.Update(context.WithoutCancel(ctx), rec); err != nil {
+		// The answer is known but not recorded. The record stays pending, so a later Do or
+		// Recover asks the server again and finds the same answer: safe, so report the outcome.
+		cl.c.warn("recording final state", rec, err)
+	}
+	if cl.result != nil {
+		cl.c.budget.succeeded(cl)
+		return cl.result, nil
+	}
+	return nil, cl.stop
+}
+
+func (cl *call) persistedResponse(r *Result) *keystore.Response {
+	if r == nil {
+		return nil
+	}
+	return &keystore.Response{Status: r.StatusCode,
+		Header: keystore.StripSecrets(r.Header, append([]string{"Set-Cookie"}, cl.c.cfg.SecretHeaders...)...),
+		Body:   r.Body}
+}

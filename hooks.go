@@ -1,0 +1,202 @@
+package idem
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// Event is what every hook event carries. Event structs may gain fields; match on names.
+type Event struct {
+	Key     string    // the idempotency key
+	Scope   string    // the tenant scope
+	Intent  string    // the caller-named intent, if any
+	Attempt int       // requests sent in this call so far
+	Time    time.Time // when it happened (Config.Now)
+}
+
+// AttemptEvent: one request came back (or failed) and was classified.
+type AttemptEvent struct {
+	Event
+	StatusCode int   // 0 when there was no response
+	Err        error // transport error or attempt timeout
+	Written    bool  // the request may have reached the server
+	Class      Class // what it means
+}
+
+// RetryEvent: a resend was scheduled after Delay.
+type RetryEvent struct {
+	Event
+	Delay      time.Duration
+	Reason     Class // ClassRetry, ClassUnknown (after a status check) or ClassInProgress
+	RetryAfter bool  // Delay is the server's Retry-After, not backoff
+}
+
+// StatusCheckEvent: the status endpoint was asked about the key.
+type StatusCheckEvent struct {
+	Event
+	State StatusState
+	Err   error
+}
+
+// ReplayEvent: the server replayed a stored answer (Idempotent-Replayed: true).
+type ReplayEvent struct {
+	Event
+	StatusCode int
+}
+
+// KeyConflictEvent: the key was reused with another payload (422, or refused locally).
+type KeyConflictEvent struct {
+	Event
+	StatusCode int // 422, or 0 when refused locally
+}
+
+// InProgressEvent: the server is still executing the key (409); idem waits Wait.
+type InProgressEvent struct {
+	Event
+	Wait time.Duration
+}
+
+// KeyExpiredEvent: the key is older than KeyTTL and its outcome unknown: manual reconcile.
+type KeyExpiredEvent struct {
+	Event
+	Age time.Duration
+}
+
+// UnknownEvent: an attempt's outcome became unknown (timeout, reset, 5xx after write).
+type UnknownEvent struct {
+	Event
+	StatusCode int
+	Err        error
+}
+
+// BudgetDeniedEvent: the retry budget refused a retry.
+type BudgetDeniedEvent struct {
+	Event
+	Available int // tokens left
+}
+
+// GiveUpEvent: the call ended without success. Err is the *OperationError Do returns.
+type GiveUpEvent struct {
+	Event
+	Err *OperationError
+}
+
+// Hooks receive events as they happen, synchronously on the calling goroutine: keep them
+// fast and never block. Nil fields are skipped.
+type Hooks struct {
+	OnAttempt      func(AttemptEvent)
+	OnRetry        func(RetryEvent)
+	OnStatusCheck  func(StatusCheckEvent)
+	OnReplay       func(ReplayEvent)
+	OnKeyConflict  func(KeyConflictEvent)
+	OnInProgress   func(InProgressEvent)
+	OnKeyExpired   func(KeyExpiredEvent)
+	OnUnknown      func(UnknownEvent)
+	OnBudgetDenied func(BudgetDeniedEvent)
+	OnGiveUp       func(GiveUpEvent)
+}
+
+func (c *Client) event(cl *call) Event {
+	return Event{Key: cl.rec.Key, Scope: cl.rec.Scope, Intent: cl.rec.Intent, Attempt: cl.attempts, Time: c.cfg.Now()}
+}
+
+func (c *Client) onAttempt(cl *call, a *Attempt, class Class) {
+	if l := c.cfg.Logger; l != nil {
+		l.Debug("idem attempt", "key", cl.rec.Key, "attempt", a.Number, "status", a.StatusCode(),
+			"class", class.String(), "written", a.Written, "error", a.Err)
+	}
+	if h := c.cfg.Hooks.OnAttempt; h != nil {
+		h(AttemptEvent{Event: c.event(cl), StatusCode: a.StatusCode(), Err: a.Err, Written: a.Written, Class: class})
+	}
+}
+
+func (c *Client) onRetry(cl *call, d time.Duration, reason Class, fromRA bool) {
+	c.stats.retries.Add(1)
+	if l := c.cfg.Logger; l != nil {
+		l.Debug("idem retry", "key", cl.rec.Key, "delay", d, "reason", reason.String(), "retry_after", fromRA)
+	}
+	if h := c.cfg.Hooks.OnRetry; h != nil {
+		h(RetryEvent{Event: c.event(cl), Delay: d, Reason: reason, RetryAfter: fromRA})
+	}
+}
+
+func (c *Client) onStatusCheck(cl *call, st Status, err error) {
+	c.stats.statusChecks.Add(1)
+	if l := c.cfg.Logger; l != nil {
+		l.Debug("idem status check", "key", cl.rec.Key, "state", st.State.String(), "error", err)
+	}
+	if h := c.cfg.Hooks.OnStatusCheck; h != nil {
+		h(StatusCheckEvent{Event: c.event(cl), State: st.State, Err: err})
+	}
+}
+
+func (c *Client) onReplay(cl *call, code int) {
+	c.stats.replays.Add(1)
+	if h := c.cfg.Hooks.OnReplay; h != nil {
+		h(ReplayEvent{Event: c.event(cl), StatusCode: code})
+	}
+}
+
+func (c *Client) onKeyConflict(cl *call, code int, local bool) {
+	c.stats.keyConflicts.Add(1)
+	if l := c.cfg.Logger; l != nil {
+		l.Warn("idem key reused with another payload", "key", cl.rec.Key, "status", code, "local", local)
+	}
+	if h := c.cfg.Hooks.OnKeyConflict; h != nil {
+		h(KeyConflictEvent{Event: c.event(cl), StatusCode: code})
+	}
+}
+
+func (c *Client) onInProgress(cl *call, wait time.Duration) {
+	c.stats.inProgress.Add(1)
+	if h := c.cfg.Hooks.OnInProgress; h != nil {
+		h(InProgressEvent{Event: c.event(cl), Wait: wait})
+	}
+}
+
+func (c *Client) onKeyExpired(cl *call, age time.Duration) {
+	c.stats.keyExpired.Add(1)
+	if l := c.cfg.Logger; l != nil {
+		l.Warn("idem key past retention; manual reconciliation needed", "key", cl.rec.Key, "age", age)
+	}
+	if h := c.cfg.Hooks.OnKeyExpired; h != nil {
+		h(KeyExpiredEvent{Event: c.event(cl), Age: age})
+	}
+}
+
+func (c *Client) onUnknown(cl *call, a *Attempt) {
+	c.stats.unknown.Add(1)
+	if h := c.cfg.Hooks.OnUnknown; h != nil {
+		h(UnknownEvent{Event: c.event(cl), StatusCode: a.StatusCode(), Err: a.Err})
+	}
+}
+
+func (c *Client) onBudgetDenied(cl *call) {
+	c.stats.budgetDenied.Add(1)
+	if h := c.cfg.Hooks.OnBudgetDenied; h != nil {
+		h(BudgetDeniedEvent{Event: c.event(cl), Available: c.budget.Available()})
+	}
+}
+
+func (c *Client) onGiveUp(cl *call, e *OperationError) {
+	if e.Kind == ErrPermanent || e.Kind == ErrKeyConflict {
+		c.stats.finalFailures.Add(1)
+	}
+	if e.Kind == ErrExhausted && cl.unknown && cl.lastCode == 409 {
+		c.stats.inProgressTimeouts.Add(1)
+	}
+	if l := c.cfg.Logger; l != nil {
+		l.Info("idem call ended without success", "key", cl.rec.Key, "error", e.Error())
+	}
+	if h := c.cfg.Hooks.OnGiveUp; h != nil {
+		h(GiveUpEvent{Event: c.event(cl), Err: e})
+	}
+}
+
+func (c *Client) warn(msg string, rec *keystore.Record, err error) {
+	if l := c.cfg.Logger; l != nil {
+		l.Warn("idem "+msg, "key", rec.Key, slog.Any("error", err))
+	}
+}

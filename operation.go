@@ -1,0 +1,162 @@
+package idem
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// MaxKeyLength is the longest idempotency key accepted, in bytes (IETF Idempotency-Key
+// draft; Stripe documents the same limit).
+const MaxKeyLength = 255
+
+// Operation is one user intent: a request that must be executed at most once. It carries the
+// idempotency key that every attempt of the intent reuses. Create it with NewOperation; it
+// is immutable afterwards and safe to share between goroutines.
+type Operation struct {
+	method string
+	url    string
+	header http.Header
+	body   []byte
+	key    string
+	intent string
+	tenant string
+	hasTen bool
+	err    error // from an option; Do returns it
+}
+
+// OperationOption configures an Operation in NewOperation.
+type OperationOption func(*Operation)
+
+// WithKey uses key instead of minting a new UUIDv4. The key must be 1 to MaxKeyLength
+// visible ASCII characters (0x21-0x7E); otherwise Do returns an error matching
+// ErrInvalidOperation. Reuse a key only for the same intent: never derive it from a payload
+// hash, since two identical payments are two intents.
+func WithKey(key string) OperationOption {
+	return func(o *Operation) { o.key = key }
+}
+
+// WithIntent names the caller's intent (an order id, a booking reference). If a record for
+// this intent already exists in the scope (for instance persisted by a process that crashed),
+// Do continues that operation with its persisted key instead of the one minted here.
+func WithIntent(intent string) OperationOption {
+	return func(o *Operation) { o.intent = intent }
+}
+
+// WithTenant scopes the key to a tenant, overriding Config.Tenant for this operation.
+func WithTenant(tenant string) OperationOption {
+	return func(o *Operation) { o.tenant, o.hasTen = tenant, true }
+}
+
+// WithHeader adds request headers sent on every attempt. Credential headers (Authorization,
+// Cookie, Proxy-Authorization, Config.SecretHeaders) are sent but never persisted; after a
+// restart Config.Credentials must supply them again.
+func WithHeader(h http.Header) OperationOption {
+	return func(o *Operation) {
+		for k, vs := range h {
+			for _, v := range vs {
+				o.header.Add(k, v)
+			}
+		}
+	}
+}
+
+// NewOperation creates an operation for one intent: method and url (relative to
+// Config.BaseURL, such as "/v1/payments", or absolute) with body sent byte for byte on every
+// attempt (nil for none). Unless WithKey is given it mints a random UUIDv4 key (crypto/rand).
+// It never panics: invalid input is reported by Do as ErrInvalidOperation.
+func NewOperation(method, url string, body []byte, opts ...OperationOption) *Operation {
+	o := &Operation{method: method, url: url, header: http.Header{}}
+	if body != nil {
+		o.body = append([]byte(nil), body...)
+	}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(o)
+		}
+	}
+	if o.key == "" {
+		id, err := uuid.NewRandom()
+		if err != nil {
+			o.err = fmt.Errorf("minting key: %w", err)
+		} else {
+			o.key = id.String()
+		}
+	}
+	return o
+}
+
+// Key returns the idempotency key of the operation. Do may continue an older key persisted
+// for the same intent; Result.Key and OperationError.Key report the key actually used.
+func (o *Operation) Key() string { return o.key }
+
+// Intent returns the caller-named intent, or "".
+func (o *Operation) Intent() string { return o.intent }
+
+// Method returns the HTTP method.
+func (o *Operation) Method() string { return o.method }
+
+// URL returns the URL as given to NewOperation.
+func (o *Operation) URL() string { return o.url }
+
+// Body returns a copy of the request body.
+func (o *Operation) Body() []byte { return append([]byte(nil), o.body...) }
+
+// Header returns a copy of the extra request headers.
+func (o *Operation) Header() http.Header { return o.header.Clone() }
+
+func (o *Operation) validate() error {
+	if o == nil {
+		return fmt.Errorf("%w: nil operation", ErrInvalidOperation)
+	}
+	if o.err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOperation, o.err)
+	}
+	if err := ValidateKey(o.key); err != nil {
+		return err
+	}
+	if o.method == "" || strings.ContainsAny(o.method, " \t\r\n") {
+		return fmt.Errorf("%w: bad method %q", ErrInvalidOperation, o.method)
+	}
+	if _, err := url.Parse(o.url); err != nil || o.url == "" {
+		return fmt.Errorf("%w: bad URL %q", ErrInvalidOperation, o.url)
+	}
+	return nil
+}
+
+// ValidateKey reports whether key is usable as an idempotency key: 1 to MaxKeyLength bytes of
+// visible ASCII (0x21-0x7E). The error matches ErrInvalidOperation.
+func ValidateKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty idempotency key", ErrInvalidOperation)
+	}
+	if len(key) > MaxKeyLength {
+		return fmt.Errorf("%w: idempotency key is %d bytes, at most %d allowed", ErrInvalidOperation, len(key), MaxKeyLength)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("%w: idempotency key has byte 0x%02x at %d; only visible ASCII is allowed", ErrInvalidOperation, c, i)
+		}
+	}
+	return nil
+}
+
+// Fingerprint returns the hex SHA-256 of the request's method, path (with query) and body
+// bytes, each length-prefixed so that no two different requests share an input. A key reused
+// with another fingerprint is refused (ErrKeyConflict).
+func Fingerprint(method, path string, body []byte) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, part := range [][]byte{[]byte(method), []byte(path), body} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,192 @@
+package idem
+
+import (
+	"fmt"
+	"time"
+)
+
+// Policy defaults. A zero field in Config.Policy means the default below.
+const (
+	DefaultMaxAttempts     = 5                      // requests sent per call, first one included
+	DefaultMaxElapsed      = 60 * time.Second       // wall time of one call, waits included
+	DefaultAttemptTimeout  = 10 * time.Second       // one request, headers and body read
+	DefaultInitialDelay    = 100 * time.Millisecond // first backoff delay before jitter
+	DefaultMaxDelay        = 10 * time.Second       // hard ceiling of one backoff delay, after jitter
+	DefaultMultiplier      = 2.0                    // growth of the backoff delay per retry
+	DefaultJitter          = 0.5                    // randomization factor: delay * [1-j, 1+j]
+	DefaultMaxRetryAfter   = 30 * time.Second       // longest Retry-After honoured
+	DefaultMaxStatusChecks = 5                      // status-endpoint asks per unknown outcome
+	DefaultMaxResponseSize = 16 << 20               // bytes of a response body read into memory
+)
+
+// Upper bounds that Validate enforces, so that a typo cannot make a call run for days.
+const (
+	maxAttemptsLimit     = 100
+	maxStatusChecksLimit = 100
+	maxMultiplier        = 100
+)
+
+// Policy bounds the retries of one call. The zero value means every default; per-call
+// options (WithMaxAttempts, ...) override single fields for one call only.
+type Policy struct {
+	// MaxAttempts is the most requests sent per call, the first included (1 = no retry).
+	// Default DefaultMaxAttempts; at most 100.
+	MaxAttempts int
+	// MaxElapsed bounds a call's total time, waits included. A retry that would start after
+	// it is not made (ErrExhausted). Default DefaultMaxElapsed.
+	MaxElapsed time.Duration
+	// AttemptTimeout bounds one request from send to the last body byte. A timeout after the
+	// request was written is an unknown outcome. Default DefaultAttemptTimeout.
+	AttemptTimeout time.Duration
+	// InitialDelay, Multiplier, Jitter and MaxDelay shape the exponential backoff
+	// (cenkalti/backoff): delay n is InitialDelay*Multiplier^n randomized by ±Jitter, then
+	// capped at MaxDelay. Jitter is in [0, 1]; Multiplier >= 1.
+	InitialDelay time.Duration
+	Multiplier   float64
+	Jitter       float64
+	MaxDelay     time.Duration
+	// MaxRetryAfter is the longest server-requested wait (Retry-After) idem honours; a longer
+	// one stops the call with ErrRetryAfterTooLong. Default DefaultMaxRetryAfter.
+	MaxRetryAfter time.Duration
+	// MaxStatusChecks bounds the status-endpoint asks made to resolve one unknown outcome.
+	// Default DefaultMaxStatusChecks.
+	MaxStatusChecks int
+	// MaxResponseSize bounds the bytes of one response body read into memory; a larger body
+	// is an error. Default DefaultMaxResponseSize.
+	MaxResponseSize int64
+}
+
+// DefaultPolicy returns the policy used when Config.Policy is the zero value.
+func DefaultPolicy() Policy {
+	return Policy{}.withDefaults()
+}
+
+// withDefaults fills zero fields. Jitter zero stays zero only when set through WithJitter,
+// so the zero Policy keeps its jitter (see CallOption handling).
+func (p Policy) withDefaults() Policy {
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if p.MaxElapsed == 0 {
+		p.MaxElapsed = DefaultMaxElapsed
+	}
+	if p.AttemptTimeout == 0 {
+		p.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if p.InitialDelay == 0 {
+		p.InitialDelay = DefaultInitialDelay
+	}
+	if p.MaxDelay == 0 {
+		p.MaxDelay = DefaultMaxDelay
+	}
+	if p.Multiplier == 0 {
+		p.Multiplier = DefaultMultiplier
+	}
+	if p.Jitter == 0 {
+		p.Jitter = DefaultJitter
+	}
+	if p.MaxRetryAfter == 0 {
+		p.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if p.MaxStatusChecks == 0 {
+		p.MaxStatusChecks = DefaultMaxStatusChecks
+	}
+	if p.MaxResponseSize == 0 {
+		p.MaxResponseSize = DefaultMaxResponseSize
+	}
+	return p
+}
+
+// Validate reports the first out-of-range field of a resolved policy. The error matches
+// ErrInvalidPolicy and names the field and value.
+func (p Policy) Validate() error {
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("%w: %s = %v, want %s", ErrInvalidPolicy, field, v, want)
+	}
+	switch {
+	case p.MaxAttempts < 1 || p.MaxAttempts > maxAttemptsLimit:
+		return bad("MaxAttempts", p.MaxAttempts, fmt.Sprintf("1..%d", maxAttemptsLimit))
+	case p.MaxElapsed <= 0:
+		return bad("MaxElapsed", p.MaxElapsed, "> 0")
+	case p.AttemptTimeout <= 0:
+		return bad("AttemptTimeout", p.AttemptTimeout, "> 0")
+	case p.InitialDelay < 0:
+		return bad("InitialDelay", p.InitialDelay, ">= 0")
+	case p.MaxDelay < 0:
+		return bad("MaxDelay", p.MaxDelay, ">= 0")
+	case !(p.Multiplier >= 1 && p.Multiplier <= maxMultiplier): // also rejects NaN
+		return bad("Multiplier", p.Multiplier, fmt.Sprintf("1..%d", maxMultiplier))
+	case !(p.Jitter >= 0 && p.Jitter <= 1):
+		return bad("Jitter", p.Jitter, "0..1")
+	case p.MaxRetryAfter < 0:
+		return bad("MaxRetryAfter", p.MaxRetryAfter, ">= 0")
+	case p.MaxStatusChecks < 1 || p.MaxStatusChecks > maxStatusChecksLimit:
+		return bad("MaxStatusChecks", p.MaxStatusChecks, fmt.Sprintf("1..%d", maxStatusChecksLimit))
+	case p.MaxResponseSize <= 0:
+		return bad("MaxResponseSize", p.MaxResponseSize, "> 0")
+	}
+	return nil
+}
+
+// CallOption overrides the client's policy or settings for one call only.
+type CallOption func(*callSettings)
+
+// callSettings is what one call runs with: the client's defaults, then the options.
+type callSettings struct {
+	policy    Policy
+	statusURL string
+	status    StatusFunc
+	noBudget  bool
+}
+
+// WithPolicy replaces the whole policy for this call; zero fields take the defaults.
+func WithPolicy(p Policy) CallOption {
+	return func(s *callSettings) { s.policy = p.withDefaults() }
+}
+
+// WithMaxAttempts sets Policy.MaxAttempts for this call (1 = no retry; 0 is an error).
+func WithMaxAttempts(n int) CallOption { return func(s *callSettings) { s.policy.MaxAttempts = n } }
+
+// WithMaxElapsed sets Policy.MaxElapsed for this call.
+func WithMaxElapsed(d time.Duration) CallOption {
+	return func(s *callSettings) { s.policy.MaxElapsed = d }
+}
+
+// WithAttemptTimeout sets Policy.AttemptTimeout for this call.
+func WithAttemptTimeout(d time.Duration) CallOption {
+	return func(s *callSettings) { s.policy.AttemptTimeout = d }
+}
+
+// WithBackoff sets the backoff schedule for this call: initial delay, multiplier (>= 1),
+// jitter (randomization factor in [0, 1]) and the hard ceiling of one delay.
+func WithBackoff(initial time.Duration, multiplier, jitter float64, maxDelay time.Duration) CallOption {
+	return func(s *callSettings) {
+		s.policy.InitialDelay, s.policy.Multiplier = initial, multiplier
+		s.policy.Jitter, s.policy.MaxDelay = jitter, maxDelay
+	}
+}
+
+// WithMaxRetryAfter sets Policy.MaxRetryAfter for this call.
+func WithMaxRetryAfter(d time.Duration) CallOption {
+	return func(s *callSettings) { s.policy.MaxRetryAfter = d }
+}
+
+// WithMaxStatusChecks sets Policy.MaxStatusChecks for this call.
+func WithMaxStatusChecks(n int) CallOption {
+	return func(s *callSettings) { s.policy.MaxStatusChecks = n }
+}
+
+// WithStatusURL sets the status endpoint path for this call ("{key}" is replaced by the
+// escaped key); "" turns the status check off for this call.
+func WithStatusURL(path string) CallOption {
+	return func(s *callSettings) { s.statusURL, s.status = path, nil }
+}
+
+// WithStatusFunc asks f instead of the default status endpoint for this call.
+func WithStatusFunc(f StatusFunc) CallOption {
+	return func(s *callSettings) { s.status = f }
+}
+
+// WithoutBudget lets this call retry even when the client's retry budget is empty. Use it for
+// the rare call that must go on during an outage; it does not refill the budget.
+func WithoutBudget() CallOption { return func(s *callSettings) { s.noBudget = true } }

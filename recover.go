@@ -1,0 +1,140 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// Reconciled is one record's outcome after Recover worked on it.
+type Reconciled struct {
+	// Record is the record as persisted after reconciliation (a copy).
+	Record *keystore.Record
+	// Result is the successful answer, when the operation succeeded.
+	Result *Result
+	// Err is the *OperationError when it did not: ErrPermanent or ErrKeyConflict (failed),
+	// ErrKeyExpired (manual reconciliation needed), or a still-pending stop such as
+	// ErrOutcomeUnknown, which a later Recover tries again.
+	Err error
+}
+
+// RecoverReport counts what one Recover run did.
+type RecoverReport struct {
+	Pending   int // pending records found
+	Skipped   int // in flight in this process (their own Do finishes them)
+	Succeeded int
+	Failed    int
+	Manual    int // key past KeyTTL with an unknown outcome: reported, never resent
+	Unknown   int // still pending after this run
+	Purged    int // terminal records older than Config.Retention removed
+}
+
+// Recover reconciles every pending record, typically at start-up after a crash: status
+// endpoint first, resend with the same key only when that is safe (the server says it never
+// executed the key, or there is no status endpoint and the key is younger than KeyTTL). A key
+// older than KeyTTL whose outcome cannot be learned is never resent: it becomes manual and is
+// reported. Each outcome is persisted, then handed to handle (which may be nil) so that the
+// application can, say, mark its order paid; handle is called from several goroutines at once
+// (Config.RecoverConcurrency), so it must be safe for that.
+//
+// Recover is safe to run while Do calls are in flight: records that a call in this process
+// holds are skipped. Records are sent with their persisted headers, which never include
+// credentials: set Config.Credentials. opts apply to every record, as with Do. It also purges
+// terminal records older than Config.Retention. The error is non-nil only when the keystore
+// cannot be read, or ctx ended.
+func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...CallOption) (RecoverReport, error) {
+	var rep RecoverReport
+	s, err := c.settings(opts)
+	if err != nil {
+		return rep, err
+	}
+	n, err := c.store.Purge(ctx, c.cfg.Now().Add(-c.cfg.Retention))
+	if err != nil {
+		return rep, fmt.Errorf("idem: purging old records: %w", err)
+	}
+	rep.Purged = n
+	pending, err := c.store.List(ctx, keystore.StatePending)
+	if err != nil {
+		return rep, fmt.Errorf("idem: listing pending records: %w", err)
+	}
+	rep.Pending = len(pending)
+
+	var mu sync.Mutex
+	work := make(chan *keystore.Record)
+	var wg sync.WaitGroup
+	for range min(c.cfg.RecoverConcurrency, max(len(pending), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for rec := range work {
+				out, ran := c.recoverOne(ctx, s, rec)
+				mu.Lock()
+				rep.count(out, ran)
+				mu.Unlock()
+				if ran && handle != nil {
+					handle(out)
+				}
+			}
+		}()
+	}
+	for _, rec := range pending {
+		if ctx.Err() != nil {
+			break
+		}
+		work <- rec
+	}
+	close(work)
+	wg.Wait()
+	return rep, ctx.Err()
+}
+
+func (rep *RecoverReport) count(out Reconciled, ran bool) {
+	switch {
+	case !ran:
+		rep.Skipped++
+	case out.Err == nil:
+		rep.Succeeded++
+	case errors.Is(out.Err, ErrKeyExpired):
+		rep.Manual++
+	case errors.Is(out.Err, ErrPermanent) || errors.Is(out.Err, ErrKeyConflict):
+		rep.Failed++
+	default:
+		rep.Unknown++
+	}
+}
+
+// recoverOne reconciles one record under its key (and intent) lock; ran is false when a call
+// in this process holds it or it is no longer pending.
+func (c *Client) recoverOne(ctx context.Context, s callSettings, rec *keystore.Record) (Reconciled, bool) {
+	if rec.Intent != "" {
+		unlock, ok := c.locks.tryLock(intentLockName(rec.Scope, rec.Intent))
+		if !ok {
+			return Reconciled{}, false
+		}
+		defer unlock()
+	}
+	unlock, ok := c.locks.tryLock(keyLockName(rec.Scope, rec.Key))
+	if !ok {
+		return Reconciled{}, false
+	}
+	defer unlock()
+	fresh, err := c.store.Get(ctx, rec.Scope, rec.Key)
+	if err != nil || fresh.State != keystore.StatePending {
+		return Reconciled{}, false
+	}
+	target, err := c.resolveURL(fresh.Request.URL)
+	if err != nil {
+		return Reconciled{Record: fresh, Err: err}, true
+	}
+	cl := c.newCall(s, fresh, fresh.Request.Header.Clone(), target)
+	res, err := cl.run(ctx, true)
+	if err == nil {
+		c.stats.recovered.Add(1)
+	} else if errors.Is(err, ErrPermanent) || errors.Is(err, ErrKeyConflict) || errors.Is(err, ErrKeyExpired) {
+		c.stats.recovered.Add(1)
+	}
+	return Reconciled{Record: cl.rec.Clone(), Result: res, Err: err}, true
+}

@@ -1,0 +1,178 @@
+package idem
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Class is what one attempt's outcome means for the operation. It drives the next step.
+type Class int
+
+const (
+	// ClassUndecided: this classifier has no opinion; the next one in the list decides.
+	ClassUndecided Class = iota
+	// ClassSuccess: the server executed the operation (2xx). Record and return it.
+	ClassSuccess
+	// ClassRetry: the request was not executed (never written, or 429/503 and the like).
+	// Wait Retry-After or backoff, then resend with the same key.
+	ClassRetry
+	// ClassUnknown: the request may have been executed (written then timeout/reset/EOF,
+	// 408, 500, 502, 504). Ask the status endpoint before any resend.
+	ClassUnknown
+	// ClassInProgress: the server is still executing this key (409). Wait, then ask the
+	// status endpoint or resend with the same key. Never a failure by itself.
+	ClassInProgress
+	// ClassKeyConflict: the server says the key was used with another payload (422). Fail
+	// with ErrKeyConflict.
+	ClassKeyConflict
+	// ClassPermanent: a final answer that must not be retried (validation, auth). Fail with
+	// ErrPermanent.
+	ClassPermanent
+)
+
+var classNames = [...]string{"undecided", "success", "retry", "unknown", "in-progress", "key-conflict", "permanent"}
+
+// String returns the class's lower-case name.
+func (c Class) String() string {
+	if int(c) < len(classNames) && c >= 0 {
+		return classNames[c]
+	}
+	return "class(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Attempt is one request's outcome, as classifiers see it.
+type Attempt struct {
+	Number   int            // 1 for the first request of the call
+	Response *http.Response // nil when the transport failed; its body is already read into Body
+	Body     []byte         // the response body (at most Policy.MaxResponseSize bytes)
+	Err      error          // transport error or attempt timeout; nil when a response came
+	// Written reports whether any byte of the request reached the connection. A transport
+	// error with Written false means the server cannot have seen the request.
+	Written bool
+}
+
+// StatusCode returns the response status, or 0 when there was no response.
+func (a *Attempt) StatusCode() int {
+	if a.Response == nil {
+		return 0
+	}
+	return a.Response.StatusCode
+}
+
+// Classifier decides what an attempt's outcome means. Return ClassUndecided to let the next
+// classifier in the list decide.
+type Classifier interface {
+	Classify(a *Attempt) Class
+}
+
+// ClassifierFunc adapts a function to Classifier.
+type ClassifierFunc func(a *Attempt) Class
+
+// Classify calls f(a).
+func (f ClassifierFunc) Classify(a *Attempt) Class { return f(a) }
+
+// Classifiers is an ordered list; the first decisive answer wins. An attempt no classifier
+// decides is ClassUnknown: when in doubt, idem asks before resending.
+type Classifiers []Classifier
+
+// Classify returns the first decisive class, or ClassUnknown.
+func (cs Classifiers) Classify(a *Attempt) Class {
+	for _, c := range cs {
+		if c == nil {
+			continue
+		}
+		if cl := c.Classify(a); cl != ClassUndecided {
+			return cl
+		}
+	}
+	return ClassUnknown
+}
+
+// DefaultClassifiers returns the classification table of DESIGN.md §1, in order: the
+// Stripe-Should-Retry hint header (Stripe's docs, "Idempotent requests"), replayed answers,
+// transport errors, then status codes. Prepend your own to override a row.
+func DefaultClassifiers() Classifiers {
+	return Classifiers{
+		HintHeader("Stripe-Should-Retry"),
+		ClassifierFunc(ClassifyReplay),
+		ClassifierFunc(ClassifyTransport),
+		ClassifierFunc(ClassifyStatus),
+	}
+}
+
+// HintHeader returns a classifier that obeys a server hint header on a non-2xx answer:
+// "true" means the request was not executed and may be resent (ClassRetry), "false" means
+// resending cannot help (ClassPermanent). Other values are undecided.
+func HintHeader(name string) Classifier {
+	return ClassifierFunc(func(a *Attempt) Class {
+		if a.Response == nil || a.Response.StatusCode/100 == 2 {
+			return ClassUndecided
+		}
+		switch strings.ToLower(strings.TrimSpace(a.Response.Header.Get(name))) {
+		case "true":
+			return ClassRetry
+		case "false":
+			return ClassPermanent
+		}
+		return ClassUndecided
+	})
+}
+
+// ClassifyReplay treats an error answer the server marks as a replay
+// (Idempotent-Replayed: true) as permanent: the server stored that answer for this key and
+// will send the same one to every resend.
+func ClassifyReplay(a *Attempt) Class {
+	if a.Response == nil || a.Response.StatusCode < 400 {
+		return ClassUndecided
+	}
+	if strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true") {
+		return ClassPermanent
+	}
+	return ClassUndecided
+}
+
+// ClassifyTransport classifies attempts that got no response: never written means not sent
+// (ClassRetry); written means the outcome is unknown.
+func ClassifyTransport(a *Attempt) Class {
+	if a.Err == nil {
+		return ClassUndecided
+	}
+	var neverSent *notSentError
+	if !a.Written || errors.As(a.Err, &neverSent) {
+		return ClassRetry
+	}
+	return ClassUnknown
+}
+
+// ClassifyStatus is the status-code table of DESIGN.md §1.
+func ClassifyStatus(a *Attempt) Class {
+	code := a.StatusCode()
+	switch {
+	case code == 0:
+		return ClassUndecided
+	case code >= 200 && code < 300:
+		return ClassSuccess
+	case code == http.StatusConflict:
+		return ClassInProgress
+	case code == http.StatusUnprocessableEntity:
+		return ClassKeyConflict
+	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable:
+		return ClassRetry
+	case code == http.StatusRequestTimeout, code == http.StatusInternalServerError,
+		code == http.StatusBadGateway, code == http.StatusGatewayTimeout:
+		return ClassUnknown
+	case code >= 400 && code < 500:
+		return ClassPermanent
+	case code >= 300 && code < 400:
+		return ClassPermanent // a redirect that was not followed: resending changes nothing
+	}
+	return ClassUnknown // other 5xx: executed or not, we cannot tell
+}
+
+// notSentError marks a transport error that happened before any request byte was written.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return "request not sent: " + e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }

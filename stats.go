@@ -1,0 +1,48 @@
+package idem
+
+import "sync/atomic"
+
+// Stats are the client's counters since it was created. Together they tell normal retries
+// from a runaway client: replays, key conflicts, same-key concurrency, expired keys and
+// budget denials should stay near zero in a healthy service.
+type Stats struct {
+	Calls              int64 // Do calls that reached the send stage, plus records Recover ran
+	Succeeded          int64 // calls that ended with a Result
+	Failed             int64 // calls that ended failed (permanent answer or key conflict)
+	Attempts           int64 // requests sent
+	Retries            int64 // resends scheduled
+	StatusChecks       int64 // status-endpoint asks
+	Replays            int64 // answers the server marked Idempotent-Replayed
+	KeyConflicts       int64 // 422 answers: a key reused with another payload
+	SameKeyConcurrency int64 // calls that waited for another call of the same key or intent
+	KeyExpired         int64 // unknown outcomes with a key past KeyTTL: manual reconcile
+	InProgress         int64 // 409 "in progress" answers waited on
+	InProgressTimeouts int64 // calls that ran out of attempts while the server was in progress
+	UnknownOutcomes    int64 // attempts whose outcome was unknown (timeout, reset, 5xx)
+	UnknownResolved    int64 // unknown outcomes the status endpoint resolved
+	StillUnknown       int64 // calls that ended with the outcome still unknown
+	FinalFailures      int64 // calls that ended with a permanent error
+	BudgetDenied       int64 // retries refused by the retry budget
+	ThrottledWaits     int64 // waits that honoured a server's Retry-After
+	Recovered          int64 // records Recover brought to a final state
+}
+
+type counters struct {
+	calls, succeeded, failed, attempts, retries, statusChecks, replays, keyConflicts atomic.Int64
+	sameKey, keyExpired, inProgress, inProgressTimeouts, unknown, unknownResolved    atomic.Int64
+	stillUnknown, finalFailures, budgetDenied, throttled, recovered                  atomic.Int64
+}
+
+// Stats returns a snapshot of the counters. Safe to call at any time.
+func (c *Client) Stats() Stats {
+	s := &c.stats
+	return Stats{
+		Calls: s.calls.Load(), Succeeded: s.succeeded.Load(), Failed: s.failed.Load(),
+		Attempts: s.attempts.Load(), Retries: s.retries.Load(), StatusChecks: s.statusChecks.Load(),
+		Replays: s.replays.Load(), KeyConflicts: s.keyConflicts.Load(), SameKeyConcurrency: s.sameKey.Load(),
+		KeyExpired: s.keyExpired.Load(), InProgress: s.inProgress.Load(), InProgressTimeouts: s.inProgressTimeouts.Load(),
+		UnknownOutcomes: s.unknown.Load(), UnknownResolved: s.unknownResolved.Load(), StillUnknown: s.stillUnknown.Load(),
+		FinalFailures: s.finalFailures.Load(), BudgetDenied: s.budgetDenied.Load(), ThrottledWaits: s.throttled.Load(),
+		Recovered: s.recovered.Load(),
+	}
+}

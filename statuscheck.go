@@ -1,0 +1,115 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// resolve asks the status endpoint what happened to the key, waiting between asks as the
+// server says (202 + Retry-After) or by backoff, at most Policy.MaxStatusChecks times. It
+// returns true when a (re)send with the same key is due and safe; otherwise the call has
+// ended (result or stop is set). Without a status endpoint it allows the resend while the
+// key is younger than KeyTTL.
+func (cl *call) resolve(ctx context.Context) bool {
+	if cl.s.status == nil {
+		if cl.keyExpired() {
+			cl.expire()
+			return false
+		}
+		return true
+	}
+	req := StatusRequest{Key: cl.rec.Key, Scope: cl.rec.Scope, Method: cl.rec.Request.Method,
+		URL: cl.rec.Request.URL, Header: cl.header}
+	var wait time.Duration
+	var fromRA bool
+	for i := 0; i < cl.s.policy.MaxStatusChecks; i++ {
+		if i > 0 && !cl.wait(ctx, wait, fromRA) {
+			return false
+		}
+		sctx, cancel := context.WithTimeout(ctx, cl.s.policy.AttemptTimeout)
+		st, err := cl.s.status(sctx, req)
+		cancel()
+		cl.statusChecks++
+		if err != nil {
+			st = Status{State: StatusUnknown}
+		}
+		cl.c.onStatusCheck(cl, st, err)
+		if ctx.Err() != nil {
+			cl.halt(ErrCanceled, ctx.Err())
+			return false
+		}
+		switch st.State {
+		case StatusCompleted:
+			cl.c.stats.unknownResolved.Add(1)
+			res := &Result{Key: cl.rec.Key, StatusCode: st.ResponseStatus, Body: st.ResponseBody, Source: SourceStatus}
+			if st.ResponseStatus >= 200 && st.ResponseStatus < 300 {
+				cl.unknown = false
+				cl.result = res
+			} else { // the server stored a failure for this key; a resend would get it again
+				cl.fail(ErrPermanent, st.ResponseStatus, res, fmt.Errorf("status endpoint reports the key ended with HTTP %d", st.ResponseStatus))
+			}
+			return false
+		case StatusNotFound:
+			if cl.keyExpired() { // the server may have forgotten the key: not found proves nothing
+				cl.expire()
+				return false
+			}
+			cl.c.stats.unknownResolved.Add(1)
+			cl.unknown = false
+			return true
+		case StatusProcessing:
+			if st.HasRetryAfter {
+				wait, fromRA = st.RetryAfter, true
+				continue
+			}
+		}
+		wait, fromRA = cl.backoff(), false
+	}
+	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks", cl.s.policy.MaxStatusChecks))
+	return false
+}
+
+// maxStatusBody bounds a status answer read into memory, in bytes.
+const maxStatusBody = 4 << 20
+
+// defaultStatus asks GET BaseURL+path (with "{key}" replaced by the escaped key) in the
+// default JSON convention, with the key header, the operation's headers and credentials.
+func (c *Client) defaultStatus(path string) StatusFunc {
+	return func(ctx context.Context, r StatusRequest) (Status, error) {
+		target, err := c.resolveURL(strings.ReplaceAll(path, "{key}", url.PathEscape(r.Key)))
+		if err != nil {
+			return Status{}, err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return Status{}, err
+		}
+		for k, vs := range r.Header {
+			if !strings.EqualFold(k, "Content-Type") && !strings.EqualFold(k, "Content-Length") {
+				req.Header[k] = vs
+			}
+		}
+		req.Header.Set(c.cfg.KeyHeader, r.Key)
+		req.Header.Set("Accept", "application/json")
+		if c.cfg.Credentials != nil {
+			if err := c.cfg.Credentials(req); err != nil {
+				return Status{}, fmt.Errorf("idem: credentials: %w", err)
+			}
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return Status{}, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxStatusBody))
+		if err != nil {
+			return Status{}, err
+		}
+		return DecodeStatus(resp.StatusCode, resp.Header, body, c.cfg.Now()), nil
+	}
+}

@@ -1,0 +1,74 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// nextDelay is the wait before the next attempt or status check: the server's Retry-After
+// when resp carries a valid one (RFC 9110 §10.2.3), else the next jittered backoff delay,
+// capped at Policy.MaxDelay after jitter (cenkalti/backoff's jitter can exceed MaxInterval).
+func (cl *call) nextDelay(resp *http.Response) (d time.Duration, fromRetryAfter bool) {
+	if resp != nil {
+		if ra, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), cl.c.cfg.Now()); ok {
+			return ra, true
+		}
+	}
+	return cl.backoff(), false
+}
+
+func (cl *call) backoff() time.Duration {
+	d := cl.bo.NextBackOff()
+	if d < 0 || d > cl.s.policy.MaxDelay { // backoff.Stop is -1; never happens with MaxElapsedTime 0
+		d = cl.s.policy.MaxDelay
+	}
+	return d
+}
+
+// allow checks that a wait of d fits: within MaxRetryAfter when the server asked for it,
+// inside MaxElapsed, and ending before the context deadline. It stops the call otherwise,
+// at once, instead of sleeping into a wall.
+func (cl *call) allow(ctx context.Context, d time.Duration, fromRetryAfter bool) bool {
+	now := cl.c.cfg.Now()
+	p := cl.s.policy
+	tooLong := func(why string) bool {
+		cl.halt(ErrRetryAfterTooLong, fmt.Errorf("server asked to wait %s, %s", d, why))
+		cl.stop.RetryAfter = d
+		return false
+	}
+	if fromRetryAfter && d > p.MaxRetryAfter {
+		return tooLong(fmt.Sprintf("longer than the %s cap", p.MaxRetryAfter))
+	}
+	if left := cl.start.Add(p.MaxElapsed).Sub(now); d > left {
+		if fromRetryAfter {
+			return tooLong(fmt.Sprintf("longer than the %s left of MaxElapsed", left.Round(time.Millisecond)))
+		}
+		cl.halt(ErrExhausted, fmt.Errorf("next attempt in %s would pass MaxElapsed %s", d, p.MaxElapsed))
+		return false
+	}
+	if dl, ok := ctx.Deadline(); ok && !now.Add(d).Before(dl) {
+		cl.halt(ErrDeadline, fmt.Errorf("next attempt in %s, context deadline in %s", d, dl.Sub(now).Round(time.Millisecond)))
+		if fromRetryAfter {
+			cl.stop.RetryAfter = d
+		}
+		return false
+	}
+	if fromRetryAfter && d > 0 {
+		cl.c.stats.throttled.Add(1)
+	}
+	return true
+}
+
+// wait sleeps d after allow approved it; false means the call stopped.
+func (cl *call) wait(ctx context.Context, d time.Duration, fromRetryAfter bool) bool {
+	if !cl.allow(ctx, d, fromRetryAfter) {
+		return false
+	}
+	if err := cl.c.cfg.Sleep(ctx, d); err != nil {
+		cl.halt(ErrCanceled, err)
+		return false
+	}
+	return true
+}
