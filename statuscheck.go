@@ -62,13 +62,13 @@ func (cl *call) resolve(ctx context.Context) bool {
 			cl.c.stats.unknownResolved.Add(1)
 			cl.unknown = false
 			return true
-		case StatusProcessing:
-			if st.HasRetryAfter {
-				wait, fromRA = st.RetryAfter, true
-				continue
-			}
 		}
-		wait, fromRA = cl.backoff(), false
+		// Processing, or no usable answer: wait as the server asks, else back off.
+		if st.HasRetryAfter {
+			wait, fromRA = st.RetryAfter, true
+		} else {
+			wait, fromRA = cl.backoff(), false
+		}
 	}
 	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks", cl.s.policy.MaxStatusChecks))
 	return false

@@ -1,0 +1,46 @@
+// Package idemtest is a real payments API, on net/http and httptest, that honours the
+// server side of idem's contract (draft-ietf-httpapi-idempotency-key-header, RFC 9110,
+// Stripe's documented behaviour) and injects faults on demand. idem's tests, examples and
+// users run their clients against it; its ledger is the oracle that proves every intent
+// executed at most once.
+//
+// # Endpoints
+//
+//	POST /v1/payments                      {"amount":1000,"currency":"EUR","customer":"cus_1","reference":"order-7"}
+//	GET  /v1/payments/operations/{key}     status of the operation that carried {key}
+//
+// A POST must carry an Idempotency-Key header (name configurable), either a bare value or an
+// RFC 8941 sf-string in double quotes (unquoted by the server). Missing or empty: 400
+// {"error":"missing_idempotency_key"}; malformed, repeated or longer than [MaxKeyLength]:
+// 400 {"error":"invalid_idempotency_key"}.
+//
+// A key is scoped by (tenant, path): the tenant is the raw Authorization header value ("" if
+// absent), the path is the endpoint's path. The request fingerprint is SHA-256 over method,
+// path and the body bytes. Claiming a key is atomic:
+//
+//   - new key: validated, executed (one ledger entry), and the 201 answer is stored;
+//   - same key, other fingerprint: 422 {"error":"idempotency_key_reused"};
+//   - same key, still processing: 409 {"error":"request_in_progress"} with Retry-After;
+//   - same key, completed: the stored status, Content-Type and byte-identical body are
+//     replayed with "Idempotent-Replayed: true" (a stored 500 included).
+//
+// A request that fails validation (400) releases its claim and stores nothing: the key can
+// be used again with a valid body.
+//
+// The status endpoint uses the same tenant and the path scope of its endpoint: completed ->
+// 200 {"status":"completed","response_status":201,"response_body":{...}}; processing -> 202
+// {"status":"processing"} with Retry-After; unknown -> 404 {"status":"not_found"}.
+//
+// # Faults
+//
+// Each arriving POST consumes one [Fault]: the next scripted one ([Handler.Script]), else a
+// random one (Config.FaultRate, Config.Seed, Config.Faults), else [FaultNone]. The fault is
+// taken on arrival, before the key is read or claimed:
+//
+//   - before-processing faults ([Fault.BeforeProcessing]: 503, 503 with an HTTP-date, 429,
+//     502, connection reset) always apply and execute nothing, even for a key that is
+//     already completed;
+//   - the other faults (slow, drop after commit, 500 after commit, stored 500) only act on a
+//     request that claims a new key and passes validation. On a replay, a 409, a 422 or a
+//     400 they are consumed without effect and not counted in [Stats].Faults.
+package idemtest

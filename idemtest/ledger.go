@@ -1,0 +1,110 @@
+package idemtest
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Execution is one payment the server executed: one row of the ledger.
+type Execution struct {
+	ID        string    // payment id returned to the client, "pay_<n>"
+	Tenant    string    // Authorization header value, "" if absent
+	Path      string    // endpoint path; (Tenant, Path, Key) is the key's scope
+	Key       string    // idempotency key, unquoted
+	Reference string    // the request's optional reference
+	Amount    int64     // minor units
+	Currency  string    // ISO 4217 code
+	Customer  string    // customer id
+	At        time.Time // Config.Now at execution
+}
+
+// Stats is a snapshot of the server's counters.
+type Stats struct {
+	Requests     int           // POST requests that arrived, faulted ones included
+	Executions   int           // payments executed (ledger entries)
+	Replays      int           // stored results replayed to a POST
+	InProgress   int           // 409 answers: the key was still processing
+	KeyReused    int           // 422 answers: the key was reused with another request
+	BadRequests  int           // 400 and 413 answers: key or body invalid, nothing stored
+	StatusChecks int           // status endpoint requests, faulted ones included
+	StatusFaults int           // status checks answered 503 by StatusFaultRate
+	Faults       map[Fault]int // faults that took effect, by kind
+}
+
+// String formats s on one line for a demo's summary; faults in declaration order.
+func (s Stats) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "requests=%d executions=%d replays=%d in_progress=%d key_reused=%d bad_requests=%d status_checks=%d status_faults=%d",
+		s.Requests, s.Executions, s.Replays, s.InProgress, s.KeyReused, s.BadRequests, s.StatusChecks, s.StatusFaults)
+	for f := FaultNone + 1; f < numFaults; f++ {
+		if n := s.Faults[f]; n > 0 {
+			fmt.Fprintf(&b, " %s=%d", f, n)
+		}
+	}
+	return b.String()
+}
+
+// Stats returns a snapshot of the counters.
+func (h *Handler) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.stats
+	s.Executions = len(h.executions)
+	s.Faults = make(map[Fault]int, len(h.stats.Faults))
+	for f, n := range h.stats.Faults {
+		s.Faults[f] = n
+	}
+	return s
+}
+
+// Executions returns a copy of the ledger, in execution order.
+func (h *Handler) Executions() []Execution {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Execution(nil), h.executions...)
+}
+
+// ExecutionsFor returns how many payments were executed with key, across tenants and paths.
+func (h *Handler) ExecutionsFor(key string) int {
+	return h.countExecutions(func(e *Execution) bool { return e.Key == key })
+}
+
+// ExecutionsByReference returns how many payments were executed with reference ref.
+func (h *Handler) ExecutionsByReference(ref string) int {
+	return h.countExecutions(func(e *Execution) bool { return e.Reference == ref })
+}
+
+func (h *Handler) countExecutions(match func(*Execution) bool) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for i := range h.executions {
+		if match(&h.executions[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+// Attempts returns how many POST requests arrived, faulted and invalid ones included.
+func (h *Handler) Attempts() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stats.Requests
+}
+
+// AttemptsFor returns how many POST requests carried key (unquoted), counted on arrival
+// across tenants and paths, faulted ones included.
+func (h *Handler) AttemptsFor(key string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.attemptsFor[key]
+}
+
+// StatusChecks returns how many status endpoint requests arrived, faulted ones included.
+func (h *Handler) StatusChecks() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stats.StatusChecks
+}

@@ -1,0 +1,234 @@
+package idemtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Paths, headers and defaults of the API.
+const (
+	// PaymentsPath is the endpoint that creates a payment (POST).
+	PaymentsPath = "/v1/payments"
+	// StatusPathPattern is the ServeMux pattern of the status endpoint (GET).
+	StatusPathPattern = "/v1/payments/operations/{key}"
+	// DefaultKeyHeader is the idempotency key header read when Config.KeyHeader is empty.
+	DefaultKeyHeader = "Idempotency-Key"
+	// ReplayedHeader is set to "true" on every answer replayed from a stored result.
+	ReplayedHeader = "Idempotent-Replayed"
+	// DefaultRetryAfter is the Retry-After, in seconds, used when Config.RetryAfter is 0.
+	DefaultRetryAfter = 1
+	// DefaultSlowDelay is how long FaultSlow holds a request when Config.SlowDelay is 0.
+	DefaultSlowDelay = 2 * time.Second
+	// MaxKeyLength is the longest idempotency key accepted, in bytes (after unquoting).
+	MaxKeyLength = 255
+)
+
+const statusSuffix = "/operations/"
+
+// StatusPath returns the status endpoint path for key under [PaymentsPath], escaped.
+func StatusPath(key string) string {
+	return PaymentsPath + statusSuffix + url.PathEscape(key)
+}
+
+// Config configures a [Handler]. The zero value is a fault-free server with the defaults.
+type Config struct {
+	// KeyHeader is the idempotency key header name; "" means DefaultKeyHeader.
+	KeyHeader string
+
+	// FaultRate is the probability (0..1) that a POST with no scripted fault left gets a
+	// random fault, chosen uniformly from Faults.
+	FaultRate float64
+	// Seed seeds the random fault source: the same seed and the same order of arrivals give
+	// the same faults. The zero seed is a valid, deterministic seed.
+	Seed int64
+	// Faults is the list random faults are drawn from; nil or empty means AllFaults().
+	Faults []Fault
+	// StatusFaultRate is the probability (0..1) that a status check gets 503 with
+	// "Retry-After: 0". Drawn from its own source (seeded by Seed), so status checks do not
+	// shift the sequence of POST faults.
+	StatusFaultRate float64
+
+	// SlowDelay is how long FaultSlow holds a claimed request before executing it; 0 means
+	// DefaultSlowDelay, a negative value means no delay.
+	SlowDelay time.Duration
+	// RetryAfter is the Retry-After, in whole seconds, sent with 503, 429, 409 and 202;
+	// 0 means DefaultRetryAfter, a negative value sends "Retry-After: 0".
+	RetryAfter int
+
+	// Paths lists the POST endpoints served, each with its status endpoint at
+	// path+"/operations/{key}" and its own key scope; nil means {PaymentsPath}. Add a second
+	// path to exercise per-endpoint key scoping.
+	Paths []string
+
+	// OnPayment, if set, is called on every POST arrival before anything else (counting,
+	// faults, key handling), on the request's goroutine: a hook for tests that inspect
+	// client state at the moment a request reaches the server. It must not write a response.
+	OnPayment func(r *http.Request)
+	// Now is the clock for Execution.At and Retry-After dates; nil means time.Now.
+	Now func() time.Time
+}
+
+// withDefaults resolves the documented defaults and panics on an invalid configuration.
+func (c Config) withDefaults() Config {
+	if c.KeyHeader == "" {
+		c.KeyHeader = DefaultKeyHeader
+	}
+	if len(c.Faults) == 0 {
+		c.Faults = AllFaults()
+	} else {
+		c.Faults = append([]Fault(nil), c.Faults...)
+	}
+	for _, f := range c.Faults {
+		if !f.valid() {
+			panic(fmt.Sprintf("idemtest: unknown fault %d in Config.Faults", int(f)))
+		}
+	}
+	checkRate("FaultRate", c.FaultRate)
+	checkRate("StatusFaultRate", c.StatusFaultRate)
+	switch {
+	case c.SlowDelay == 0:
+		c.SlowDelay = DefaultSlowDelay
+	case c.SlowDelay < 0:
+		c.SlowDelay = 0
+	}
+	switch {
+	case c.RetryAfter == 0:
+		c.RetryAfter = DefaultRetryAfter
+	case c.RetryAfter < 0:
+		c.RetryAfter = 0
+	}
+	if len(c.Paths) == 0 {
+		c.Paths = []string{PaymentsPath}
+	}
+	for _, p := range c.Paths {
+		if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.ContainsAny(p, "{} ") {
+			panic(fmt.Sprintf("idemtest: invalid path %q in Config.Paths", p))
+		}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// checkRate panics unless rate is a probability.
+func checkRate(name string, rate float64) {
+	if math.IsNaN(rate) || rate < 0 || rate > 1 {
+		panic(fmt.Sprintf("idemtest: Config.%s %v is outside [0, 1]", name, rate))
+	}
+}
+
+// Handler is the payments API as an http.Handler, usable in any http.Server, with the
+// ledger and counters that tests read. Create it with [NewHandler]; it is safe for
+// concurrent use.
+type Handler struct {
+	cfg       Config
+	mux       *http.ServeMux
+	done      chan struct{} // closed by Close: ends FaultSlow waits
+	closeOnce sync.Once
+
+	mu          sync.Mutex
+	records     map[scope]*record
+	executions  []Execution
+	attemptsFor map[string]int
+	stats       Stats
+	script      []Fault
+	rng         *rand.Rand // POST faults
+	statusRng   *rand.Rand // status endpoint faults
+}
+
+// NewHandler returns a Handler configured by cfg. It panics if cfg is invalid (a rate
+// outside [0, 1], an unknown fault, a malformed path).
+func NewHandler(cfg Config) *Handler {
+	cfg = cfg.withDefaults()
+	seed := uint64(cfg.Seed)
+	h := &Handler{
+		cfg:         cfg,
+		mux:         http.NewServeMux(),
+		done:        make(chan struct{}),
+		records:     make(map[scope]*record),
+		attemptsFor: make(map[string]int),
+		stats:       Stats{Faults: make(map[Fault]int)},
+		rng:         rand.New(rand.NewPCG(seed, 0x1de0)),
+		statusRng:   rand.New(rand.NewPCG(seed, 0x57a7)),
+	}
+	for _, p := range cfg.Paths {
+		h.mux.HandleFunc("POST "+p, func(w http.ResponseWriter, r *http.Request) { h.servePayment(w, r, p) })
+		h.mux.HandleFunc("GET "+p+statusSuffix+"{key}", func(w http.ResponseWriter, r *http.Request) { h.serveStatus(w, r, p) })
+	}
+	return h
+}
+
+// ServeHTTP routes a request to the payments or the status endpoint.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Close ends every FaultSlow wait at once: those requests release their key, execute
+// nothing and answer 503. Later FaultSlow requests do the same. Call it before shutting
+// down an http.Server that serves h, so that the shutdown does not wait for SlowDelay.
+func (h *Handler) Close() { h.closeOnce.Do(func() { close(h.done) }) }
+
+// Server is a [Handler] served by a running httptest.Server: URL, Client and
+// CloseClientConnections come from the embedded httptest.Server, the ledger methods and
+// Script from the embedded Handler.
+type Server struct {
+	*httptest.Server
+	*Handler
+}
+
+// NewServer starts an httptest.Server (HTTP/1.1 on loopback) serving NewHandler(cfg).
+// The caller must Close it.
+func NewServer(cfg Config) *Server {
+	h := NewHandler(cfg)
+	return &Server{Server: httptest.NewServer(h), Handler: h}
+}
+
+// Close ends pending FaultSlow waits, then shuts the server down and waits for its
+// requests to finish. The ledger stays readable.
+func (s *Server) Close() {
+	s.Handler.Close()
+	s.Server.Close()
+}
+
+// retryAfter is the Retry-After header value in seconds.
+func (h *Handler) retryAfter() string { return strconv.Itoa(h.cfg.RetryAfter) }
+
+// errorBody is the JSON shape of every error answer.
+type errorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message,omitempty"`
+	Param   string `json:"param,omitempty"`
+}
+
+// mustJSON encodes v, which is always one of this package's own encodable types.
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("idemtest: " + err.Error())
+	}
+	return b
+}
+
+// writeJSON answers status with v as a JSON body.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeRaw(w, status, "application/json", mustJSON(v))
+}
+
+// writeRaw answers status with body and its Content-Type. A failed write (the client hung
+// up) is not an error for this server.
+func writeRaw(w http.ResponseWriter, status int, contentType string, body []byte) {
+	if contentType != "" {
+		w.Header().Set("Content-Type", contentType)
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

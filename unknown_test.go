@@ -1,0 +1,131 @@
+package idem
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keystore"
+)
+
+// Unknown outcomes are resolved through the status endpoint before any resend. Each row is
+// one scripted fault on the first attempt; the ledger is the oracle.
+func TestDoResolvesUnknownOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		fault        idemtest.Fault
+		status       bool // status endpoint configured
+		wantAttempts int  // requests the server saw for the key
+		wantChecks   int
+		wantSource   Source
+		wantErr      error
+		wantExecuted int
+	}{
+		{"drop after commit, status says completed", idemtest.FaultDropAfterCommit, true, 1, 1, SourceStatus, nil, 1},
+		{"reset before processing, status says not found", idemtest.FaultResetBeforeProcessing, true, 2, 1, SourceResponse, nil, 1},
+		{"502 before processing", idemtest.Fault502BeforeProcessing, true, 2, 1, SourceResponse, nil, 1},
+		{"500 after commit", idemtest.Fault500AfterCommit, true, 1, 1, SourceStatus, nil, 1},
+		{"stored 500 is final", idemtest.FaultStored500, true, 1, 1, "", ErrPermanent, 0},
+		{"no status endpoint: drop after commit is replayed", idemtest.FaultDropAfterCommit, false, 2, 0, SourceReplay, nil, 1},
+		{"no status endpoint: reset before processing", idemtest.FaultResetBeforeProcessing, false, 2, 0, SourceResponse, nil, 1},
+		{"no status endpoint: stored 500 replayed is final", idemtest.FaultStored500, false, 2, 0, "", ErrPermanent, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, idemtest.Config{}, func(c *Config) {
+				if !tc.status {
+					c.StatusURL = ""
+				}
+			})
+			e.srv.Script(tc.fault)
+			op := payment(900, tc.name)
+			res, err := e.c.Do(context.Background(), op)
+			assert.Equal(t, tc.wantAttempts, e.srv.AttemptsFor(op.Key()), "server-seen attempts")
+			assert.Equal(t, tc.wantExecuted, e.srv.ExecutionsFor(op.Key()), "executions")
+			assert.Equal(t, tc.wantChecks, e.srv.StatusChecks(), "status checks")
+			rec := e.record(op.Key())
+			if tc.wantErr != nil {
+				require.ErrorIs(t, err, tc.wantErr)
+				oe := opErr(t, err)
+				assert.Equal(t, http.StatusInternalServerError, oe.LastStatus)
+				assert.Equal(t, keystore.StateFailed, rec.State)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantSource, res.Source)
+			assert.Equal(t, http.StatusCreated, res.StatusCode)
+			assert.Contains(t, string(res.Body), `"status":"succeeded"`)
+			assert.Equal(t, tc.wantAttempts, res.Attempts, "attempts idem recorded")
+			assert.Equal(t, keystore.StateSucceeded, rec.State)
+			assert.Equal(t, tc.wantAttempts, rec.Attempts)
+			assert.Equal(t, res.Body, rec.Response.Body)
+		})
+	}
+}
+
+// A slow server: the attempt times out while the server holds the key. The status endpoint
+// says processing (honouring its Retry-After) until the payment completes.
+func TestDoWaitsWhileProcessing(t *testing.T) {
+	e := newEnv(t, idemtest.Config{SlowDelay: 150 * time.Millisecond, RetryAfter: -1}, nil)
+	e.clock.realSleep = 20 * time.Millisecond
+	e.srv.Script(idemtest.FaultSlow)
+	op := payment(100, "slow")
+	res, err := e.c.Do(context.Background(), op, WithAttemptTimeout(30*time.Millisecond),
+		WithBackoff(20*time.Millisecond, 1, 0, 20*time.Millisecond), WithMaxStatusChecks(50))
+	require.NoError(t, err)
+	assert.Equal(t, SourceStatus, res.Source)
+	assert.Equal(t, 1, res.Attempts)
+	assert.Greater(t, res.StatusChecks, 1)
+	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()))
+	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
+}
+
+// 409: the same key is in progress on the server (another process sent it). idem waits and
+// asks; it never fails because of the 409 itself.
+func TestDoInProgressConflictWaits(t *testing.T) {
+	e := newEnv(t, idemtest.Config{SlowDelay: 100 * time.Millisecond, RetryAfter: -1}, func(c *Config) { c.StatusURL = "" })
+	e.clock.realSleep = 20 * time.Millisecond
+	op := payment(100, "busy")
+	// Another client starts the same key and hangs in the slow fault.
+	e.srv.Script(idemtest.FaultSlow)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/payments", nopBody(op.Body()))
+		req.Header.Set("Idempotency-Key", op.Key())
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	require.Eventually(t, func() bool { return e.srv.AttemptsFor(op.Key()) == 1 }, time.Second, time.Millisecond)
+	res, err := e.c.Do(context.Background(), op, WithMaxAttempts(50), WithBackoff(10*time.Millisecond, 1, 0, 10*time.Millisecond))
+	<-done
+	require.NoError(t, err)
+	assert.Equal(t, SourceReplay, res.Source)
+	assert.GreaterOrEqual(t, e.c.Stats().InProgress, int64(1))
+	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
+}
+
+// A status endpoint that never answers usefully: bounded checks, then ErrOutcomeUnknown,
+// and the record stays pending for Recover.
+func TestDoStatusStillUnknown(t *testing.T) {
+	e := newEnv(t, idemtest.Config{StatusFaultRate: 1}, nil)
+	e.srv.Script(idemtest.FaultDropAfterCommit)
+	op := payment(100, "lost")
+	_, err := e.c.Do(context.Background(), op, WithMaxStatusChecks(3))
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	oe := opErr(t, err)
+	assert.True(t, oe.Unknown)
+	assert.Equal(t, 1, oe.Attempts)
+	assert.Equal(t, 3, e.srv.StatusChecks())
+	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()), "no resend while the outcome is unknown")
+	rec := e.record(op.Key())
+	assert.Equal(t, keystore.StatePending, rec.State)
+	assert.Equal(t, reasonUnknown, rec.Reason)
+	// The two waits between the three checks honour "Retry-After: 0" from the 503.
+	assert.Equal(t, []time.Duration{0, 0}, e.clock.Sleeps())
+}
