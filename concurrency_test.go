@@ -1,0 +1,115 @@
+package idem
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/idemtest"
+)
+
+// A server that commits every second request on a connection and then resets it. net/http
+// would silently resend such a request on a fresh connection (it counts as replayable with
+// an Idempotency-Key and GetBody); idem must own every resend, so the attempts the server
+// sees equal the attempts idem records.
+func TestNoHiddenTransportReplays(t *testing.T) {
+	type connKey struct{}
+	var served atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		n := r.Context().Value(connKey{}).(*atomic.Int64).Add(1)
+		if n%2 == 0 { // committed, then the connection dies before the answer
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.(*net.TCPConn).SetLinger(0)
+				conn.Close()
+			}
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+		return context.WithValue(ctx, connKey{}, new(atomic.Int64))
+	}
+	srv.Start()
+	defer srv.Close()
+
+	c, err := NewClient(Config{BaseURL: srv.URL, Budget: BudgetConfig{Disabled: true}, Sleep: func(context.Context, time.Duration) error { return nil }})
+	require.NoError(t, err)
+	recorded := 0
+	for i := range 10 {
+		res, err := c.Do(context.Background(), payment(i+1, "replay"), WithMaxAttempts(5))
+		if err == nil {
+			recorded += res.Attempts
+		} else {
+			recorded += opErr(t, err).Attempts
+		}
+	}
+	assert.Equal(t, int(served.Load()), recorded, "server-seen attempts == attempts idem recorded")
+	assert.Equal(t, int64(recorded), c.Stats().Attempts)
+	assert.Greater(t, recorded, 10, "the resets forced resends, all of them idem's")
+}
+
+// Two goroutines with the same key: one send, both get the same answer.
+func TestSameKeyNeverSentConcurrently(t *testing.T) {
+	e := newEnv(t, idemtest.Config{SlowDelay: 80 * time.Millisecond}, nil)
+	e.srv.Script(idemtest.FaultSlow)
+	op := payment(4200, "dup")
+	var wg sync.WaitGroup
+	results := make([]*Result, 8)
+	errs := make([]error, 8)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = e.c.Do(context.Background(), op, WithAttemptTimeout(5*time.Second))
+		}()
+	}
+	wg.Wait()
+	for i := range results {
+		require.NoError(t, errs[i])
+		assert.Equal(t, results[0].Body, results[i].Body)
+	}
+	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()))
+	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
+	assert.Equal(t, int64(7), e.c.Stats().SameKeyConcurrency)
+	sources := map[Source]int{}
+	for _, r := range results {
+		sources[r.Source]++
+	}
+	assert.Equal(t, map[Source]int{SourceResponse: 1, SourceStore: 7}, sources)
+}
+
+// Per-call options apply to that call only, even with many concurrent calls.
+func TestPerCallPolicyDoesNotLeak(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	c, _, _ := scriptedClient(t, h, nil)
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := 1 + i%4
+			_, err := c.Do(context.Background(), payment(i+1, "leak"), WithMaxAttempts(want))
+			assert.ErrorIs(t, err, ErrExhausted)
+			if oe := opErr(t, err); oe != nil {
+				assert.Equal(t, want, oe.Attempts, "call %d", i)
+			}
+		}()
+	}
+	wg.Wait()
+	// The client default is untouched.
+	_, err := c.Do(context.Background(), payment(99, "default"))
+	assert.Equal(t, DefaultMaxAttempts, opErr(t, err).Attempts)
+}
