@@ -25,6 +25,7 @@ type Operation struct {
 	header http.Header
 	body   []byte
 	key    string
+	hasKey bool // WithKey was given: never mint, even for ""
 	intent string
 	tenant string
 	hasTen bool
@@ -39,7 +40,7 @@ type OperationOption func(*Operation)
 // ErrInvalidOperation. Reuse a key only for the same intent: never derive it from a payload
 // hash, since two identical payments are two intents.
 func WithKey(key string) OperationOption {
-	return func(o *Operation) { o.key = key }
+	return func(o *Operation) { o.key, o.hasKey = key, true }
 }
 
 // WithIntent names the caller's intent (an order id, a booking reference). If a record for
@@ -81,7 +82,7 @@ func NewOperation(method, url string, body []byte, opts ...OperationOption) *Ope
 			opt(o)
 		}
 	}
-	if o.key == "" {
+	if !o.hasKey {
 		id, err := uuid.NewRandom()
 		if err != nil {
 			o.err = fmt.Errorf("minting key: %w", err)

@@ -63,12 +63,8 @@ func (cl *call) resolve(ctx context.Context) bool {
 			cl.unknown = false
 			return true
 		}
-		// Processing, or no usable answer: wait as the server asks, else back off.
-		if st.HasRetryAfter {
-			wait, fromRA = st.RetryAfter, true
-		} else {
-			wait, fromRA = cl.backoff(), false
-		}
+		// Processing, or no usable answer: back off, or wait longer if the server asks.
+		wait, fromRA = cl.floorDelay(st.RetryAfter, st.HasRetryAfter)
 	}
 	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks", cl.s.policy.MaxStatusChecks))
 	return false

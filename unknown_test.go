@@ -126,6 +126,10 @@ func TestDoStatusStillUnknown(t *testing.T) {
 	rec := e.record(op.Key())
 	assert.Equal(t, keystore.StatePending, rec.State)
 	assert.Equal(t, reasonUnknown, rec.Reason)
-	// The two waits between the three checks honour "Retry-After: 0" from the 503.
-	assert.Equal(t, []time.Duration{0, 0}, e.clock.Sleeps())
+	// "Retry-After: 0" from the failing status endpoint is a floor: idem still backs off
+	// (defaults: 100ms then 200ms, jitter ±50%) between the three checks.
+	sleeps := e.clock.Sleeps()
+	require.Len(t, sleeps, 2)
+	assert.InDelta(t, float64(100*time.Millisecond), float64(sleeps[0]), float64(50*time.Millisecond))
+	assert.InDelta(t, float64(200*time.Millisecond), float64(sleeps[1]), float64(100*time.Millisecond))
 }

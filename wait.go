@@ -7,16 +7,27 @@ import (
 	"time"
 )
 
-// nextDelay is the wait before the next attempt or status check: the server's Retry-After
-// when resp carries a valid one (RFC 9110 §10.2.3), else the next jittered backoff delay,
-// capped at Policy.MaxDelay after jitter (cenkalti/backoff's jitter can exceed MaxInterval).
+// nextDelay is the wait before the next attempt or status check: the next jittered backoff
+// delay, capped at Policy.MaxDelay after jitter (cenkalti/backoff's jitter can exceed
+// MaxInterval), or the server's Retry-After (RFC 9110 §10.2.3) when resp carries a longer one.
 func (cl *call) nextDelay(resp *http.Response) (d time.Duration, fromRetryAfter bool) {
+	var ra time.Duration
+	var ok bool
 	if resp != nil {
-		if ra, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), cl.c.cfg.Now()); ok {
-			return ra, true
-		}
+		ra, ok = ParseRetryAfter(resp.Header.Get("Retry-After"), cl.c.cfg.Now())
 	}
-	return cl.backoff(), false
+	return cl.floorDelay(ra, ok)
+}
+
+// floorDelay treats a Retry-After as the earliest time to come back, not the only one: a
+// server answering "Retry-After: 0" while it is overloaded or still processing still gets the
+// backoff, so a fleet does not hammer it in a tight loop.
+func (cl *call) floorDelay(ra time.Duration, ok bool) (time.Duration, bool) {
+	b := cl.backoff()
+	if ok && ra >= b {
+		return ra, true
+	}
+	return b, false
 }
 
 func (cl *call) backoff() time.Duration {

@@ -1,0 +1,137 @@
+package idem
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func FuzzParseRetryAfter(f *testing.F) {
+	for _, s := range []string{
+		"0", "120", " 5 ", "0007", "3153600000", "3153600001", "9223372036854775807",
+		"99999999999999999999", strings.Repeat("9", 400),
+		"Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994",
+		"Fri, 31 Dec 9999 23:59:59 GMT", "Thu, 01 Jan 1970 00:00:00 GMT", "Sunday, 06-Nov-94 08:49:37 PST",
+		"", " ", "-5", "+3", "1.5", "abc", "5s", "1e3", "\u0665", "٣",
+	} {
+		f.Add(s)
+	}
+	now := time.Date(2024, time.March, 1, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		d, ok := ParseRetryAfter(v, now)
+		if !ok {
+			if d != 0 {
+				t.Fatalf("ParseRetryAfter(%q) = %v, false: a failed parse must give 0", v, d)
+			}
+		} else if d < 0 || d > maxRetryAfterSeconds*time.Second {
+			t.Fatalf("ParseRetryAfter(%q) = %v, out of [0, %v]", v, d, maxRetryAfterSeconds*time.Second)
+		}
+		trimmed := strings.TrimSpace(v)
+		if trimmed != "" && strings.Trim(trimmed, "0123456789") == "" {
+			if !ok {
+				t.Fatalf("ParseRetryAfter(%q): pure digits must parse", v)
+			}
+			if n, err := strconv.ParseInt(trimmed, 10, 64); err == nil && n <= maxRetryAfterSeconds {
+				if want := time.Duration(n) * time.Second; d != want {
+					t.Fatalf("ParseRetryAfter(%q) = %v, want %v", v, d, want)
+				}
+			} else if d != maxRetryAfterSeconds*time.Second {
+				t.Fatalf("ParseRetryAfter(%q) = %v, want the saturated %v", v, d, maxRetryAfterSeconds*time.Second)
+			}
+		}
+		// The result depends on now only through a date: a later now never asks for a longer wait.
+		if d2, ok2 := ParseRetryAfter(v, now.Add(time.Hour)); ok2 != ok || d2 > d {
+			t.Fatalf("ParseRetryAfter(%q): now+1h gave (%v, %v) after (%v, %v)", v, d2, ok2, d, ok)
+		}
+	})
+}
+
+func FuzzDecodeStatus(f *testing.F) {
+	f.Add(200, []byte(`{"status":"completed","response_status":201,"response_body":{"id":"p1"}}`), "")
+	f.Add(200, []byte(`{"status":"completed","response_status":204,"response_body":null}`), "")
+	f.Add(200, []byte(`{"status":"completed","response_status":600}`), "")
+	f.Add(202, []byte(`{"status":"processing"}`), "2")
+	f.Add(202, []byte(`{"status":"processing"}`), "Sun, 06 Nov 1994 08:49:37 GMT")
+	f.Add(404, []byte(`{"status":"not_found"}`), "")
+	f.Add(500, []byte(`oops`), "99999999999999999999")
+	f.Add(200, []byte(``), "")
+	f.Add(200, []byte(`null`), "-1")
+	f.Add(-1, []byte(`{"status":"completed","response_status":-1}`), "")
+	now := time.Date(2024, time.March, 1, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, code int, body []byte, retryAfter string) {
+		var h http.Header
+		if retryAfter != "" {
+			h = http.Header{"Retry-After": {retryAfter}}
+		}
+		st := DecodeStatus(code, h, body, now)
+		switch st.State {
+		case StatusCompleted:
+			if code != http.StatusOK {
+				t.Fatalf("completed from HTTP %d", code)
+			}
+			if st.ResponseStatus < 100 || st.ResponseStatus > 599 {
+				t.Fatalf("completed with response_status %d", st.ResponseStatus)
+			}
+			if string(st.ResponseBody) == "null" {
+				t.Fatalf("completed with a literal null body")
+			}
+		case StatusProcessing:
+			if code != http.StatusAccepted {
+				t.Fatalf("processing from HTTP %d", code)
+			}
+		case StatusNotFound:
+			if code != http.StatusNotFound {
+				t.Fatalf("not_found from HTTP %d", code)
+			}
+		case StatusUnknown:
+		default:
+			t.Fatalf("state %d out of range", st.State)
+		}
+		if st.State != StatusCompleted && (st.ResponseStatus != 0 || st.ResponseBody != nil) {
+			t.Fatalf("state %s carries a response (%d, %q)", st.State, st.ResponseStatus, st.ResponseBody)
+		}
+		wantRA, wantOK := ParseRetryAfter(retryAfter, now)
+		if st.RetryAfter != wantRA || st.HasRetryAfter != wantOK {
+			t.Fatalf("Retry-After %q: got (%v, %v), want (%v, %v)", retryAfter, st.RetryAfter, st.HasRetryAfter, wantRA, wantOK)
+		}
+	})
+}
+
+func FuzzValidateKey(f *testing.F) {
+	for _, s := range []string{
+		"", "k", "8e03978e-40d5-43e8-bc93-6894a57f9324", "a b", "a\x00", "\x7f", "\x80", "clé",
+		opVisibleASCII(255), opVisibleASCII(256), `"\`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		err := ValidateKey(key)
+		valid := len(key) >= 1 && len(key) <= MaxKeyLength
+		for i := 0; valid && i < len(key); i++ {
+			valid = key[i] >= 0x21 && key[i] <= 0x7e
+		}
+		if err == nil && !valid {
+			t.Fatalf("ValidateKey(%q) accepted an invalid key", key)
+		}
+		if err != nil && valid {
+			t.Fatalf("ValidateKey(%q) rejected a valid key: %v", key, err)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidOperation) {
+			t.Fatalf("ValidateKey(%q) error %v does not match ErrInvalidOperation", key, err)
+		}
+		if err == nil {
+			// A valid key always round-trips through the sf-string encoding.
+			enc := sfString(key)
+			if len(enc) < len(key)+2 || enc[0] != '"' || enc[len(enc)-1] != '"' {
+				t.Fatalf("sfString(%q) = %q", key, enc)
+			}
+			dec := strings.NewReplacer(`\\`, `\`, `\"`, `"`).Replace(enc[1 : len(enc)-1])
+			if dec != key {
+				t.Fatalf("sfString(%q) = %q decodes to %q", key, enc, dec)
+			}
+		}
+	})
+}
