@@ -1,0 +1,57 @@
+// Package idem makes calls to payment-style HTTP APIs safe to retry.
+//
+// A timeout means "outcome unknown", not "failed": a payment that timed out may have been
+// executed. idem turns that unknown into a known result without executing an intent twice.
+//
+// # Guarantees
+//
+//   - Each Operation (one user intent) gets an idempotency key, a random UUIDv4 unless the
+//     caller supplies one, never derived from the payload. The key, the request fingerprint
+//     (SHA-256 of method, path and body) and the request itself are persisted in a
+//     keystore.Store before the first byte is sent.
+//   - Every attempt carries the same key header and the byte-identical body. net/http's own
+//     hidden replays are turned off: the server sees exactly the attempts idem records.
+//   - Retries are bounded by Policy (attempts, elapsed time, per-attempt timeout, jittered
+//     exponential backoff with a hard ceiling) and by a client-wide retry budget.
+//   - Retry-After (RFC 9110 §10.2.3, delay-seconds and all three HTTP-date forms) is honoured
+//     as the earliest time to come back, up to Policy.MaxRetryAfter; a longer wait stops the
+//     call at once with ErrRetryAfterTooLong instead of sleeping.
+//   - When an attempt's outcome is unknown (written, then a timeout, reset or EOF; 408, 500,
+//     502, 504), the status endpoint is asked with the same key before any resend.
+//   - Every call ends in a known state: a *Result, or an *OperationError that says whether
+//     the outcome is still unknown (errors.Is(err, ErrOutcomeUnknown)). The keystore record
+//     holds the same state; pending records survive restarts and Client.Recover reconciles
+//     them.
+//
+// # The contract with servers
+//
+// idem follows the IETF draft "The Idempotency-Key HTTP Header Field"
+// (draft-ietf-httpapi-idempotency-key-header), RFC 9110 and Stripe's documented behaviour.
+// Default classification (DefaultClassifiers; prepend your own Classifier to override):
+//
+//	2xx                                     success (Idempotent-Replayed: true marks a replay)
+//	transport error before the request      not sent: resend with the same key
+//	transport error / timeout after write   outcome unknown: status check, then decide
+//	408, 500, 502, 504, other 5xx           outcome unknown: status check, then decide
+//	429, 503                                not executed: wait Retry-After or backoff, resend
+//	409                                     in progress: wait, status check or resend
+//	422                                     key reused with another payload: ErrKeyConflict
+//	other 4xx, 3xx                          permanent: ErrPermanent, never retried
+//	an error answer with Idempotent-Replayed: true   permanent (the server stored it)
+//	Stripe-Should-Retry: true / false       overrides the rows above
+//
+// The status endpoint (Config.StatusURL, or a StatusFunc for other conventions) answers
+// 200 {"status":"completed","response_status":201,"response_body":{...}},
+// 202 {"status":"processing"} or 404 {"status":"not_found"}. Without one, an unknown outcome
+// is resent with the same key, which the server's idempotency makes safe while the key is
+// younger than Config.KeyTTL, and never after.
+//
+// # What idem cannot know
+//
+// idem cannot make a server idempotent: it relies on the server honouring the key for at
+// least KeyTTL. A key older than that whose outcome is unknown is marked for manual
+// reconciliation (ErrKeyExpired), never resent. Effects downstream of the server (emails,
+// webhooks) are the server's business. And idem makes the call exactly-once, not your own
+// database write that follows it: record the result with the intent (an outbox), and use
+// Recover's handler to finish what a crash interrupted.
+package idem
