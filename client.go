@@ -112,7 +112,7 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	if cfg.KeyHeader == "" {
 		c.cfg.KeyHeader = DefaultKeyHeader
-	} else if !validHeaderName(cfg.KeyHeader) {
+	} else if !isToken(cfg.KeyHeader) {
 		return nil, fmt.Errorf("%w: KeyHeader %q is not a header name", ErrInvalidConfig, cfg.KeyHeader)
 	}
 	if cfg.StatusURL != "" && !strings.Contains(cfg.StatusURL, "{key}") {
@@ -353,16 +353,6 @@ func (c *Client) resolveURL(ref string) (string, error) {
 
 func intentLockName(scope, intent string) string { return "i\x00" + scope + "\x00" + intent }
 func keyLockName(scope, key string) string       { return "k\x00" + scope + "\x00" + key }
-
-func validHeaderName(name string) bool {
-	for i := 0; i < len(name); i++ {
-		ch := name[i]
-		if !(ch == '-' || ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z') {
-			return false
-		}
-	}
-	return name != ""
-}
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {

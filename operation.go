@@ -122,13 +122,25 @@ func (o *Operation) validate() error {
 	if err := ValidateKey(o.key); err != nil {
 		return err
 	}
-	if o.method == "" || strings.ContainsAny(o.method, " \t\r\n") {
+	if !isToken(o.method) {
 		return fmt.Errorf("%w: bad method %q", ErrInvalidOperation, o.method)
 	}
 	if _, err := url.Parse(o.url); err != nil || o.url == "" {
 		return fmt.Errorf("%w: bad URL %q", ErrInvalidOperation, o.url)
 	}
 	return nil
+}
+
+// isToken reports whether s is an RFC 9110 §5.6.2 token, which a method must be.
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // ValidateKey reports whether key is usable as an idempotency key: 1 to MaxKeyLength bytes of

@@ -40,7 +40,8 @@ type Policy struct {
 	AttemptTimeout time.Duration
 	// InitialDelay, Multiplier, Jitter and MaxDelay shape the exponential backoff
 	// (cenkalti/backoff): delay n is InitialDelay*Multiplier^n randomized by ±Jitter, then
-	// capped at MaxDelay. Jitter is in [0, 1]; Multiplier >= 1.
+	// capped at MaxDelay. Jitter is in [0, 1] (0 means DefaultJitter, NoJitter means none);
+	// Multiplier >= 1.
 	InitialDelay time.Duration
 	Multiplier   float64
 	Jitter       float64
@@ -61,8 +62,11 @@ func DefaultPolicy() Policy {
 	return Policy{}.withDefaults()
 }
 
-// withDefaults fills zero fields. Jitter zero stays zero only when set through WithJitter,
-// so the zero Policy keeps its jitter (see CallOption handling).
+// NoJitter as Policy.Jitter (or in WithBackoff) turns jitter off; a zero Jitter means
+// DefaultJitter, so that the zero Policy is the default one.
+const NoJitter = -1.0
+
+// withDefaults fills zero fields.
 func (p Policy) withDefaults() Policy {
 	if p.MaxAttempts == 0 {
 		p.MaxAttempts = DefaultMaxAttempts
@@ -82,8 +86,11 @@ func (p Policy) withDefaults() Policy {
 	if p.Multiplier == 0 {
 		p.Multiplier = DefaultMultiplier
 	}
-	if p.Jitter == 0 {
+	switch p.Jitter {
+	case 0:
 		p.Jitter = DefaultJitter
+	case NoJitter:
+		p.Jitter = 0
 	}
 	if p.MaxRetryAfter == 0 {
 		p.MaxRetryAfter = DefaultMaxRetryAfter
@@ -158,9 +165,13 @@ func WithAttemptTimeout(d time.Duration) CallOption {
 }
 
 // WithBackoff sets the backoff schedule for this call: initial delay, multiplier (>= 1),
-// jitter (randomization factor in [0, 1]) and the hard ceiling of one delay.
+// jitter (randomization factor in [0, 1]; 0 or NoJitter means none) and the hard ceiling of
+// one delay.
 func WithBackoff(initial time.Duration, multiplier, jitter float64, maxDelay time.Duration) CallOption {
 	return func(s *callSettings) {
+		if jitter == NoJitter {
+			jitter = 0
+		}
 		s.policy.InitialDelay, s.policy.Multiplier = initial, multiplier
 		s.policy.Jitter, s.policy.MaxDelay = jitter, maxDelay
 	}

@@ -80,7 +80,7 @@ type Classifiers []Classifier
 // Classify returns the first decisive class, or ClassUnknown.
 func (cs Classifiers) Classify(a *Attempt) Class {
 	for _, c := range cs {
-		if c == nil {
+		if f, ok := c.(ClassifierFunc); c == nil || ok && f == nil {
 			continue
 		}
 		if cl := c.Classify(a); cl != ClassUndecided {
