@@ -1,23 +1,35 @@
 package keystore
 
-import "net/http"
+import (
+	"net/http"
+	"strings"
+)
 
 // CredentialHeaders are never written to a store, whatever the caller asks: they carry
 // credentials that must not outlive the process (Authorization, Cookie, Proxy-Authorization).
 var CredentialHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization"}
 
 // StripSecrets returns a copy of h without CredentialHeaders and without the extra headers
-// named in secret (matched case-insensitively, as http.Header does). h is not modified.
+// named in secret, matched case-insensitively: a key that is not in canonical form (set by
+// assigning to the map directly, such as h["authorization"]) is removed too. h is not modified.
 func StripSecrets(h http.Header, secret ...string) http.Header {
 	if h == nil {
 		return nil
 	}
 	out := h.Clone()
-	for _, name := range CredentialHeaders {
-		out.Del(name)
-	}
-	for _, name := range secret {
-		out.Del(name)
+	for k := range out {
+		if isSecret(k, CredentialHeaders) || isSecret(k, secret) {
+			delete(out, k)
+		}
 	}
 	return out
+}
+
+func isSecret(name string, secret []string) bool {
+	for _, s := range secret {
+		if strings.EqualFold(name, s) {
+			return true
+		}
+	}
+	return false
 }

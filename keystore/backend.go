@@ -1,0 +1,64 @@
+package keystore
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"time"
+)
+
+// This file holds the rules every backend applies the same way, so that Memory, the bbolt
+// file store and any adapter behave identically under the conformance suite.
+
+// ResponseSecretHeaders are removed from a persisted Response in addition to
+// CredentialHeaders: a Set-Cookie carries a session credential.
+var ResponseSecretHeaders = []string{"Set-Cookie"}
+
+// StoredCopy returns the deep copy of rec that a backend persists: Request.Header without
+// CredentialHeaders and the extra names in secret, Response.Header also without
+// ResponseSecretHeaders. rec is not modified. StoredCopy(nil) is nil.
+func StoredCopy(rec *Record, secret ...string) *Record {
+	c := rec.Clone()
+	if c == nil {
+		return nil
+	}
+	c.Request.Header = StripSecrets(c.Request.Header, secret...)
+	if c.Response != nil {
+		c.Response.Header = StripSecrets(c.Response.Header,
+			append(slices.Clone(secret), ResponseSecretHeaders...)...)
+	}
+	return c
+}
+
+// CheckImmutable returns an error wrapping ErrInvalid if next changes a field of stored that
+// Update must keep: Scope, Key, Intent or Fingerprint. It returns nil otherwise.
+func CheckImmutable(stored, next *Record) error {
+	switch {
+	case stored.Scope != next.Scope || stored.Key != next.Key:
+		return errors.Join(ErrInvalid, errors.New("scope and key cannot change"))
+	case stored.Intent != next.Intent:
+		return errors.Join(ErrInvalid, errors.New("intent cannot change"))
+	case stored.Fingerprint != next.Fingerprint:
+		return errors.Join(ErrInvalid, errors.New("fingerprint cannot change"))
+	}
+	return nil
+}
+
+// Purgeable reports whether Purge(ctx, cutoff) deletes rec: a terminal state and an UpdatedAt
+// strictly before cutoff.
+func Purgeable(rec *Record, cutoff time.Time) bool {
+	return rec.State.Terminal() && rec.UpdatedAt.Before(cutoff)
+}
+
+// SortRecords sorts recs in List order: CreatedAt, then Key, then Scope.
+func SortRecords(recs []*Record) {
+	slices.SortFunc(recs, func(a, b *Record) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Scope, b.Scope)
+	})
+}

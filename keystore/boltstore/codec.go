@@ -1,0 +1,162 @@
+package boltstore
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// Layout of the file: three top-level buckets.
+var (
+	bucketMeta    = []byte("meta")    // keySchema -> decimal schema version
+	bucketRecords = []byte("records") // scopedKey(scope, key) -> JSON of keystore.Record
+	bucketIntents = []byte("intents") // scopedKey(scope, intent) -> key
+	keySchema     = []byte("schema")
+)
+
+// scopedKey returns uvarint(len(scope)) || scope || name. The length prefix makes the
+// encoding injective whatever bytes scope holds: ("a", "bc") and ("ab", "c") differ.
+func scopedKey(scope, name string) []byte {
+	b := make([]byte, 0, binary.MaxVarintLen64+len(scope)+len(name))
+	b = binary.AppendUvarint(b, uint64(len(scope)))
+	b = append(b, scope...)
+	return append(b, name...)
+}
+
+// splitScopedKey is the inverse of scopedKey.
+func splitScopedKey(b []byte) (scope, name string, ok bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)-w) {
+		return "", "", false
+	}
+	return string(b[w : w+int(n)]), string(b[w+int(n):]), true
+}
+
+// encoded is a record ready to be written: everything a commit needs, computed by the caller
+// outside the shared write transaction.
+type encoded struct {
+	rec    *keystore.Record // the stored copy, without secrets
+	key    []byte           // records bucket key
+	intent []byte           // intents bucket key, nil without an intent
+	value  []byte           // JSON
+}
+
+// encode validates rec, strips its secrets and marshals the stored copy. Errors wrap
+// keystore.ErrInvalid.
+func encode(rec *keystore.Record, secret []string) (*encoded, error) {
+	if err := rec.Validate(); err != nil {
+		return nil, err
+	}
+	stored := keystore.StoredCopy(rec, secret...)
+	if err := checkUTF8(stored); err != nil {
+		return nil, errors.Join(keystore.ErrInvalid, err)
+	}
+	e := &encoded{rec: stored, key: scopedKey(rec.Scope, rec.Key)}
+	if rec.Intent != "" {
+		e.intent = scopedKey(rec.Scope, rec.Intent)
+	}
+	if len(e.key) > bbolt.MaxKeySize || len(e.intent) > bbolt.MaxKeySize {
+		return nil, errors.Join(keystore.ErrInvalid, fmt.Errorf("scope plus key or intent longer than %d bytes", bbolt.MaxKeySize))
+	}
+	v, err := json.Marshal(stored)
+	if err != nil {
+		return nil, errors.Join(keystore.ErrInvalid, err)
+	}
+	if len(v) > bbolt.MaxValueSize {
+		return nil, errors.Join(keystore.ErrInvalid, fmt.Errorf("encoded record is %d bytes, more than %d", len(v), bbolt.MaxValueSize))
+	}
+	e.value = v
+	return e, nil
+}
+
+// checkUTF8 refuses strings that JSON cannot carry unchanged: encoding/json replaces invalid
+// UTF-8 with U+FFFD, so such a record would not read back as written.
+func checkUTF8(r *keystore.Record) error {
+	for name, s := range map[string]string{
+		"scope": r.Scope, "key": r.Key, "intent": r.Intent, "fingerprint": r.Fingerprint,
+		"method": r.Request.Method, "url": r.Request.URL, "error": r.Error,
+	} {
+		if !utf8.ValidString(s) {
+			return fmt.Errorf("%s is not valid UTF-8", name)
+		}
+	}
+	if err := headerUTF8("request", r.Request.Header); err != nil {
+		return err
+	}
+	if r.Response != nil {
+		return headerUTF8("response", r.Response.Header)
+	}
+	return nil
+}
+
+func headerUTF8(what string, h http.Header) error {
+	for k, vs := range h {
+		if !utf8.ValidString(k) {
+			return fmt.Errorf("%s header name %q is not valid UTF-8", what, k)
+		}
+		for _, v := range vs {
+			if !utf8.ValidString(v) {
+				return fmt.Errorf("%s header %s: value is not valid UTF-8", what, k)
+			}
+		}
+	}
+	return nil
+}
+
+// decode unmarshals the value stored under k and checks it against its key. Errors wrap
+// ErrCorrupt. The result shares no memory with v, which bbolt owns.
+func decode(k, v []byte) (*keystore.Record, error) {
+	scope, key, ok := splitScopedKey(k)
+	if !ok {
+		return nil, fmt.Errorf("%w: malformed record key %q", ErrCorrupt, k)
+	}
+	var rec keystore.Record
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return nil, fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
+	}
+	if rec.Scope != scope || rec.Key != key {
+		return nil, fmt.Errorf("%w: record stored under (%q, %q) names (%q, %q)", ErrCorrupt, scope, key, rec.Scope, rec.Key)
+	}
+	if err := rec.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
+	}
+	return &rec, nil
+}
+
+// summary is the part of a stored record that Update and Purge inspect inside the shared write
+// transaction; decoding only these fields keeps the commit short.
+type summary struct {
+	Scope       string         `json:"scope"`
+	Key         string         `json:"key"`
+	Intent      string         `json:"intent"`
+	Fingerprint string         `json:"fingerprint"`
+	State       keystore.State `json:"state"`
+	UpdatedAt   time.Time      `json:"updated_at"`
+}
+
+// decodeSummary is decode for the fields in summary. Errors wrap ErrCorrupt.
+func decodeSummary(k, v []byte) (*keystore.Record, error) {
+	scope, key, ok := splitScopedKey(k)
+	if !ok {
+		return nil, fmt.Errorf("%w: malformed record key %q", ErrCorrupt, k)
+	}
+	var s summary
+	if err := json.Unmarshal(v, &s); err != nil {
+		return nil, fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
+	}
+	if s.Scope != scope || s.Key != key {
+		return nil, fmt.Errorf("%w: record stored under (%q, %q) names (%q, %q)", ErrCorrupt, scope, key, s.Scope, s.Key)
+	}
+	return &keystore.Record{
+		Scope: s.Scope, Key: s.Key, Intent: s.Intent, Fingerprint: s.Fingerprint,
+		State: s.State, UpdatedAt: s.UpdatedAt,
+	}, nil
+}

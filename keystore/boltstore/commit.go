@@ -1,0 +1,195 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// committer runs group commit without a timer. A writer queues its op; if no commit is
+// running it becomes the leader: it takes every queued op and applies them in queue order in
+// one bbolt Update (one commit, one pair of fsyncs). Ops queued meanwhile wait; when the commit
+// ends, the leader hands leadership to the first of them, which commits everything queued by
+// then, and wakes the ops it committed. A lone writer therefore pays exactly one Update, and
+// no one ever waits for a timer. Unlike bbolt's DB.Batch, each op runs exactly once.
+type committer struct {
+	db      *bbolt.DB
+	mu      sync.Mutex
+	idle    sync.Cond // signalled when running becomes false
+	queue   []*op     // waiting for the next commit, in arrival order
+	running bool      // a leader exists: committing, or designated and about to
+	closed  bool
+	commits atomic.Uint64 // bbolt Update transactions run, for tests
+}
+
+// op is one write. apply runs inside the shared transaction and returns the op's own result:
+// a logical error (ErrExists, ErrNotFound, ErrInvalid, ErrCorrupt) must be decided before the
+// op writes anything, so that it fails alone; an error wrapped by abort rolls back the whole
+// batch, and every op in it then fails with that error.
+type op struct {
+	apply func(tx *bbolt.Tx) error
+	err   error
+	lead  bool          // set under committer.mu: the caller must run the next commit
+	wake  chan struct{} // one slot: "lead" or "done"; never two unread signals
+}
+
+// errNothingWritten rolls back a batch in which every op failed with a logical error.
+var errNothingWritten = errors.New("boltstore: nothing written")
+
+// abortError makes apply abort the batch's transaction.
+type abortError struct{ err error }
+
+func (e *abortError) Error() string { return e.err.Error() }
+func (e *abortError) Unwrap() error { return e.err }
+
+// abort wraps err, an unexpected bbolt error, so that the batch is rolled back.
+func abort(err error) error { return &abortError{err} }
+
+func (c *committer) init(db *bbolt.DB) {
+	c.db = db
+	c.idle.L = &c.mu
+}
+
+// do runs apply in a commit and returns its result once that commit is durable. ctx is
+// honoured until a leader takes the op: a cancelled op still in the queue is dropped and
+// returns ctx.Err(); an op already being committed completes and returns its result.
+func (c *committer) do(ctx context.Context, apply func(tx *bbolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	o := &op{apply: apply, wake: make(chan struct{}, 1)}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return keystore.ErrClosed
+	}
+	c.queue = append(c.queue, o)
+	if !c.running {
+		c.running, o.lead = true, true
+	}
+	lead := o.lead
+	c.mu.Unlock()
+	if !lead {
+		if !c.wait(ctx, o) {
+			return ctx.Err()
+		}
+		if !o.lead { // committed by another leader
+			return o.err
+		}
+	}
+	c.commit()
+	return o.err
+}
+
+// wait blocks until o is done or must lead. It returns false if ctx ended first and o was
+// withdrawn from the queue before any leader took it.
+func (c *committer) wait(ctx context.Context, o *op) bool {
+	select {
+	case <-o.wake:
+		return true
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	if i := slices.Index(c.queue, o); i >= 0 {
+		c.queue = slices.Delete(c.queue, i, i+1)
+		if o.lead { // designated but not started: pass it on
+			c.handoffLocked()
+		}
+		c.mu.Unlock()
+		return false
+	}
+	c.mu.Unlock()
+	<-o.wake // taken by a leader: the commit is under way
+	return true
+}
+
+// commit runs one commit for everything queued, then hands leadership on and wakes the ops.
+func (c *committer) commit() {
+	c.mu.Lock()
+	batch := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+	defer func() {
+		if p := recover(); p != nil { // bbolt panics on some damaged pages
+			for _, o := range batch {
+				o.err = fmt.Errorf("%w: panic during commit: %v", ErrCorrupt, p)
+			}
+			c.finish(batch)
+			panic(p)
+		}
+	}()
+	c.commits.Add(1)
+	err := c.db.Update(func(tx *bbolt.Tx) error {
+		wrote := false
+		for _, o := range batch {
+			o.err = o.apply(tx)
+			if a, ok := errors.AsType[*abortError](o.err); ok {
+				return a.err
+			}
+			wrote = wrote || o.err == nil
+		}
+		if !wrote { // every op failed before writing: skip the fsyncs of an empty commit
+			return errNothingWritten
+		}
+		return nil
+	})
+	if errors.Is(err, errNothingWritten) {
+		err = nil
+	}
+	if err != nil {
+		err = dbError(err)
+		if !errors.Is(err, keystore.ErrClosed) {
+			err = fmt.Errorf("boltstore: commit of %d writes failed: %w", len(batch), err)
+		}
+		for _, o := range batch {
+			o.err = err
+		}
+	}
+	c.finish(batch)
+}
+
+// finish hands leadership to the next queued op (or marks the committer idle) and wakes the
+// ops of the batch just committed.
+func (c *committer) finish(batch []*op) {
+	c.mu.Lock()
+	c.handoffLocked()
+	c.mu.Unlock()
+	for _, o := range batch {
+		o.wake <- struct{}{}
+	}
+}
+
+// handoffLocked designates the first queued op as the next leader, or marks the committer
+// idle if the queue is empty. c.mu is held.
+func (c *committer) handoffLocked() {
+	if len(c.queue) == 0 {
+		c.running = false
+		c.idle.Broadcast()
+		return
+	}
+	next := c.queue[0]
+	next.lead = true
+	next.wake <- struct{}{}
+}
+
+// close refuses new ops and waits until the queued ones are committed. It returns false if
+// the committer was already closed.
+func (c *committer) close() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.closed = true
+	for c.running {
+		c.idle.Wait()
+	}
+	return true
+}

@@ -1,0 +1,55 @@
+package boltstore
+
+import (
+	"errors"
+	"fmt"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// Errors returned by Open and by the Store methods, in addition to the keystore sentinels
+// (keystore.ErrNotFound, ErrExists, ErrInvalid, ErrClosed). Each is returned wrapped together
+// with the path or record concerned and the underlying cause; test with errors.Is.
+var (
+	// ErrLocked: Open could not take the file lock within Options.Timeout because another
+	// process, or another Store in this process, has the file open. The cause is bbolt's
+	// timeout error.
+	ErrLocked = errors.New("boltstore: keystore file is locked by another process or handle")
+
+	// ErrNotKeystore: Open was given a file that is not a bbolt database, or a bbolt database
+	// that holds other data and no idem keystore. The file is left untouched.
+	ErrNotKeystore = errors.New("boltstore: file is not an idem keystore")
+
+	// ErrCorrupt: the file is an idem keystore but part of it cannot be read: a record that does
+	// not decode or does not match its key, a broken intent index, damaged bbolt meta pages, a
+	// malformed schema version. Reads and writes that touch the damaged part return it.
+	ErrCorrupt = errors.New("boltstore: keystore is corrupt")
+
+	// ErrSchemaVersion: the keystore was written by a newer version of idem (its schema version
+	// is above SchemaVersion). Open refuses it, without writing, rather than misread it; the
+	// message names both versions.
+	ErrSchemaVersion = errors.New("boltstore: keystore schema version is newer than this code supports")
+)
+
+// openError maps an error from bbolt.Open on path to this package's errors.
+func openError(path string, err error) error {
+	switch {
+	case errors.Is(err, bbolt.ErrTimeout):
+		return fmt.Errorf("%w: %s: %w", ErrLocked, path, err)
+	case errors.Is(err, bbolt.ErrInvalid), errors.Is(err, bbolt.ErrChecksum),
+		errors.Is(err, bbolt.ErrVersionMismatch), errors.Is(err, bbolt.ErrInvalidMapping):
+		// The file starts like a bbolt file (checked before), so it is damaged.
+		return fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
+	}
+	return fmt.Errorf("boltstore: open %s: %w", path, err)
+}
+
+// dbError maps an error from a bbolt transaction to this package's errors.
+func dbError(err error) error {
+	if errors.Is(err, bbolt.ErrDatabaseNotOpen) {
+		return keystore.ErrClosed
+	}
+	return err
+}

@@ -1,0 +1,211 @@
+package boltstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// Create stores rec, without its secret headers, and returns once it is durable. It returns
+// an error wrapping keystore.ErrInvalid if rec fails Validate, holds a string that is not
+// valid UTF-8 (JSON could not store it unchanged) or a scope plus key longer than 32 KiB;
+// keystore.ErrExists if (Scope, Key), or a non-empty (Scope, Intent), is taken;
+// keystore.ErrClosed after Close; ctx.Err() if ctx ends before the write is committing; or
+// the commit's I/O error. Nothing is written when it returns an error.
+func (s *Store) Create(ctx context.Context, rec *keystore.Record) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	e, err := encode(rec, s.secret)
+	if err != nil {
+		return err
+	}
+	return s.commit.do(ctx, func(tx *bbolt.Tx) error {
+		records, intents := tx.Bucket(bucketRecords), tx.Bucket(bucketIntents)
+		if records.Get(e.key) != nil {
+			return keystore.ErrExists
+		}
+		if e.intent != nil && intents.Get(e.intent) != nil {
+			return keystore.ErrExists
+		}
+		if err := records.Put(e.key, e.value); err != nil {
+			return abort(err)
+		}
+		if e.intent != nil {
+			if err := intents.Put(e.intent, []byte(e.rec.Key)); err != nil {
+				return abort(err)
+			}
+		}
+		return nil
+	})
+}
+
+// Update replaces the record (rec.Scope, rec.Key), without its secret headers, and returns
+// once it is durable. It returns keystore.ErrNotFound if the record does not exist; an error
+// wrapping keystore.ErrInvalid if rec is invalid (see Create) or changes Intent or
+// Fingerprint; ErrCorrupt if the stored record does not decode; keystore.ErrClosed after
+// Close; ctx.Err() if ctx ends before the write is committing; or the commit's I/O error.
+func (s *Store) Update(ctx context.Context, rec *keystore.Record) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	e, err := encode(rec, s.secret)
+	if err != nil {
+		return err
+	}
+	return s.commit.do(ctx, func(tx *bbolt.Tx) error {
+		records := tx.Bucket(bucketRecords)
+		v := records.Get(e.key)
+		if v == nil {
+			return keystore.ErrNotFound
+		}
+		old, err := decodeSummary(e.key, v)
+		if err != nil {
+			return err
+		}
+		if err := keystore.CheckImmutable(old, e.rec); err != nil {
+			return err
+		}
+		if err := records.Put(e.key, e.value); err != nil {
+			return abort(err)
+		}
+		return nil
+	})
+}
+
+// Purge deletes the terminal records (succeeded, failed) whose UpdatedAt is before cutoff,
+// with their intent entries, in one durable commit, and returns how many it deleted. It
+// returns ErrCorrupt (deleting nothing) if a stored record does not decode,
+// keystore.ErrClosed after Close, ctx.Err() if ctx ends before the purge is committing, or the
+// commit's I/O error.
+func (s *Store) Purge(ctx context.Context, cutoff time.Time) (int, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	var n int
+	err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
+		records, intents := tx.Bucket(bucketRecords), tx.Bucket(bucketIntents)
+		var keys, intentKeys [][]byte
+		err := records.ForEach(func(k, v []byte) error {
+			rec, err := decodeSummary(k, v)
+			if err != nil {
+				return err
+			}
+			if keystore.Purgeable(rec, cutoff) {
+				keys = append(keys, slices.Clone(k))
+				if rec.Intent != "" {
+					intentKeys = append(intentKeys, scopedKey(rec.Scope, rec.Intent))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err // nothing deleted yet
+		}
+		for _, k := range keys {
+			if err := records.Delete(k); err != nil {
+				return abort(err)
+			}
+		}
+		for _, k := range intentKeys {
+			if err := intents.Delete(k); err != nil {
+				return abort(err)
+			}
+		}
+		n = len(keys)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// Get returns the record for (scope, key). It returns keystore.ErrNotFound if there is none,
+// ErrCorrupt if it does not decode, keystore.ErrClosed after Close, or ctx.Err().
+func (s *Store) Get(ctx context.Context, scope, key string) (*keystore.Record, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	var rec *keystore.Record
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		k := scopedKey(scope, key)
+		v := tx.Bucket(bucketRecords).Get(k)
+		if v == nil {
+			return keystore.ErrNotFound
+		}
+		var err error
+		rec, err = decode(k, v)
+		return err
+	})
+	return rec, dbError(err)
+}
+
+// GetByIntent returns the record created with (scope, intent). It returns
+// keystore.ErrNotFound if there is none (always for an empty intent), ErrCorrupt if the
+// record does not decode or the intent index names a missing record, keystore.ErrClosed after
+// Close, or ctx.Err().
+func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystore.Record, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	if intent == "" {
+		return nil, keystore.ErrNotFound
+	}
+	var rec *keystore.Record
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		key := tx.Bucket(bucketIntents).Get(scopedKey(scope, intent))
+		if key == nil {
+			return keystore.ErrNotFound
+		}
+		k := scopedKey(scope, string(key))
+		v := tx.Bucket(bucketRecords).Get(k)
+		if v == nil {
+			return fmt.Errorf("%w: intent (%q, %q) names missing key %q", ErrCorrupt, scope, intent, key)
+		}
+		var err error
+		rec, err = decode(k, v)
+		return err
+	})
+	return rec, dbError(err)
+}
+
+// List returns the records in any of states (every record if none is given), sorted by
+// CreatedAt, then Key, then Scope. It returns ErrCorrupt if a record does not decode,
+// keystore.ErrClosed after Close, or ctx.Err().
+func (s *Store) List(ctx context.Context, states ...keystore.State) ([]*keystore.Record, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	var out []*keystore.Record
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {
+			rec, err := decode(k, v)
+			if err != nil {
+				return err
+			}
+			if len(states) == 0 || slices.Contains(states, rec.State) {
+				out = append(out, rec)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, dbError(err)
+	}
+	keystore.SortRecords(out)
+	return out, nil
+}
+
+// begin returns keystore.ErrClosed after Close, else ctx.Err().
+func (s *Store) begin(ctx context.Context) error {
+	if s.closed.Load() {
+		return keystore.ErrClosed
+	}
+	return ctx.Err()
+}
