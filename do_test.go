@@ -176,3 +176,17 @@ func TestDoInvalidInputNeverPanics(t *testing.T) {
 		})
 	}
 }
+
+// The IETF draft sends the key as an RFC 8941 sf-string; attempts and status checks agree.
+func TestDoKeyAsSFString(t *testing.T) {
+	var seen []string
+	e := newEnv(t, idemtest.Config{OnPayment: func(r *http.Request) { seen = append(seen, r.Header.Get("Idempotency-Key")) }},
+		func(c *Config) { c.KeyAsSFString = true })
+	e.srv.Script(idemtest.FaultDropAfterCommit)
+	op := payment(10, "sf")
+	res, err := e.c.Do(context.Background(), op)
+	require.NoError(t, err)
+	assert.Equal(t, []string{`"` + op.Key() + `"`}, seen)
+	assert.Equal(t, SourceStatus, res.Source, "the status check found the key the server unquoted")
+	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
+}

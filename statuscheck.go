@@ -90,7 +90,11 @@ func (c *Client) defaultStatus(path string) StatusFunc {
 				req.Header[k] = vs
 			}
 		}
-		req.Header.Set(c.cfg.KeyHeader, r.Key)
+		key := r.Key
+		if c.cfg.KeyAsSFString {
+			key = sfString(key)
+		}
+		req.Header.Set(c.cfg.KeyHeader, key)
 		req.Header.Set("Accept", "application/json")
 		if c.cfg.Credentials != nil {
 			if err := c.cfg.Credentials(req); err != nil {
