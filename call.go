@@ -147,7 +147,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		cl.fail(ErrPermanent, a.StatusCode(), cl.response(a, SourceResponse), nil)
 		return false, errStopped
 	case ClassKeyConflict:
-		cl.c.onKeyConflict(cl, a.StatusCode(), false)
+		cl.c.onKeyConflict(cl, a.StatusCode())
 		cl.fail(ErrKeyConflict, a.StatusCode(), cl.response(a, SourceResponse),
 			fmt.Errorf("server refused key %q: already used with another payload", cl.rec.Key))
 		return false, errStopped

@@ -20,6 +20,8 @@ const (
 	DefaultKeyHeader = "Idempotency-Key" // IETF Idempotency-Key draft §2
 	DefaultKeyTTL    = 24 * time.Hour    // server's key retention window (Stripe keeps keys 24 h)
 	DefaultRetention = 72 * time.Hour    // how long terminal records stay in the keystore
+
+	defaultIdlePerHost = 64 // idle connections per host of the default HTTP client
 )
 
 // Config configures a Client. The zero value of every field is a documented default; only
@@ -32,7 +34,8 @@ type Config struct {
 	// client from go-cleanhttp.
 	HTTPClient *http.Client
 	// Store persists records. Default: keystore.NewMemory(), which does not survive a
-	// restart; use keystore/boltstore for durability.
+	// restart and only sheds finished records when Recover purges them: use it for tests and
+	// short-lived processes, and keystore/boltstore for durability.
 	Store keystore.Store
 	// Tenant scopes keys locally (WithTenant overrides it per operation).
 	Tenant string
@@ -136,6 +139,9 @@ func NewClient(cfg Config) (*Client, error) {
 	c.http = cfg.HTTPClient
 	if c.http == nil {
 		c.http = cleanhttp.DefaultPooledClient()
+		// cleanhttp keeps GOMAXPROCS+1 idle connections per host; Recover and busy services
+		// run more calls than that at once, and each extra dial (and TLS handshake) is waste.
+		c.http.Transport.(*http.Transport).MaxIdleConnsPerHost = max(defaultIdlePerHost, c.cfg.RecoverConcurrency)
 	}
 	c.store = cfg.Store
 	if c.store == nil {
@@ -219,6 +225,9 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 	}
 	rec, created, err := c.open(ctx, op, scope)
 	if err != nil {
+		if errors.Is(err, ErrKeyConflict) {
+			c.onLocalKeyConflict(err)
+		}
 		return nil, err
 	}
 	unlock, waited, err := c.locks.lock(ctx, keyLockName(scope, rec.Key))
@@ -270,10 +279,14 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keysto
 		if err == nil {
 			if rec.Fingerprint != fp {
 				return nil, false, &OperationError{Key: rec.Key, Scope: scope, Intent: rec.Intent, Kind: ErrKeyConflict,
-					Cause: fmt.Errorf("key %q is bound to %s %s with another body; this operation is %s %s",
-						rec.Key, rec.Request.Method, rec.Request.URL, op.method, op.url)}
+					Cause: fmt.Errorf("key %q is bound to another request (%s %s, fingerprint %.12s); this one is %s %s, fingerprint %.12s",
+						rec.Key, rec.Request.Method, rec.Request.URL, rec.Fingerprint, op.method, op.url, fp)}
 			}
 			return rec, false, nil
+		}
+		var conflict *OperationError
+		if errors.As(err, &conflict) {
+			return nil, false, err
 		}
 		if !errors.Is(err, keystore.ErrNotFound) {
 			return nil, false, fmt.Errorf("idem: reading keystore: %w", err)
@@ -305,7 +318,7 @@ func (c *Client) lookup(ctx context.Context, op *Operation, scope string) (*keys
 		}
 	}
 	rec, err := c.store.Get(ctx, scope, op.key)
-	if err == nil && rec.Intent != op.intent {
+	if err == nil && op.intent != "" && rec.Intent != op.intent {
 		return nil, &OperationError{Key: rec.Key, Scope: scope, Intent: op.intent, Kind: ErrKeyConflict,
 			Cause: fmt.Errorf("key %q belongs to intent %q", rec.Key, rec.Intent)}
 	}

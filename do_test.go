@@ -190,3 +190,36 @@ func TestDoKeyAsSFString(t *testing.T) {
 	assert.Equal(t, SourceStatus, res.Source, "the status check found the key the server unquoted")
 	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
 }
+
+func TestLocalKeyConflictIsCountedAndHooked(t *testing.T) {
+	var events []KeyConflictEvent
+	e := newEnv(t, idemtest.Config{}, func(c *Config) {
+		c.Hooks.OnKeyConflict = func(ev KeyConflictEvent) { events = append(events, ev) }
+	})
+	op := payment(1, "k", WithIntent("order-k"))
+	_, err := e.c.Do(context.Background(), op)
+	require.NoError(t, err)
+	_, err = e.c.Do(context.Background(), NewOperation(http.MethodPut, "/v1/payments", op.Body(), WithKey(op.Key())))
+	require.ErrorIs(t, err, ErrKeyConflict)
+	assert.Contains(t, err.Error(), "another request")
+	assert.Equal(t, int64(1), e.c.Stats().KeyConflicts)
+	require.Len(t, events, 1)
+	assert.Equal(t, op.Key(), events[0].Key)
+	assert.Equal(t, 0, events[0].StatusCode, "refused locally")
+	assert.Equal(t, 1, e.srv.Stats().Requests)
+}
+
+func TestKeyBoundToAnotherIntentIsAConflict(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, nil)
+	op := payment(1, "a", WithIntent("order-a"))
+	_, err := e.c.Do(context.Background(), op)
+	require.NoError(t, err)
+	_, err = e.c.Do(context.Background(), payment(1, "a", WithKey(op.Key()), WithIntent("order-b")))
+	require.ErrorIs(t, err, ErrKeyConflict)
+	assert.Contains(t, err.Error(), `belongs to intent "order-a"`)
+	// The same key without naming an intent is the same operation: answered from the store.
+	res, err := e.c.Do(context.Background(), payment(1, "a", WithKey(op.Key())))
+	require.NoError(t, err)
+	assert.Equal(t, SourceStore, res.Source)
+	assert.Equal(t, 1, e.srv.Stats().Requests)
+}

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"errors"
 	"log/slog"
 	"time"
 
@@ -139,13 +140,28 @@ func (c *Client) onReplay(cl *call, code int) {
 	}
 }
 
-func (c *Client) onKeyConflict(cl *call, code int, local bool) {
+func (c *Client) onKeyConflict(cl *call, code int) {
 	c.stats.keyConflicts.Add(1)
 	if l := c.cfg.Logger; l != nil {
-		l.Warn("idem key reused with another payload", "key", cl.rec.Key, "status", code, "local", local)
+		l.Warn("idem key reused with another payload", "key", cl.rec.Key, "status", code)
 	}
 	if h := c.cfg.Hooks.OnKeyConflict; h != nil {
 		h(KeyConflictEvent{Event: c.event(cl), StatusCode: code})
+	}
+}
+
+// onLocalKeyConflict reports a key refused before sending: it was bound to another request.
+func (c *Client) onLocalKeyConflict(err error) {
+	c.stats.keyConflicts.Add(1)
+	var oe *OperationError
+	if !errors.As(err, &oe) {
+		return
+	}
+	if l := c.cfg.Logger; l != nil {
+		l.Warn("idem key reused with another payload", "key", oe.Key, "local", true)
+	}
+	if h := c.cfg.Hooks.OnKeyConflict; h != nil {
+		h(KeyConflictEvent{Event: Event{Key: oe.Key, Scope: oe.Scope, Intent: oe.Intent, Time: c.cfg.Now()}})
 	}
 }
 
