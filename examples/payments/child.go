@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/keystore/boltstore"
+)
+
+// childEnv carries the child's configuration (JSON) from the parent. Its presence is what
+// makes a process a child: main, or TestMain in the test binary, checks it first.
+const childEnv = "IDEM_PAYMENTS_CHILD"
+
+// statsEvery is how often a child sends its counters between calls (every call sends them
+// too), so that a SIGKILLed child loses only what its last moments counted.
+const statsEvery = 200 * time.Millisecond
+
+// maxRounds bounds how often one key is driven again while its outcome stays pending.
+const maxRounds = 40
+
+// childConfig is what the parent tells a child.
+type childConfig struct {
+	Gen         int    `json:"gen"`
+	BaseURL     string `json:"base_url"`
+	StatusPath  string `json:"status_path"`
+	Store       string `json:"store"`
+	N           int    `json:"n"`
+	Seed        int64  `json:"seed"`
+	Concurrency int    `json:"concurrency"`
+}
+
+// childMain is a sender process: reopen the keystore, reconcile what a killed predecessor
+// left pending, then pay every payment not finished yet. It may be SIGKILLed at any moment.
+func childMain(raw string, stdout, stderr io.Writer) int {
+	var cfg childConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintf(stderr, "child: bad %s: %v\n", childEnv, err)
+		return 2
+	}
+	// The lock of a killed predecessor is released by the kernel; the timeout is for safety.
+	store, err := boltstore.Open(cfg.Store, &boltstore.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		fmt.Fprintf(stderr, "child %d: %v\n", cfg.Gen, err)
+		return 1
+	}
+	defer store.Close()
+	client, err := newClient(cfg.BaseURL, cfg.StatusPath, store, cfg.Concurrency)
+	if err != nil {
+		fmt.Fprintf(stderr, "child %d: %v\n", cfg.Gen, err)
+		return 1
+	}
+	em := &emitter{w: stdout}
+	stopStats := flushStats(client, em)
+	defer stopStats()
+
+	ctx := context.Background()
+	// Recover first: records a killed process left pending are reconciled (status endpoint,
+	// then a resend with the same key only if the server never saw it) before new sends.
+	// The handler is where an application would mark its order paid or failed; here it
+	// counts the records brought to a final state.
+	var recovered atomic.Int64
+	rep, err := client.Recover(ctx, func(r idem.Reconciled) {
+		if r.Err == nil || final(r.Err) {
+			recovered.Add(1)
+		}
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "child %d: recover: %v\n", cfg.Gen, err)
+		return 1
+	}
+	em.emit(event{T: "recover", Report: &rep, Recovered: int(recovered.Load())})
+	em.emit(event{T: "sending"})
+
+	s := &sender{client: client, em: em}
+	work := make(chan payment)
+	var wg sync.WaitGroup
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			for p := range work {
+				s.pay(ctx, p)
+			}
+		})
+	}
+	// Every payment is offered again: one finished by an earlier process is answered from
+	// the keystore (Do finds its intent) without sending anything.
+	for _, p := range generate(cfg.N, cfg.Seed) {
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	return 0
+}
+
+// flushStats sends the client's counters every statsEvery and once more when stopped.
+func flushStats(client *idem.Client, em *emitter) (stop func()) {
+	send := func() {
+		st := client.Stats()
+		em.emit(event{T: "stats", Stats: &st})
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(statsEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				send()
+			case <-done:
+				send()
+				return
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// sender pays payments with one shared idem client.
+type sender struct {
+	client   *idem.Client
+	em       *emitter
+	inflight atomic.Int64
+}
+
+// pay drives one payment to a final state and reports it.
+func (s *sender) pay(ctx context.Context, p payment) {
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	for try := 1; ; try++ {
+		res, err := s.settle(ctx, p, intentName(p.Index, try))
+		done := event{T: "done", I: p.Index, Tries: try}
+		var oe *idem.OperationError
+		switch {
+		case err == nil:
+			done.OK, done.Status, done.ID = true, res.StatusCode, paymentID(res.Body)
+		case errors.As(err, &oe) && serverFailed(oe) && try < maxTries:
+			// The server stored a failure as this key's final answer (Stripe-style), and
+			// every resend of the key would get it again. Trying the payment again is a
+			// business decision, made here as a new intent with a new key; the ledger
+			// check at the end would catch it if that ever paid twice.
+			continue
+		case errors.As(err, &oe):
+			done.Status, done.Pending = oe.LastStatus, !final(err)
+		default:
+			done.Pending = true
+		}
+		done.Inflight = int(s.inflight.Load()) - 1
+		s.em.emit(done)
+		return
+	}
+}
+
+// settle drives one intent's key to a final state: Do, and Do again while the outcome
+// stays pending (unknown, exhausted, throttled too long, budget empty). Every Do of the same
+// intent reuses the key persisted the first time, in this process or a killed one.
+func (s *sender) settle(ctx context.Context, p payment, intent string) (*idem.Result, error) {
+	for round := 1; ; round++ {
+		op := idem.NewOperation(http.MethodPost, paymentsPath, p.body(), idem.WithIntent(intent))
+		start := time.Now()
+		res, err := s.client.Do(ctx, op)
+		if !fromStore(res, err) {
+			// The counters ride along: a child runs in bursts, and one killed between two
+			// periodic snapshots would otherwise take a whole burst's counters with it.
+			st := s.client.Stats()
+			s.em.emit(event{T: "call", I: p.Index, MS: float64(time.Since(start).Microseconds()) / 1000, Stats: &st})
+		}
+		if err == nil || final(err) || round == maxRounds {
+			return res, err
+		}
+		// Give the server a moment (a slow request may still hold the key) before asking again.
+		time.Sleep(min(time.Duration(round)*20*time.Millisecond, 500*time.Millisecond))
+	}
+}
+
+// final reports whether err is a final answer for the key; anything else leaves the record
+// pending, and the same key must be driven again.
+func final(err error) bool {
+	return errors.Is(err, idem.ErrPermanent) || errors.Is(err, idem.ErrKeyConflict) ||
+		errors.Is(err, idem.ErrKeyExpired) || errors.Is(err, idem.ErrInvalidOperation)
+}
+
+// serverFailed reports a permanent failure the server stored as a 5xx for the key: the
+// payment was not executed, unlike a 4xx, which says the request itself is wrong.
+func serverFailed(oe *idem.OperationError) bool {
+	return errors.Is(oe, idem.ErrPermanent) && oe.LastStatus >= 500
+}
+
+// fromStore reports whether Do answered from the keystore without any network work.
+func fromStore(res *idem.Result, err error) bool {
+	if err == nil {
+		return res.Source == idem.SourceStore
+	}
+	var oe *idem.OperationError
+	if !errors.As(err, &oe) || oe.Attempts > 0 || !final(err) {
+		return false
+	}
+	return oe.Response == nil || oe.Response.Source == idem.SourceStore
+}
+
+// paymentID extracts "id" from a payment body, "" if there is none.
+func paymentID(body []byte) string {
+	var v struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(body, &v)
+	return v.ID
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/keystore"
+)
+
+// The demo's credentials. The tenant scopes keys locally; the server scopes them by the
+// Authorization value. idem never writes the Authorization header to the keystore, so a
+// restarted process supplies it again through Config.Credentials.
+const (
+	tenant = "acct_demo"
+	apiKey = "sk_demo"
+)
+
+// paymentsPath is the endpoint every payment is POSTed to (relative to the base URL).
+const paymentsPath = "/v1/payments"
+
+// newClient is the one idem configuration used by every child and by the parent's final
+// reconciliation, so that they all scope and send keys the same way.
+func newClient(baseURL, statusPath string, store keystore.Store, concurrency int) (*idem.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 2 * concurrency // the default 2 would redial most requests
+	return idem.NewClient(idem.Config{
+		BaseURL:    baseURL,
+		HTTPClient: &http.Client{Transport: tr},
+		Store:      store,
+		Tenant:     tenant,
+		StatusURL:  statusPath,
+		Credentials: func(r *http.Request) error {
+			r.Header.Set("Authorization", "Bearer "+apiKey)
+			return nil
+		},
+		Policy: idem.Policy{
+			MaxAttempts: 8,
+			MaxElapsed:  20 * time.Second,
+			// Shorter than the server's slow fault (300ms): a slow answer becomes an
+			// unknown outcome, which the status endpoint must resolve.
+			AttemptTimeout: 150 * time.Millisecond,
+			InitialDelay:   10 * time.Millisecond,
+			MaxDelay:       200 * time.Millisecond,
+			MaxRetryAfter:  5 * time.Second,
+		},
+		RecoverConcurrency: concurrency,
+	})
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/keystore/boltstore"
+)
+
+// verdict is the cross-check of every payment: idem's records on disk against the server's
+// ledger (embedded) or against what the API's status endpoint and responses say (-target).
+type verdict struct {
+	Succeeded, Failed, Pending int
+	ExecutedOnce               int
+	BusinessRetries            int      // extra intents (new keys) after a stored 5xx
+	Duplicates                 []string // "pay-7: executed 2 times"
+	Lost                       []string // "pay-9: recorded succeeded, never executed"
+}
+
+// finalState opens the keystore after the last child, reconciles anything still pending
+// (a last Recover, as an operator would) and returns every record, with what it did.
+func finalState(ctx context.Context, path, baseURL, statusPath string, concurrency int) ([]*keystore.Record, idem.Stats, idem.RecoverReport, error) {
+	var total idem.RecoverReport
+	store, err := boltstore.Open(path, nil)
+	if err != nil {
+		return nil, idem.Stats{}, total, err
+	}
+	defer store.Close()
+	client, err := newClient(baseURL, statusPath, store, concurrency)
+	if err != nil {
+		return nil, idem.Stats{}, total, err
+	}
+	for round := 0; round < 5; round++ {
+		pending, err := store.List(ctx, keystore.StatePending)
+		if err != nil || len(pending) == 0 {
+			break
+		}
+		rep, err := client.Recover(ctx, nil)
+		if err != nil {
+			return nil, client.Stats(), total, err
+		}
+		total.Pending += rep.Pending
+		total.Succeeded += rep.Succeeded
+		total.Failed += rep.Failed
+		total.Manual += rep.Manual
+		time.Sleep(200 * time.Millisecond) // a slow request may still hold its key
+	}
+	recs, err := store.List(ctx)
+	return recs, client.Stats(), total, err
+}
+
+// byPayment groups records by payment index, ordered by try; the last try is the payment's
+// state. Records of other intents are ignored.
+func byPayment(recs []*keystore.Record) map[int][]*keystore.Record {
+	out := map[int][]*keystore.Record{}
+	tries := map[*keystore.Record]int{}
+	for _, r := range recs {
+		if i, try, ok := parseIntent(r.Intent); ok {
+			out[i] = append(out[i], r)
+			tries[r] = try
+		}
+	}
+	for _, rs := range out {
+		slices.SortFunc(rs, func(a, b *keystore.Record) int { return tries[a] - tries[b] })
+	}
+	return out
+}
+
+// tallyStates counts the payment's state (its last try) and returns it.
+func (v *verdict) tallyStates(rs []*keystore.Record) keystore.State {
+	var state keystore.State
+	if len(rs) > 0 {
+		state = rs[len(rs)-1].State
+		v.BusinessRetries += len(rs) - 1
+	}
+	switch state {
+	case keystore.StateSucceeded:
+		v.Succeeded++
+	case keystore.StateFailed:
+		v.Failed++
+	default:
+		v.Pending++
+	}
+	return state
+}
+
+// checkLedger judges every payment against the server's ledger, the oracle:
+//   - duplicate: the ledger executed the payment more than once;
+//   - lost: idem recorded a key succeeded and the ledger never executed it (or executed it
+//     under another payment id), the payment has no final state, or the ledger executed a
+//     key that idem does not record as succeeded.
+func checkLedger(payments []payment, recs []*keystore.Record, srv *idemtest.Server) verdict {
+	var v verdict
+	groups := byPayment(recs)
+	execByKey := map[string][]idemtest.Execution{}
+	for _, e := range srv.Executions() {
+		execByKey[e.Key] = append(execByKey[e.Key], e)
+	}
+	lost := map[string][]string{} // reference -> reasons
+	succeededKeys := map[string]bool{}
+	for _, p := range payments {
+		rs := groups[p.Index]
+		state := v.tallyStates(rs)
+		switch n := srv.ExecutionsByReference(p.ref()); {
+		case n == 1:
+			v.ExecutedOnce++
+		case n > 1:
+			v.Duplicates = append(v.Duplicates, fmt.Sprintf("%s: executed %d times", p.ref(), n))
+		}
+		if !state.Terminal() {
+			lost[p.ref()] = append(lost[p.ref()], fmt.Sprintf("no final state (%q)", state))
+		}
+		for _, r := range rs {
+			if r.State != keystore.StateSucceeded {
+				continue
+			}
+			succeededKeys[r.Key] = true
+			switch ex := execByKey[r.Key]; {
+			case len(ex) == 0:
+				lost[p.ref()] = append(lost[p.ref()], fmt.Sprintf("key %s recorded succeeded, never executed", r.Key))
+			case recordID(r) != ex[0].ID:
+				lost[p.ref()] = append(lost[p.ref()], fmt.Sprintf("key %s recorded as %q, the ledger executed %s", r.Key, recordID(r), ex[0].ID))
+			}
+		}
+	}
+	// Every execution must belong to a key idem records as succeeded.
+	for key, ex := range execByKey {
+		if !succeededKeys[key] {
+			ref := ex[0].Reference
+			lost[ref] = append(lost[ref], fmt.Sprintf("key %s executed as %s, not recorded as succeeded", key, ex[0].ID))
+		}
+	}
+	for ref, why := range lost {
+		v.Lost = append(v.Lost, ref+": "+strings.Join(why, "; "))
+	}
+	slices.Sort(v.Lost)
+	return v
+}
+
+// recordID is the payment id in a record's stored answer, "" if none.
+func recordID(r *keystore.Record) string {
+	if r.Response == nil {
+		return ""
+	}
+	return paymentID(r.Response.Body)
+}
+
+// checkTarget judges every payment without a ledger, from what the API itself says: the
+// status endpoint asked for every persisted key, the payment ids in the records, and the ids
+// the children saw in responses.
+//   - duplicate: more than one payment id, or more than one key completed with a 2xx;
+//   - lost: a key recorded succeeded the API does not report completed with a 2xx, a key
+//     the API completed with a 2xx that idem does not record as succeeded, or no final state.
+func checkTarget(ctx context.Context, payments []payment, recs []*keystore.Record, seen map[int]map[string]bool, baseURL, statusPath string) verdict {
+	var v verdict
+	groups := byPayment(recs)
+	sc := &statusClient{base: strings.TrimRight(baseURL, "/"), path: statusPath}
+	for _, p := range payments {
+		rs := groups[p.Index]
+		state := v.tallyStates(rs)
+		ids := map[string]bool{}
+		for id := range seen[p.Index] {
+			ids[id] = true
+		}
+		completed := 0
+		var why []string
+		if !state.Terminal() {
+			why = append(why, fmt.Sprintf("no final state (%q)", state))
+		}
+		for _, r := range rs {
+			st, err := sc.ask(ctx, r.Key)
+			ok2xx := err == nil && st.State == idem.StatusCompleted && st.ResponseStatus/100 == 2
+			if ok2xx {
+				completed++
+				ids[paymentID(st.ResponseBody)] = true
+			}
+			if r.State == keystore.StateSucceeded {
+				ids[recordID(r)] = true
+			}
+			switch {
+			case err != nil:
+				why = append(why, fmt.Sprintf("key %s: status endpoint: %v", r.Key, err))
+			case r.State == keystore.StateSucceeded && !ok2xx:
+				why = append(why, fmt.Sprintf("key %s recorded succeeded, API says %s", r.Key, st.State))
+			case r.State != keystore.StateSucceeded && ok2xx:
+				why = append(why, fmt.Sprintf("key %s completed by the API, recorded %s", r.Key, r.State))
+			}
+		}
+		delete(ids, "")
+		if completed == 1 && len(ids) == 1 {
+			v.ExecutedOnce++
+		}
+		if len(ids) > 1 || completed > 1 {
+			v.Duplicates = append(v.Duplicates, fmt.Sprintf("%s: %d payment ids, %d keys completed", p.ref(), len(ids), completed))
+		}
+		if len(why) > 0 {
+			v.Lost = append(v.Lost, p.ref()+": "+strings.Join(why, "; "))
+		}
+	}
+	return v
+}
+
+// statusClient asks the status endpoint in the default convention, retrying answers it
+// cannot use (a 503 or a transport error) a few times.
+type statusClient struct {
+	base, path string
+	http       http.Client
+}
+
+func (c *statusClient) ask(ctx context.Context, key string) (idem.Status, error) {
+	target := c.base + strings.ReplaceAll(c.path, "{key}", url.PathEscape(key))
+	var last error
+	for try := 0; try < 10; try++ {
+		if try > 0 {
+			time.Sleep(time.Duration(try) * 50 * time.Millisecond)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return idem.Status{}, err
+		}
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		req.Header.Set("Accept", "application/json")
+		resp, err := c.http.Do(req)
+		if err != nil {
+			last = err
+			continue
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		resp.Body.Close()
+		if err != nil {
+			last = err
+			continue
+		}
+		st := idem.DecodeStatus(resp.StatusCode, resp.Header, body, time.Now())
+		if st.State != idem.StatusUnknown && st.State != idem.StatusProcessing {
+			return st, nil
+		}
+		last = fmt.Errorf("HTTP %d, state %s", resp.StatusCode, st.State)
+	}
+	return idem.Status{}, last
+}

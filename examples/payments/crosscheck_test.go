@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keystore"
+)
+
+// TestCheckLedgerCatchesDuplicatesAndLosses feeds the cross-check a ledger and records that
+// disagree, as a broken client would leave them, so that its zeros in a run mean something.
+func TestCheckLedgerCatchesDuplicatesAndLosses(t *testing.T) {
+	srv := idemtest.NewServer(idemtest.Config{})
+	defer srv.Close()
+	payments := generate(6, 1)
+	post := func(p payment, key string) []byte {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+paymentsPath, bytes.NewReader(p.body()))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return b
+	}
+	rec := func(p payment, try int, key string, state keystore.State, answer []byte) *keystore.Record {
+		r := &keystore.Record{Scope: tenant, Key: key, Intent: intentName(p.Index, try), State: state}
+		if answer != nil {
+			r.Response = &keystore.Response{Status: http.StatusCreated, Body: answer}
+		}
+		return r
+	}
+	for i := range payments { // all valid, so that every POST executes
+		payments[i].Invalid, payments[i].Amount = false, 1000
+	}
+	var recs []*keystore.Record
+	// pay-0: executed once, recorded succeeded: fine.
+	recs = append(recs, rec(payments[0], 1, "k0", keystore.StateSucceeded, post(payments[0], "k0")))
+	// pay-1: executed under two keys, one recorded: a duplicate, and an unrecorded execution.
+	recs = append(recs, rec(payments[1], 1, "k1", keystore.StateSucceeded, post(payments[1], "k1")))
+	post(payments[1], "k1-again")
+	// pay-2: recorded succeeded, never executed.
+	recs = append(recs, rec(payments[2], 1, "k2", keystore.StateSucceeded, []byte(`{"id":"pay_999"}`)))
+	// pay-3: still pending.
+	recs = append(recs, rec(payments[3], 1, "k3", keystore.StatePending, nil))
+	// pay-4: a stored 5xx on the first key, then succeeded with a new key: fine.
+	recs = append(recs, rec(payments[4], 1, "k4", keystore.StateFailed, nil),
+		rec(payments[4], 2, "k4b", keystore.StateSucceeded, post(payments[4], "k4b")))
+	// pay-5: executed, but recorded failed.
+	post(payments[5], "k5")
+	recs = append(recs, rec(payments[5], 1, "k5", keystore.StateFailed, nil))
+
+	v := checkLedger(payments, recs, srv)
+	assert.Equal(t, []string{"pay-1: executed 2 times"}, v.Duplicates)
+	lost := strings.Join(v.Lost, "\n")
+	assert.Len(t, v.Lost, 4, lost)
+	for _, want := range []string{
+		"pay-1: key k1-again executed as",
+		"pay-2: key k2 recorded succeeded, never executed",
+		`pay-3: no final state ("pending")`,
+		"pay-5: key k5 executed as",
+	} {
+		assert.Contains(t, lost, want)
+	}
+	assert.Equal(t, 4, v.Succeeded)
+	assert.Equal(t, 1, v.Failed)
+	assert.Equal(t, 1, v.Pending)
+	assert.Equal(t, 1, v.BusinessRetries)
+	assert.Equal(t, 3, v.ExecutedOnce) // pay-0, pay-4 and pay-5, by the ledger
+}

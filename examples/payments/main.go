@@ -1,0 +1,197 @@
+// Command payments sends payments through idem against a fault-injecting API while its
+// sender process is SIGKILLed and restarted, then proves from the server's ledger that no
+// payment ran twice and none was lost.
+//
+//	go run ./examples/payments [-n 1000] [-concurrency 16] [-crashes 3] [-seed 1] [-json]
+//
+// The parent process runs the API (idemtest, in-process) and starts the senders as child
+// processes of this same program. Each child reopens the bbolt keystore, runs
+// Client.Recover for what its killed predecessor left pending, then pays every payment not
+// finished yet. The server's ledger lives in the parent, so it survives every crash and
+// serves as the oracle at the end. With -target the API is external and the status
+// endpoint is the oracle instead.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keystore/boltstore"
+)
+
+// watchdog ends a run that hangs (a bug): the default run takes seconds.
+const watchdog = 5 * time.Minute
+
+func main() {
+	if raw, ok := os.LookupEnv(childEnv); ok {
+		os.Exit(childMain(raw, os.Stdout, os.Stderr))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type options struct {
+	n, concurrency, crashes int
+	faultRate               float64
+	seed                    int64
+	store                   string
+	json                    bool
+	target, statusPath      string
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.n, "n", 1000, "payments to send")
+	fs.IntVar(&o.concurrency, "concurrency", 16, "payments in flight at once")
+	fs.Float64Var(&o.faultRate, "fault-rate", 0.3, "share of POSTs the embedded server faults (0..1)")
+	fs.Int64Var(&o.seed, "seed", 1, "seed of the workload, the faults and the kill moments")
+	fs.IntVar(&o.crashes, "crashes", 3, "times the sender process is SIGKILLed mid-run")
+	fs.StringVar(&o.store, "store", "", "keystore file (default: a temporary file, removed after the run)")
+	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object instead of the table")
+	fs.StringVar(&o.target, "target", "", "base URL of an external API with the same contract (no embedded server)")
+	fs.StringVar(&o.statusPath, "status-path", "/v1/payments/operations/{key}", "status endpoint path; {key} is replaced by the key")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case o.n < 1 || o.concurrency < 1 || o.crashes < 0:
+		return o, errors.New("-n and -concurrency must be at least 1, -crashes at least 0")
+	case o.faultRate < 0 || o.faultRate > 1:
+		return o, errors.New("-fault-rate must be within 0..1")
+	}
+	return o, nil
+}
+
+// run is the parent: flags, server, children, cross-check, report. It returns the exit
+// status: 0 when no payment ran twice and none was lost.
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "payments:", err)
+		return 2
+	}
+	start := time.Now()
+	storePath, cleanup, err := prepareStore(o.store)
+	if err != nil {
+		fmt.Fprintln(stderr, "payments:", err)
+		return 2
+	}
+	defer cleanup()
+
+	baseURL := o.target
+	var srv *idemtest.Server
+	if baseURL == "" {
+		srv = idemtest.NewServer(idemtest.Config{
+			FaultRate:       o.faultRate,
+			Seed:            o.seed,
+			Faults:          idemtest.AllFaults(),
+			StatusFaultRate: 0.05,
+			SlowDelay:       300 * time.Millisecond, // > the 150ms attempt timeout: an unknown outcome
+			RetryAfter:      1,                      // seconds; real waits, so throttling shows
+		})
+		defer srv.Close()
+		baseURL = srv.URL
+	}
+
+	payments := generate(o.n, o.seed)
+	t := newTally(o.n)
+	prog := newProgress(stderr, o.n, t.counts)
+	if !o.json {
+		faults := fmt.Sprintf("fault rate %.2f", o.faultRate)
+		if srv == nil {
+			faults = "faults up to the API"
+		}
+		fmt.Fprintf(stdout, "idem payments demo: %d payments, concurrency %d, %s, seed %d, %d crashes, API %s\n",
+			o.n, o.concurrency, faults, o.seed, o.crashes, baseURL)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
+	defer cancel()
+	cfg := childConfig{BaseURL: baseURL, StatusPath: o.statusPath, Store: storePath,
+		N: o.n, Seed: o.seed, Concurrency: o.concurrency}
+	prog.start()
+	err = runChildren(ctx, cfg, killPoints(o.n, o.crashes, o.concurrency, o.seed), t, prog)
+	prog.finish()
+	if err != nil {
+		fmt.Fprintln(stderr, "payments:", err)
+		return 1
+	}
+
+	recs, parentStats, rep, err := finalState(ctx, storePath, baseURL, o.statusPath, o.concurrency)
+	if err != nil {
+		fmt.Fprintln(stderr, "payments: final reconciliation:", err)
+		return 1
+	}
+	s := summary{Mode: "embedded", Intents: o.n}
+	for _, p := range payments {
+		if p.Invalid {
+			s.Invalid++
+		}
+	}
+	if srv != nil {
+		s.addVerdict(checkLedger(payments, recs, srv))
+		s.addServer(srv.Stats())
+	} else {
+		s.Mode = "target"
+		s.addVerdict(checkTarget(ctx, payments, recs, t.ids, baseURL, o.statusPath))
+	}
+	t.mu.Lock()
+	for _, st := range t.stats {
+		s.addStats(st)
+	}
+	s.addStats(parentStats)
+	s.Crashes, s.CrashLog, s.Children = len(t.crashes), t.crashes, t.children
+	s.PendingFound = t.pending + rep.Pending
+	s.Recovered = t.recovered + rep.Succeeded + rep.Failed + rep.Manual
+	s.latencies(t.latencies)
+	t.mu.Unlock()
+	s.WallMS = time.Since(start).Milliseconds()
+	if err := s.write(stdout, o.json); err != nil {
+		fmt.Fprintln(stderr, "payments:", err)
+		return 1
+	}
+	if s.Duplicates > 0 || s.Lost > 0 {
+		return 1
+	}
+	return 0
+}
+
+// prepareStore returns the keystore path: the one given, which must not hold another run's
+// records (they would be answered from the keystore, unknown to this run's server), or a
+// new temporary file removed by cleanup.
+func prepareStore(path string) (string, func(), error) {
+	if path == "" {
+		dir, err := os.MkdirTemp("", "idem-payments-")
+		if err != nil {
+			return "", nil, err
+		}
+		return filepath.Join(dir, "keys.db"), func() { os.RemoveAll(dir) }, nil
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+		st, err := boltstore.Open(path, nil)
+		if err != nil {
+			return "", nil, err
+		}
+		recs, err := st.List(context.Background())
+		st.Close()
+		if err != nil {
+			return "", nil, err
+		}
+		if len(recs) > 0 {
+			return "", nil, fmt.Errorf("keystore %s already holds %d records from another run; remove it or choose another -store", path, len(recs))
+		}
+	}
+	return path, func() {}, nil
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"sync"
+
+	"github.com/idemkit/idem"
+)
+
+// maxExtraChildren bounds the restarts beyond the planned crashes (a child that exits
+// non-zero is an error, so this only guards against a bug).
+const maxExtraChildren = 3
+
+// crash is one SIGKILL the parent sent.
+type crash struct {
+	Gen      int `json:"gen"`
+	PID      int `json:"pid"`
+	Done     int `json:"done"`     // payments final when the signal was sent
+	Inflight int `json:"inflight"` // payments the child last reported in flight
+}
+
+// tally merges what the children reported. Outcomes are counted once per payment, however
+// many processes report them: the keystore is the truth, this is only for progress,
+// latencies and client counters.
+type tally struct {
+	mu        sync.Mutex
+	outcome   map[int]bool            // payment index -> succeeded, once final
+	ids       map[int]map[string]bool // payment ids the API returned, per payment
+	latencies []float64               // ms, one per Do that did network work
+	stats     map[int]idem.Stats      // latest snapshot per child
+	recovered int                     // records Recover brought to a final state
+	pending   int                     // pending records the restarted children found
+	crashes   []crash
+	children  int
+	n         int // payments in the run
+
+	// The current child.
+	sending  bool // past Recover
+	newDone  int  // payments it brought to a final state
+	inflight int
+}
+
+func newTally(n int) *tally {
+	return &tally{n: n, outcome: map[int]bool{}, ids: map[int]map[string]bool{}, stats: map[int]idem.Stats{}}
+}
+
+// apply merges one event from child gen.
+func (t *tally) apply(gen int, ev event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch ev.T {
+	case "recover":
+		if ev.Report != nil {
+			t.pending += ev.Report.Pending
+		}
+		t.recovered += ev.Recovered
+	case "sending":
+		t.sending = true
+	case "call":
+		t.latencies = append(t.latencies, ev.MS)
+		if ev.Stats != nil {
+			t.stats[gen] = *ev.Stats
+		}
+	case "done":
+		t.inflight = ev.Inflight
+		if ev.ID != "" {
+			if t.ids[ev.I] == nil {
+				t.ids[ev.I] = map[string]bool{}
+			}
+			t.ids[ev.I][ev.ID] = true
+		}
+		if _, seen := t.outcome[ev.I]; !seen && !ev.Pending {
+			t.outcome[ev.I] = ev.OK
+			t.newDone++
+		}
+	case "stats":
+		if ev.Stats != nil {
+			t.stats[gen] = *ev.Stats
+		}
+	}
+}
+
+// counts returns done, succeeded and failed payments and the crashes so far.
+func (t *tally) counts() (done, ok, failed, crashes int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, succeeded := range t.outcome {
+		if succeeded {
+			ok++
+		} else {
+			failed++
+		}
+	}
+	return len(t.outcome), ok, failed, len(t.crashes)
+}
+
+// killPoints picks, from the seed, how many payments must be final before each SIGKILL:
+// one random point in each of evenly spaced segments of [concurrency, n-2*concurrency], so
+// that every kill lands mid-run with a full batch of calls in flight.
+func killPoints(n, crashes, concurrency int, seed int64) []int {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0xdead))
+	lo, hi := concurrency, n-2*concurrency
+	if hi-lo < crashes {
+		lo, hi = 0, max(n-1, 0)
+	}
+	seg := float64(hi-lo) / float64(max(crashes, 1))
+	points := make([]int, crashes)
+	for k := range points {
+		points[k] = lo + int(seg*(float64(k)+0.15+0.7*rng.Float64()))
+	}
+	return points
+}
+
+// runChildren runs sender children until one finishes, SIGKILLing the first len(points)
+// of them when the payments done reach their point.
+func runChildren(ctx context.Context, cfg childConfig, points []int, t *tally, prog *progress) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the program to re-run as a child: %w", err)
+	}
+	for gen := 0; gen < len(points)+1+maxExtraChildren; gen++ {
+		killAt := -1
+		if gen < len(points) {
+			killAt = points[gen]
+		}
+		cfg.Gen = gen
+		killed, err := runChild(ctx, exe, cfg, killAt, t, prog)
+		if err != nil || !killed {
+			return err
+		}
+	}
+	return fmt.Errorf("children kept dying after %d starts", len(points)+1+maxExtraChildren)
+}
+
+// runChild starts one child, reads its events until its stdout closes, and SIGKILLs it once
+// killAt payments are final and it has finished at least one itself (so it is mid-run).
+func runChild(ctx context.Context, exe string, cfg childConfig, killAt int, t *tally, prog *progress) (killed bool, err error) {
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return false, err
+	}
+	cmd := exec.CommandContext(ctx, exe) // ctx ends only on the parent's watchdog
+	cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
+	cmd.Stderr = prog.writer()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return false, err
+	}
+	t.mu.Lock()
+	t.sending, t.newDone, t.inflight = false, 0, 0
+	t.children++
+	t.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return false, fmt.Errorf("starting child %d: %w", cfg.Gen, err)
+	}
+
+	// Read to EOF even after the kill: lines written before death are real outcomes.
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var ev event
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			continue // a line cut short by SIGKILL
+		}
+		t.apply(cfg.Gen, ev)
+		if ev.T == "recover" && cfg.Gen > 0 && ev.Report != nil {
+			r := ev.Report
+			prog.println(fmt.Sprintf("child %d: Recover found %d pending records: %d succeeded, %d failed, %d still unknown",
+				cfg.Gen, r.Pending, r.Succeeded, r.Failed, r.Unknown+r.Skipped))
+		}
+		if killAt >= 0 && !killed {
+			if c, num, ok := t.killDue(cfg.Gen, cmd.Process.Pid, killAt); ok {
+				_ = cmd.Process.Kill() // SIGKILL: no defer, no flush, no goodbye
+				killed = true
+				prog.println(fmt.Sprintf("crash %d: SIGKILL child %d (pid %d) at %d/%d payments done, %d in flight",
+					num, cfg.Gen, c.PID, c.Done, cfg.N, c.Inflight))
+			}
+		}
+	}
+	werr := cmd.Wait()
+	switch {
+	case killed:
+		return true, nil
+	case ctx.Err() != nil:
+		return false, fmt.Errorf("child %d: %w", cfg.Gen, ctx.Err())
+	case werr != nil:
+		return false, fmt.Errorf("child %d: %w", cfg.Gen, werr)
+	}
+	return false, nil
+}
+
+// killDue reports whether the current child must die now, and records the crash (num
+// counts from 1).
+func (t *tally) killDue(gen, pid, killAt int) (c crash, num int, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.sending || t.newDone == 0 || len(t.outcome) < killAt || len(t.outcome) >= t.n {
+		return crash{}, 0, false
+	}
+	c = crash{Gen: gen, PID: pid, Done: len(t.outcome), Inflight: t.inflight}
+	t.crashes = append(t.crashes, c)
+	return c, len(t.crashes), true
+}

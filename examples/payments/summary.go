@@ -1,0 +1,148 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+)
+
+// summary is the run's result: the table, or with -json one JSON object.
+type summary struct {
+	Mode         string `json:"mode"` // "embedded" (in-process idemtest server) or "target"
+	Intents      int    `json:"intents"`
+	Invalid      int    `json:"invalid"` // generated with amount 0 on purpose
+	Succeeded    int    `json:"succeeded"`
+	Failed       int    `json:"failed"`
+	Pending      int    `json:"pending"`
+	ExecutedOnce int    `json:"executed_once"`
+	Duplicates   int    `json:"duplicates"`
+	Lost         int    `json:"lost"`
+
+	// idem's counters, summed over every child's last snapshot and the parent's final client.
+	Attempts        int64 `json:"attempts"`
+	Retries         int64 `json:"retries"`
+	StatusChecks    int64 `json:"status_checks"`
+	Replays         int64 `json:"replays"`
+	ThrottledWaits  int64 `json:"throttled_waits"`
+	UnknownOutcomes int64 `json:"unknown_outcomes"`
+	UnknownResolved int64 `json:"unknown_resolved"`
+	BudgetDenied    int64 `json:"budget_denied"`
+
+	BusinessRetries int     `json:"business_retries"` // new keys after a stored 5xx
+	Crashes         int     `json:"crashes"`
+	Children        int     `json:"children"`
+	PendingFound    int     `json:"pending_found"` // pending records Recover found
+	Recovered       int     `json:"recovered"`     // ... and brought to a final state
+	Calls           int     `json:"calls"`         // Do calls that did network work
+	P50             float64 `json:"p50_ms"`
+	P99             float64 `json:"p99_ms"`
+
+	// What the embedded server saw (absent with -target).
+	ServerRequests     *int `json:"server_requests,omitempty"`
+	ServerStatusChecks *int `json:"server_status_checks,omitempty"`
+	ServerExecutions   *int `json:"server_executions,omitempty"`
+
+	CrashLog          []crash  `json:"crash_log"`
+	DuplicateDetails  []string `json:"duplicate_details,omitempty"`
+	LostDetails       []string `json:"lost_details,omitempty"`
+	WallMS            int64    `json:"wall_ms"`
+	serverStatsString string
+}
+
+// addStats adds one process's counters.
+func (s *summary) addStats(st idem.Stats) {
+	s.Attempts += st.Attempts
+	s.Retries += st.Retries
+	s.StatusChecks += st.StatusChecks
+	s.Replays += st.Replays
+	s.ThrottledWaits += st.ThrottledWaits
+	s.UnknownOutcomes += st.UnknownOutcomes
+	s.UnknownResolved += st.UnknownResolved
+	s.BudgetDenied += st.BudgetDenied
+}
+
+func (s *summary) addVerdict(v verdict) {
+	s.Succeeded, s.Failed, s.Pending = v.Succeeded, v.Failed, v.Pending
+	s.ExecutedOnce, s.BusinessRetries = v.ExecutedOnce, v.BusinessRetries
+	s.Duplicates, s.DuplicateDetails = len(v.Duplicates), v.Duplicates
+	s.Lost, s.LostDetails = len(v.Lost), v.Lost
+}
+
+func (s *summary) addServer(st idemtest.Stats) {
+	s.ServerRequests, s.ServerStatusChecks, s.ServerExecutions = &st.Requests, &st.StatusChecks, &st.Executions
+	s.serverStatsString = st.String()
+}
+
+// latencies sets the percentiles (nearest rank) of the calls' latencies in ms.
+func (s *summary) latencies(ms []float64) {
+	s.Calls = len(ms)
+	if len(ms) == 0 {
+		return
+	}
+	ms = slices.Clone(ms)
+	slices.Sort(ms)
+	rank := func(q float64) float64 { return ms[min(len(ms)-1, int(q*float64(len(ms))))] }
+	s.P50, s.P99 = rank(0.50), rank(0.99)
+}
+
+// write prints s as the table, or as one JSON object.
+func (s *summary) write(w io.Writer, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		return enc.Encode(s)
+	}
+	fmt.Fprintln(w)
+	row := func(name string, v any, note string) {
+		fmt.Fprintf(w, "  %-27s %13v   %s\n", name, v, note)
+	}
+	row("intents", s.Intents, fmt.Sprintf("payments, %d invalid on purpose (amount 0)", s.Invalid))
+	row("succeeded", s.Succeeded, "")
+	row("failed permanently", s.Failed, "4xx validation errors fail at once, never retried")
+	if s.Pending > 0 {
+		row("still pending", s.Pending, "no final state: counted as lost")
+	}
+	executed := "the ledger shows one execution"
+	if s.Mode == "target" {
+		executed = "one payment id, one completed key (status endpoint)"
+	}
+	row("executed exactly once", s.ExecutedOnce, executed)
+	row("duplicates", s.Duplicates, "must be 0")
+	row("lost", s.Lost, "must be 0")
+	serverNote := func(what string, v *int) string {
+		if v == nil {
+			return ""
+		}
+		return fmt.Sprintf("server saw %d %s", *v, what)
+	}
+	row("attempts", s.Attempts, serverNote("POSTs", s.ServerRequests))
+	row("retries", s.Retries, "")
+	row("status checks", s.StatusChecks, serverNote("status GETs", s.ServerStatusChecks))
+	row("replays", s.Replays, "answers marked Idempotent-Replayed (status checks come first)")
+	row("throttled waits", s.ThrottledWaits, "waits honouring Retry-After")
+	row("unknown outcomes resolved", s.UnknownResolved,
+		fmt.Sprintf("by the status endpoint: %d attempts ended unknown, plus resumed records", s.UnknownOutcomes))
+	row("new keys after a stored 5xx", s.BusinessRetries, "the server executed nothing for the old key")
+	row("crashes", s.Crashes, fmt.Sprintf("SIGKILLs; %d child processes", s.Children))
+	row("records recovered", s.Recovered, fmt.Sprintf("of %d pending found by Recover after restarts", s.PendingFound))
+	row("latency p50 / p99 (ms)", fmt.Sprintf("%.1f / %.1f", s.P50, s.P99), fmt.Sprintf("over %d calls", s.Calls))
+	fmt.Fprintln(w)
+	if s.serverStatsString != "" {
+		fmt.Fprintf(w, "server: %s\n", s.serverStatsString)
+	}
+	if s.Crashes > 0 && s.ServerRequests != nil {
+		fmt.Fprintf(w, "client counters are each child's last report (after every call, and every %s):\n"+
+			"a killed child's calls in flight go unreported, so the server may count a few more.\n", statsEvery)
+	}
+	for _, d := range s.DuplicateDetails {
+		fmt.Fprintf(w, "DUPLICATE %s\n", d)
+	}
+	for _, l := range s.LostDetails {
+		fmt.Fprintf(w, "LOST %s\n", l)
+	}
+	fmt.Fprintf(w, "wall time %.1fs\n", float64(s.WallMS)/1000)
+	return nil
+}
