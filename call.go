@@ -60,7 +60,8 @@ func (c *Client) newCall(s callSettings, rec *keystore.Record, header http.Heade
 // so an earlier attempt may have executed: the status endpoint is asked before any send.
 func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 	if resumed {
-		cl.unknown = true
+		cl.unknown = true // an earlier call or process may have sent it
+		cl.c.stats.unknown.Add(1)
 		if !cl.resolve(ctx) {
 			return cl.finish(ctx)
 		}

@@ -336,10 +336,10 @@ func (c *Client) storedOutcome(rec *keystore.Record) (*Result, error) {
 		return res, nil
 	case keystore.StateManual:
 		return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrKeyExpired,
-			Unknown: true, LastStatus: rec.LastStatus, Cause: errors.New(rec.Error)}
+			Unknown: true, LastStatus: rec.LastStatus, Cause: errors.New(rec.Error), Stored: true}
 	}
 	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: reasonKind(rec.Reason),
-		LastStatus: rec.LastStatus}
+		LastStatus: rec.LastStatus, Stored: true}
 	if rec.Error != "" {
 		e.Cause = errors.New(rec.Error)
 	}

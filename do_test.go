@@ -111,6 +111,8 @@ func TestDoValidationErrorIsNotRetried(t *testing.T) {
 	// The stored failure is returned again without a send.
 	_, err = e.c.Do(context.Background(), op)
 	require.ErrorIs(t, err, ErrPermanent)
+	assert.True(t, opErr(t, err).Stored)
+	assert.Equal(t, http.StatusBadRequest, opErr(t, err).Response.StatusCode)
 	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()))
 }
 

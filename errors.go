@@ -63,6 +63,7 @@ type OperationError struct {
 	Kind       error         // the sentinel saying why the call stopped (ErrExhausted, ...)
 	Cause      error         // the underlying error (transport, context, store), may be nil
 	Response   *Result       // the server's final answer, for ErrPermanent and ErrKeyConflict
+	Stored     bool          // answered from the keystore: an earlier call ended this way, nothing was sent
 }
 
 // Error describes the stop in one line: kind, key, attempts, last status and cause.

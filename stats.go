@@ -18,7 +18,7 @@ type Stats struct {
 	KeyExpired         int64 // unknown outcomes with a key past KeyTTL: manual reconcile
 	InProgress         int64 // 409 "in progress" answers waited on
 	InProgressTimeouts int64 // calls that ran out of attempts while the server was in progress
-	UnknownOutcomes    int64 // attempts whose outcome was unknown (timeout, reset, 5xx)
+	UnknownOutcomes    int64 // attempts whose outcome was unknown (timeout, reset, 5xx), plus pending records resumed by Do or Recover
 	UnknownResolved    int64 // unknown outcomes the status endpoint resolved
 	StillUnknown       int64 // calls that ended with the outcome still unknown
 	FinalFailures      int64 // calls that ended with a permanent error

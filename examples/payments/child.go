@@ -199,10 +199,7 @@ func fromStore(res *idem.Result, err error) bool {
 		return res.Source == idem.SourceStore
 	}
 	var oe *idem.OperationError
-	if !errors.As(err, &oe) || oe.Attempts > 0 || !final(err) {
-		return false
-	}
-	return oe.Response == nil || oe.Response.Source == idem.SourceStore
+	return errors.As(err, &oe) && oe.Stored
 }
 
 // paymentID extracts "id" from a payment body, "" if there is none.
