@@ -235,7 +235,7 @@ func (cl *call) response(a *Attempt, src Source) *Result {
 	if a == nil || a.Response == nil {
 		return nil
 	}
-	return &Result{Key: cl.rec.Key, StatusCode: a.Response.StatusCode, Header: a.Response.Header.Clone(),
+	return &Result{Key: cl.rec.Key, StatusCode: a.Response.StatusCode, Header: a.Response.Header,
 		Body: a.Body, Source: src}
 }
 

@@ -28,7 +28,8 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	// GotConn is the last moment before request bytes may leave. Counting from there is
 	// conservative: at worst an unsent request costs one status check.
 	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { written.Store(true) }}
-	out := req.Clone(httptrace.WithClientTrace(ctx, trace))
+	// A shallow copy: the header map already belongs to this call's request alone.
+	out := req.WithContext(httptrace.WithClientTrace(ctx, trace))
 	// net/http replays a request on a reused connection when it deems it replayable, and a
 	// request with an Idempotency-Key and a GetBody is. A nil GetBody and a non-nil body turn
 	// that off; idem owns every resend.

@@ -22,10 +22,11 @@ func StoredCopy(rec *Record, secret ...string) *Record {
 	if c == nil {
 		return nil
 	}
-	c.Request.Header = StripSecrets(c.Request.Header, secret...)
+	// c owns its headers (Clone is deep), so strip them in place: no second copy.
+	stripInPlace(c.Request.Header, secret)
 	if c.Response != nil {
-		c.Response.Header = StripSecrets(c.Response.Header,
-			append(slices.Clone(secret), ResponseSecretHeaders...)...)
+		stripInPlace(c.Response.Header, secret)
+		stripInPlace(c.Response.Header, ResponseSecretHeaders)
 	}
 	return c
 }

@@ -17,12 +17,17 @@ func StripSecrets(h http.Header, secret ...string) http.Header {
 		return nil
 	}
 	out := h.Clone()
-	for k := range out {
+	stripInPlace(out, secret)
+	return out
+}
+
+// stripInPlace deletes the secret headers from h itself.
+func stripInPlace(h http.Header, secret []string) {
+	for k := range h {
 		if isSecret(k, CredentialHeaders) || isSecret(k, secret) {
-			delete(out, k)
+			delete(h, k)
 		}
 	}
-	return out
 }
 
 func isSecret(name string, secret []string) bool {
