@@ -197,9 +197,7 @@ func (c *Client) onBudgetDenied(cl *call) {
 }
 
 func (c *Client) onGiveUp(cl *call, e *OperationError) {
-	if e.Kind == ErrPermanent || e.Kind == ErrKeyConflict {
-		c.stats.finalFailures.Add(1)
-	}
+	c.stats.finalFailures.Add(1)
 	if e.Kind == ErrExhausted && cl.unknown && cl.lastCode == 409 {
 		c.stats.inProgressTimeouts.Add(1)
 	}

@@ -21,7 +21,7 @@ type Stats struct {
 	UnknownOutcomes    int64 // attempts whose outcome was unknown (timeout, reset, 5xx), plus pending records resumed by Do or Recover
 	UnknownResolved    int64 // unknown outcomes the status endpoint resolved
 	StillUnknown       int64 // calls that ended with the outcome still unknown
-	FinalFailures      int64 // calls that ended with a permanent error
+	FinalFailures      int64 // calls that gave up without a result, for any reason (see GiveUpEvent)
 	BudgetDenied       int64 // retries refused by the retry budget
 	ThrottledWaits     int64 // waits that honoured a server's Retry-After
 	Recovered          int64 // records Recover brought to a final state

@@ -99,7 +99,7 @@ var counters = []counter{
 		"Calls that ended with the outcome still unknown; each leaves a pending record for Recover.",
 		func(s *idem.Stats) int64 { return s.StillUnknown }},
 	{"idem.final_failures", "{call}",
-		"Calls that ended with a permanent error (ErrPermanent or ErrKeyConflict).",
+		"Calls that gave up without a result, for any reason: permanent errors, key conflicts, exhausted attempts, unknown outcomes, budget denials.",
 		func(s *idem.Stats) int64 { return s.FinalFailures }},
 	{"idem.budget_denied", "{retry}",
 		"Retries the client-wide retry budget refused. Zero when healthy; rising during an outage or for a runaway client.",

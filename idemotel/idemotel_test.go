@@ -166,7 +166,7 @@ func TestRegisterExportsStats(t *testing.T) {
 		"idem.unknown_outcomes":       1,
 		"idem.unknown_resolved":       1,
 		"idem.still_unknown":          0, // /down was not executed (503): exhausted, not unknown
-		"idem.final_failures":         1,
+		"idem.final_failures":         2, // conflict, down (gave up exhausted)
 		"idem.budget_denied":          0,
 		"idem.throttled_waits":        1, // Retry-After: 1 on /flaky; Retry-After: 0 is below the backoff
 		"idem.recovered":              0,
