@@ -59,7 +59,17 @@ func (c *Client) newCall(s callSettings, rec *keystore.Record, header http.Heade
 // run drives the call to a known state. resumed means the record existed before this call,
 // so an earlier attempt may have executed: the status endpoint is asked before any send.
 func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
-	if resumed {
+	switch {
+	case resumed && cl.rec.NotExecuted:
+		// The last call ended knowing nothing was executed: send without asking, but first
+		// record durably that a send may now happen, so a crash mid-flight is asked about.
+		cl.rec.NotExecuted = false
+		cl.rec.UpdatedAt = cl.c.cfg.Now()
+		if err := cl.c.store.Update(ctx, cl.rec); err != nil {
+			cl.halt(ErrCanceled, fmt.Errorf("idem: recording the resend before it starts: %w", err))
+			return cl.finish(ctx)
+		}
+	case resumed:
 		cl.unknown = true // an earlier call or process may have sent it
 		cl.c.stats.unknown.Add(1)
 		if !cl.resolve(ctx) {

@@ -21,6 +21,8 @@ const (
 	DefaultKeyTTL    = 24 * time.Hour    // server's key retention window (Stripe keeps keys 24 h)
 	DefaultRetention = 72 * time.Hour    // how long terminal records stay in the keystore
 
+	DefaultRecoverConcurrency = 16 // records Recover reconciles at once
+
 	defaultIdlePerHost = 64 // idle connections per host of the default HTTP client
 )
 
@@ -40,7 +42,7 @@ type Config struct {
 	// Tenant scopes keys locally (WithTenant overrides it per operation).
 	Tenant string
 	// StatusURL is the status endpoint path ("{key}" is replaced by the escaped key), such as
-	// "/v1/payments/operations/{key}", in the default JSON convention (DESIGN.md §1). Empty:
+	// "/v1/payments/operations/{key}", in the default JSON convention (see StatusFunc and the package docs). Empty:
 	// no status endpoint, and an unknown outcome is resent with the same key while the key is
 	// younger than KeyTTL.
 	StatusURL string
@@ -74,7 +76,8 @@ type Config struct {
 	// Retention is how long succeeded and failed records are kept before Recover purges
 	// them. Default DefaultRetention. Pending and manual records are never purged.
 	Retention time.Duration
-	// RecoverConcurrency is how many records Recover reconciles at once. Default 16.
+	// RecoverConcurrency is how many records Recover reconciles at once. Default
+	// DefaultRecoverConcurrency.
 	RecoverConcurrency int
 	// Now and Sleep replace the clock and the wait between attempts (for tests). Sleep must
 	// return ctx.Err() promptly when ctx is done. Defaults: time.Now and a timer.
@@ -128,7 +131,7 @@ func NewClient(cfg Config) (*Client, error) {
 		c.cfg.Retention = DefaultRetention
 	}
 	if cfg.RecoverConcurrency == 0 {
-		c.cfg.RecoverConcurrency = 16
+		c.cfg.RecoverConcurrency = DefaultRecoverConcurrency
 	}
 	if cfg.Now == nil {
 		c.cfg.Now = time.Now
@@ -193,8 +196,11 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // Do sends op until it reaches a known state, retrying within the policy (client defaults,
 // then opts). The record is persisted before the first byte is sent. It returns the
 // successful Result, or an *OperationError matching ErrPermanent, ErrKeyConflict,
-// ErrOutcomeUnknown, ErrExhausted, ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted or
-// ErrKeyExpired; invalid input gives ErrInvalidOperation or ErrInvalidPolicy. A second Do of
+// ErrOutcomeUnknown, ErrExhausted, ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted,
+// ErrKeyExpired or ErrCanceled; invalid input gives ErrInvalidOperation, ErrInvalidPolicy or
+// ErrInvalidConfig. Only ErrPermanent and ErrKeyConflict are failures: after the others the
+// record stays pending (manual for ErrKeyExpired), and a later Do of the same operation or
+// Recover finishes it. A second Do of
 // the same key (or intent) waits for the first and returns its outcome, never sending
 // concurrently.
 func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {

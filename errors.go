@@ -7,9 +7,11 @@ import (
 	"time"
 )
 
-// Sentinel errors. Every error Do returns for an operation is an *OperationError that matches
-// one of these with errors.Is; several may match at once (a call stopped by the retry budget
-// after a timeout matches both ErrBudgetExhausted and ErrOutcomeUnknown).
+// Sentinel errors. Once an operation is valid, every error Do and Recover return for it is an
+// *OperationError that matches one of these with errors.Is; several may match at once (a call
+// stopped by the retry budget after a timeout matches both ErrBudgetExhausted and
+// ErrOutcomeUnknown). Invalid input (ErrInvalidOperation, ErrInvalidPolicy, ErrInvalidConfig)
+// is reported before anything is persisted, as a plain wrapped error.
 var (
 	// ErrOutcomeUnknown: a request may have reached the server and idem could not learn
 	// whether it was executed. The record stays pending; Do again with the same operation, or
@@ -19,7 +21,8 @@ var (
 	ErrExhausted = errors.New("idem: retries exhausted")
 	// ErrKeyConflict: the idempotency key is already bound to another request (method, path or
 	// body differ): refused locally before sending, or answered 422 by the server (IETF
-	// Idempotency-Key draft §2.7). A programming error; the record is not changed.
+	// Idempotency-Key draft §2.7). A programming error. Refused locally, nothing is written;
+	// answered 422 by the server, the record is failed.
 	ErrKeyConflict = errors.New("idem: idempotency key reused with another payload")
 	// ErrPermanent: the server gave a final answer that must not be retried (a 4xx
 	// validation or auth error, a stored 5xx replayed for this key, or a hint header saying

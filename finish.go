@@ -23,7 +23,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 	rec := cl.rec
 	rec.Attempts = cl.baseAttempts + cl.attempts
 	rec.UpdatedAt = cl.c.cfg.Now()
-	rec.Reason, rec.Error = "", ""
+	rec.Reason, rec.Error, rec.NotExecuted = "", "", false
 	switch {
 	case cl.result != nil:
 		rec.State = keystore.StateSucceeded
@@ -55,6 +55,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 			rec.State = keystore.StateManual
 		default:
 			rec.State = keystore.StatePending // reconcilable: Do again or Recover
+			rec.NotExecuted = !e.Unknown
 			if e.Unknown {
 				cl.c.stats.stillUnknown.Add(1)
 			}

@@ -29,22 +29,22 @@ type AttemptEvent struct {
 // RetryEvent: a resend was scheduled after Delay.
 type RetryEvent struct {
 	Event
-	Delay      time.Duration
-	Reason     Class // ClassRetry, ClassUnknown (after a status check) or ClassInProgress
-	RetryAfter bool  // Delay is the server's Retry-After, not backoff
+	Delay      time.Duration // the wait before the resend
+	Reason     Class         // ClassRetry, ClassUnknown (after a status check) or ClassInProgress
+	RetryAfter bool          // Delay is the server's Retry-After, not backoff
 }
 
 // StatusCheckEvent: the status endpoint was asked about the key.
 type StatusCheckEvent struct {
 	Event
-	State StatusState
-	Err   error
+	State StatusState // what the endpoint said (StatusUnknown when Err is set)
+	Err   error       // transport or StatusFunc error, if any
 }
 
 // ReplayEvent: the server replayed a stored answer (Idempotent-Replayed: true).
 type ReplayEvent struct {
 	Event
-	StatusCode int
+	StatusCode int // the replayed status
 }
 
 // KeyConflictEvent: the key was reused with another payload (422, or refused locally).
@@ -56,20 +56,20 @@ type KeyConflictEvent struct {
 // InProgressEvent: the server is still executing the key (409); idem waits Wait.
 type InProgressEvent struct {
 	Event
-	Wait time.Duration
+	Wait time.Duration // how long idem waits before asking or resending
 }
 
 // KeyExpiredEvent: the key is older than KeyTTL and its outcome unknown: manual reconcile.
 type KeyExpiredEvent struct {
 	Event
-	Age time.Duration
+	Age time.Duration // time since the key was persisted
 }
 
 // UnknownEvent: an attempt's outcome became unknown (timeout, reset, 5xx after write).
 type UnknownEvent struct {
 	Event
-	StatusCode int
-	Err        error
+	StatusCode int   // 408, 500, 502, 504..., or 0 for a transport error
+	Err        error // the transport error or attempt timeout, if any
 }
 
 // BudgetDeniedEvent: the retry budget refused a retry.
@@ -81,22 +81,22 @@ type BudgetDeniedEvent struct {
 // GiveUpEvent: the call ended without success. Err is the *OperationError Do returns.
 type GiveUpEvent struct {
 	Event
-	Err *OperationError
+	Err *OperationError // what Do returns
 }
 
 // Hooks receive events as they happen, synchronously on the calling goroutine: keep them
 // fast and never block. Nil fields are skipped.
 type Hooks struct {
-	OnAttempt      func(AttemptEvent)
-	OnRetry        func(RetryEvent)
-	OnStatusCheck  func(StatusCheckEvent)
-	OnReplay       func(ReplayEvent)
-	OnKeyConflict  func(KeyConflictEvent)
-	OnInProgress   func(InProgressEvent)
-	OnKeyExpired   func(KeyExpiredEvent)
-	OnUnknown      func(UnknownEvent)
-	OnBudgetDenied func(BudgetDeniedEvent)
-	OnGiveUp       func(GiveUpEvent)
+	OnAttempt      func(AttemptEvent)      // after every request, classified
+	OnRetry        func(RetryEvent)        // a resend was scheduled, with its delay and reason
+	OnStatusCheck  func(StatusCheckEvent)  // after every status-endpoint ask
+	OnReplay       func(ReplayEvent)       // the server replayed a stored answer
+	OnKeyConflict  func(KeyConflictEvent)  // a key reused with another payload (422 or local)
+	OnInProgress   func(InProgressEvent)   // a 409: the key is executing elsewhere; idem waits
+	OnKeyExpired   func(KeyExpiredEvent)   // an unknown outcome past KeyTTL: manual reconcile
+	OnUnknown      func(UnknownEvent)      // an attempt's outcome became unknown
+	OnBudgetDenied func(BudgetDeniedEvent) // the retry budget refused a retry
+	OnGiveUp       func(GiveUpEvent)       // a call ended without a result
 }
 
 func (c *Client) event(cl *call) Event {

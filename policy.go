@@ -40,12 +40,11 @@ type Policy struct {
 	AttemptTimeout time.Duration
 	// InitialDelay, Multiplier, Jitter and MaxDelay shape the exponential backoff
 	// (cenkalti/backoff): delay n is InitialDelay*Multiplier^n randomized by ±Jitter, then
-	// capped at MaxDelay. Jitter is in [0, 1] (0 means DefaultJitter, NoJitter means none);
-	// Multiplier >= 1.
-	InitialDelay time.Duration
-	Multiplier   float64
-	Jitter       float64
-	MaxDelay     time.Duration
+	// capped at MaxDelay.
+	InitialDelay time.Duration // first delay before jitter; default DefaultInitialDelay (100ms)
+	Multiplier   float64       // growth per retry, 1..100; default DefaultMultiplier (2)
+	Jitter       float64       // randomization factor in [0, 1]; 0 means DefaultJitter (0.5), NoJitter none
+	MaxDelay     time.Duration // hard ceiling of one delay, after jitter; default DefaultMaxDelay (10s)
 	// MaxRetryAfter is the longest server-requested wait (Retry-After) idem honours; a longer
 	// one stops the call with ErrRetryAfterTooLong. Default DefaultMaxRetryAfter.
 	MaxRetryAfter time.Duration

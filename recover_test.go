@@ -181,3 +181,48 @@ func TestRecoverSkipsInFlightCalls(t *testing.T) {
 	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()))
 	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
 }
+
+// A call that ended knowing nothing was executed (dial refused, 503) leaves a record that
+// the next call sends at once, without asking the status endpoint; the record says "may be
+// sent" again before that send leaves, so a crash then is still asked about.
+func TestNotExecutedRecordIsResentWithoutStatusCheck(t *testing.T) {
+	var e *env
+	var notExecutedAtArrival []bool
+	e = newEnv(t, idemtest.Config{OnPayment: func(r *http.Request) {
+		rec, err := e.store.Get(context.Background(), "", r.Header.Get("Idempotency-Key"))
+		if err == nil {
+			notExecutedAtArrival = append(notExecutedAtArrival, rec.NotExecuted)
+		}
+	}}, nil)
+	e.srv.Script(idemtest.Fault503, idemtest.Fault503)
+	op := payment(8, "ne", WithIntent("order-ne"))
+	_, err := e.c.Do(context.Background(), op, WithMaxAttempts(2))
+	require.ErrorIs(t, err, ErrExhausted)
+	assert.False(t, opErr(t, err).Unknown)
+	rec := e.record(op.Key())
+	assert.Equal(t, keystore.StatePending, rec.State)
+	assert.True(t, rec.NotExecuted)
+
+	res, err := e.c.Do(context.Background(), op)
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Attempts)
+	assert.Equal(t, 0, res.StatusChecks)
+	assert.Equal(t, 0, e.srv.StatusChecks())
+	assert.Equal(t, []bool{false, false, false}, notExecutedAtArrival)
+	assert.False(t, e.record(op.Key()).NotExecuted)
+}
+
+// A target that refuses connections: never "outcome unknown", never a status storm.
+func TestUnreachableTargetStaysNotExecuted(t *testing.T) {
+	c, err := NewClient(Config{BaseURL: "http://127.0.0.1:1", StatusURL: statusPath,
+		Sleep: func(context.Context, time.Duration) error { return nil }})
+	require.NoError(t, err)
+	op := payment(1, "dead", WithIntent("dead"))
+	for range 3 {
+		_, err = c.Do(context.Background(), op, WithMaxAttempts(2))
+		require.ErrorIs(t, err, ErrExhausted)
+		require.NotErrorIs(t, err, ErrOutcomeUnknown)
+	}
+	assert.Equal(t, int64(0), c.Stats().StatusChecks)
+	assert.Equal(t, int64(6), c.Stats().Attempts)
+}

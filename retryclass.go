@@ -90,7 +90,7 @@ func (cs Classifiers) Classify(a *Attempt) Class {
 	return ClassUnknown
 }
 
-// DefaultClassifiers returns the classification table of DESIGN.md §1, in order: the
+// DefaultClassifiers returns the classification table of the package docs, in order: the
 // Stripe-Should-Retry hint header (Stripe's docs, "Idempotent requests"), replayed answers,
 // transport errors, then status codes. Prepend your own to override a row.
 func DefaultClassifiers() Classifiers {
@@ -146,7 +146,9 @@ func ClassifyTransport(a *Attempt) Class {
 	return ClassUnknown
 }
 
-// ClassifyStatus is the status-code table of DESIGN.md §1.
+// ClassifyStatus classifies by status code: 2xx success; 409 in progress; 422 key conflict;
+// 429 and 503 retry (not executed); 408, 500, 502, 504 and other 5xx unknown (the request
+// may have been executed, or forwarded by a proxy); other 4xx and 3xx permanent.
 func ClassifyStatus(a *Attempt) Class {
 	code := a.StatusCode()
 	switch {

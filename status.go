@@ -40,7 +40,7 @@ type Status struct {
 	ResponseStatus int           // the stored HTTP status of the operation, when completed
 	ResponseBody   []byte        // the stored response body, when completed
 	RetryAfter     time.Duration // the server's Retry-After on this answer, if HasRetryAfter
-	HasRetryAfter  bool
+	HasRetryAfter  bool          // the answer carried a valid Retry-After
 }
 
 // StatusRequest says which operation a StatusFunc is asked about.
@@ -53,7 +53,7 @@ type StatusRequest struct {
 }
 
 // StatusFunc asks an API whether an operation was executed. APIs whose status endpoint does
-// not follow the default convention (DESIGN.md §1) plug their own in through
+// not follow the default convention (see DecodeStatus) plug their own in through
 // Config.StatusFunc or WithStatusFunc. A returned error counts as StatusUnknown.
 type StatusFunc func(ctx context.Context, req StatusRequest) (Status, error)
 

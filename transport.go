@@ -14,7 +14,7 @@ import (
 // it applies the attempt timeout, learns through httptrace whether the request reached a
 // connection, reads the whole body inside the timeout, and records the Attempt for
 // checkRetry. It also makes the request non-replayable, so that net/http never resends it
-// behind our back (DESIGN.md §2, "Hidden replays").
+// behind our back.
 type attemptTransport struct {
 	call *call
 	base http.RoundTripper

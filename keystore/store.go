@@ -65,19 +65,24 @@ type Response struct {
 // Record is everything idem knows about one operation. (Scope, Key) is unique; so is
 // (Scope, Intent) when Intent is not empty.
 type Record struct {
-	Scope       string    `json:"scope"`            // tenant; "" is a valid scope
-	Key         string    `json:"key"`              // the idempotency key sent on every attempt
-	Intent      string    `json:"intent,omitempty"` // caller-named intent such as an order id
-	Fingerprint string    `json:"fingerprint"`      // hex SHA-256 of method, path and body
-	Request     Request   `json:"request"`
-	State       State     `json:"state"`
-	Attempts    int       `json:"attempts"`              // requests sent to the server so far
-	LastStatus  int       `json:"last_status,omitempty"` // HTTP status of the last answer, 0 if none
-	Reason      string    `json:"reason,omitempty"`      // machine-readable stop reason, set by the client
-	Error       string    `json:"error,omitempty"`       // why it failed or is still unknown
-	Response    *Response `json:"response,omitempty"`    // set when the server answered finally
-	CreatedAt   time.Time `json:"created_at"`            // when the key was persisted
-	UpdatedAt   time.Time `json:"updated_at"`            // last write
+	Scope       string  `json:"scope"`            // tenant; "" is a valid scope
+	Key         string  `json:"key"`              // the idempotency key sent on every attempt
+	Intent      string  `json:"intent,omitempty"` // caller-named intent such as an order id
+	Fingerprint string  `json:"fingerprint"`      // hex SHA-256 of method, path and body
+	Request     Request `json:"request"`
+	State       State   `json:"state"`
+	Attempts    int     `json:"attempts"`              // requests sent to the server so far
+	LastStatus  int     `json:"last_status,omitempty"` // HTTP status of the last answer, 0 if none
+	Reason      string  `json:"reason,omitempty"`      // machine-readable stop reason, set by the client
+	// NotExecuted is true only when the last call on a pending record ended knowing that the
+	// server has not executed the key (every attempt unsent, or answered 429/503, or the
+	// status endpoint said not found). A crash mid-call leaves it false, so recovery asks the
+	// status endpoint before resending; the client clears it durably before it sends again.
+	NotExecuted bool      `json:"not_executed,omitempty"`
+	Error       string    `json:"error,omitempty"`    // why it failed or is still unknown
+	Response    *Response `json:"response,omitempty"` // set when the server answered finally
+	CreatedAt   time.Time `json:"created_at"`         // when the key was persisted
+	UpdatedAt   time.Time `json:"updated_at"`         // last write
 }
 
 // Clone returns a deep copy, so that a backend never shares memory with its callers.
