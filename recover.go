@@ -25,8 +25,8 @@ type Reconciled struct {
 type RecoverReport struct {
 	Pending   int // pending records found
 	Skipped   int // in flight in this process (their own Do finishes them)
-	Succeeded int
-	Failed    int
+	Succeeded int // reconciled to success (status endpoint, replay or a fresh send)
+	Failed    int // reconciled to a permanent failure
 	Manual    int // key past KeyTTL with an unknown outcome: reported, never resent
 	Unknown   int // still pending after this run
 	Purged    int // terminal records older than Config.Retention removed
