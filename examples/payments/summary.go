@@ -119,16 +119,17 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 		return fmt.Sprintf("server saw %d %s", *v, what)
 	}
 	row("attempts", s.Attempts, serverNote("POSTs", s.ServerRequests))
-	row("retries", s.Retries, "")
+	row("retries", s.Retries, "resends of the same key, same body")
 	row("status checks", s.StatusChecks, serverNote("status GETs", s.ServerStatusChecks))
 	row("replays", s.Replays, "answers marked Idempotent-Replayed (status checks come first)")
 	row("throttled waits", s.ThrottledWaits, "waits honouring Retry-After")
 	row("unknown outcomes resolved", s.UnknownResolved,
-		fmt.Sprintf("by the status endpoint: %d attempts ended unknown, plus resumed records", s.UnknownOutcomes))
+		fmt.Sprintf("by the status endpoint, of %d unknown (timeouts, resets, 5xx, records resumed after a crash)", s.UnknownOutcomes))
 	row("new keys after a stored 5xx", s.BusinessRetries, "the server executed nothing for the old key")
 	row("crashes", s.Crashes, fmt.Sprintf("SIGKILLs; %d child processes", s.Children))
 	row("records recovered", s.Recovered, fmt.Sprintf("of %d pending found by Recover after restarts", s.PendingFound))
-	row("latency p50 / p99 (ms)", fmt.Sprintf("%.1f / %.1f", s.P50, s.P99), fmt.Sprintf("over %d calls", s.Calls))
+	row("latency p50 / p99 (ms)", fmt.Sprintf("%.1f / %.1f", s.P50, s.P99),
+		fmt.Sprintf("over %d calls that completed in a child (killed children's calls are not timed)", s.Calls))
 	fmt.Fprintln(w)
 	if s.serverStatsString != "" {
 		fmt.Fprintf(w, "server: %s\n", s.serverStatsString)
