@@ -219,44 +219,79 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 	if op.hasTen {
 		scope = op.tenant
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, &OperationError{Key: op.key, Scope: scope, Intent: op.intent, Kind: ErrCanceled, Cause: err}
+	}
 	if op.intent != "" {
 		unlock, waited, err := c.locks.lock(ctx, intentLockName(scope, op.intent))
 		if err != nil {
-			return nil, fmt.Errorf("%w: waiting for intent %q: %w", ErrCanceled, op.intent, err)
+			return nil, &OperationError{Key: op.key, Scope: scope, Intent: op.intent, Kind: ErrCanceled, Cause: err}
 		}
 		defer unlock()
 		if waited {
 			c.stats.sameKey.Add(1)
 		}
 	}
-	rec, created, err := c.open(ctx, op, scope)
-	if err != nil {
-		if errors.Is(err, ErrKeyConflict) {
-			c.onLocalKeyConflict(err)
+	// The key lock is taken before the record is read or created, so that no other call or
+	// Recover in this process can send the key between our Create and our first attempt.
+	key := op.key
+	if op.intent != "" {
+		if rec, err := c.getByIntent(ctx, scope, op.intent); err == nil {
+			key = rec.Key
 		}
-		return nil, err
 	}
-	unlock, waited, err := c.locks.lock(ctx, keyLockName(scope, rec.Key))
-	if err != nil {
-		return nil, fmt.Errorf("%w: waiting for key %q: %w", ErrCanceled, rec.Key, err)
-	}
-	defer unlock()
-	if waited && op.intent == "" {
-		c.stats.sameKey.Add(1)
-	}
-	if !created { // another call may have finished it while we waited for the lock
-		fresh, err := c.store.Get(ctx, scope, rec.Key)
+	for try := 0; ; try++ {
+		unlock, waited, err := c.locks.lock(ctx, keyLockName(scope, key))
 		if err != nil {
-			return nil, fmt.Errorf("idem: reading record %q: %w", rec.Key, err)
+			return nil, &OperationError{Key: key, Scope: scope, Intent: op.intent, Kind: ErrCanceled, Cause: err}
 		}
-		rec = fresh
-		if rec.State != keystore.StatePending {
+		if waited && op.intent == "" {
+			c.stats.sameKey.Add(1)
+		}
+		rec, created, err := c.open(ctx, op, scope)
+		if err != nil {
+			unlock()
+			if errors.Is(err, ErrKeyConflict) {
+				c.onLocalKeyConflict(err)
+			}
+			if cerr := ctx.Err(); cerr != nil {
+				return nil, &OperationError{Key: key, Scope: scope, Intent: op.intent, Kind: ErrCanceled, Cause: err}
+			}
+			return nil, err
+		}
+		if rec.Key != key && try < 3 { // another process bound the intent to its key meanwhile
+			unlock()
+			key = rec.Key
+			continue
+		}
+		defer unlock()
+		if !created && rec.State != keystore.StatePending {
 			return c.storedOutcome(rec)
 		}
+		cl := c.newCall(s, rec, op.header, target)
+		return cl.run(ctx, !created)
 	}
-	cl := c.newCall(s, rec, op.header, target)
-	return cl.run(ctx, !created)
 }
+
+// get and getByIntent read the store, treating a (nil, nil) answer of a faulty Store as an
+// error rather than a crash.
+func (c *Client) get(ctx context.Context, scope, key string) (*keystore.Record, error) {
+	rec, err := c.store.Get(ctx, scope, key)
+	if err == nil && rec == nil {
+		err = errNilRecord
+	}
+	return rec, err
+}
+
+func (c *Client) getByIntent(ctx context.Context, scope, intent string) (*keystore.Record, error) {
+	rec, err := c.store.GetByIntent(ctx, scope, intent)
+	if err == nil && rec == nil {
+		err = errNilRecord
+	}
+	return rec, err
+}
+
+var errNilRecord = errors.New("idem: keystore returned neither a record nor an error")
 
 func (c *Client) settings(opts []CallOption) (callSettings, error) {
 	s := callSettings{policy: c.policy, statusURL: c.cfg.StatusURL, status: c.cfg.StatusFunc}
@@ -318,12 +353,12 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keysto
 
 func (c *Client) lookup(ctx context.Context, op *Operation, scope string) (*keystore.Record, error) {
 	if op.intent != "" {
-		rec, err := c.store.GetByIntent(ctx, scope, op.intent)
+		rec, err := c.getByIntent(ctx, scope, op.intent)
 		if !errors.Is(err, keystore.ErrNotFound) {
 			return rec, err
 		}
 	}
-	rec, err := c.store.Get(ctx, scope, op.key)
+	rec, err := c.get(ctx, scope, op.key)
 	if err == nil && op.intent != "" && rec.Intent != op.intent {
 		return nil, &OperationError{Key: rec.Key, Scope: scope, Intent: op.intent, Kind: ErrKeyConflict,
 			Cause: fmt.Errorf("key %q belongs to intent %q", rec.Key, rec.Intent)}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keystore"
 )
 
 // A server that commits every second request on a connection and then resets it. net/http
@@ -112,4 +113,58 @@ func TestPerCallPolicyDoesNotLeak(t *testing.T) {
 	// The client default is untouched.
 	_, err := c.Do(context.Background(), payment(99, "default"))
 	assert.Equal(t, DefaultMaxAttempts, opErr(t, err).Attempts)
+}
+
+// slowCreate widens the window between persisting a record and sending it.
+type slowCreate struct {
+	keystore.Store
+	delay time.Duration
+}
+
+func (s slowCreate) Create(ctx context.Context, rec *keystore.Record) error {
+	err := s.Store.Create(ctx, rec)
+	time.Sleep(s.delay)
+	return err
+}
+
+// Recover running beside new calls must never send a key that a Do has just persisted:
+// the key lock is taken before the record exists.
+func TestRecoverBesideNewCallsNeverDoubleSends(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, nil)
+	c, err := NewClient(Config{BaseURL: e.srv.URL, Store: slowCreate{e.store, 20 * time.Millisecond},
+		StatusURL: statusPath, Budget: BudgetConfig{Disabled: true}})
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	recovered := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				recovered <- n
+				return
+			default:
+			}
+			rep, _ := c.Recover(context.Background(), nil)
+			n += rep.Succeeded
+		}
+	}()
+	var wg sync.WaitGroup
+	ops := make([]*Operation, 20)
+	for i := range ops {
+		ops[i] = payment(i+1, "beside")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.Do(context.Background(), ops[i])
+			assert.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	assert.Equal(t, 0, <-recovered, "Recover never took a key a Do was about to send")
+	assert.Equal(t, len(ops), e.srv.Stats().Requests, "one POST per call")
+	for _, op := range ops {
+		assert.Equal(t, keystore.StateSucceeded, e.record(op.Key()).State)
+	}
 }

@@ -84,7 +84,9 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 		if ctx.Err() != nil {
 			break
 		}
-		work <- rec
+		if rec != nil {
+			work <- rec
+		}
 	}
 	close(work)
 	wg.Wait()
@@ -121,7 +123,7 @@ func (c *Client) recoverOne(ctx context.Context, s callSettings, rec *keystore.R
 		return Reconciled{}, false
 	}
 	defer unlock()
-	fresh, err := c.store.Get(ctx, rec.Scope, rec.Key)
+	fresh, err := c.get(ctx, rec.Scope, rec.Key)
 	if err != nil || fresh.State != keystore.StatePending {
 		return Reconciled{}, false
 	}
