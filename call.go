@@ -149,6 +149,9 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		cl.lastCode = a.Response.StatusCode
 	}
 	class := cl.c.classes.Classify(a)
+	if class < ClassSuccess || class > ClassPermanent || class == ClassSuccess && a.Response == nil {
+		class = ClassUnknown // a classifier's impossible answer: ask before resending
+	}
 	cl.c.onAttempt(cl, a, class)
 	switch class {
 	case ClassSuccess:

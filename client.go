@@ -88,15 +88,16 @@ type Config struct {
 // Client sends operations with idempotency keys, retries them safely and records their
 // outcome. It is safe for concurrent use; create one per API and reuse it.
 type Client struct {
-	cfg     Config
-	base    *url.URL
-	http    *http.Client
-	store   keystore.Store
-	policy  Policy
-	classes Classifiers
-	budget  *Budget
-	locks   keyLocks
-	stats   counters
+	cfg        Config
+	base       *url.URL
+	http       *http.Client
+	statusHTTP *http.Client
+	store      keystore.Store
+	policy     Policy
+	classes    Classifiers
+	budget     *Budget
+	locks      keyLocks
+	stats      counters
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig or
@@ -108,7 +109,7 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	if cfg.BaseURL != "" {
 		u, err := url.Parse(cfg.BaseURL)
-		if err != nil || u.Scheme == "" || u.Host == "" {
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("%w: BaseURL %q is not an absolute URL", ErrInvalidConfig, cfg.BaseURL)
 		}
 		c.base = u
@@ -146,6 +147,9 @@ func NewClient(cfg Config) (*Client, error) {
 		// run more calls than that at once, and each extra dial (and TLS handshake) is waste.
 		c.http.Transport.(*http.Transport).MaxIdleConnsPerHost = max(defaultIdlePerHost, c.cfg.RecoverConcurrency)
 	}
+	// Status checks never follow redirects either: a 3xx is not the API's answer.
+	c.statusHTTP = &http.Client{Transport: c.http.Transport, Jar: c.http.Jar, Timeout: c.http.Timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	c.store = cfg.Store
 	if c.store == nil {
 		c.store = keystore.NewMemory()
@@ -376,7 +380,11 @@ func (c *Client) storedOutcome(rec *keystore.Record) (*Result, error) {
 		}
 		return res, nil
 	case keystore.StateManual:
-		return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrKeyExpired,
+		kind := reasonKind(rec.Reason)
+		if kind != ErrInvalidOperation {
+			kind = ErrKeyExpired
+		}
+		return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: kind,
 			Unknown: true, LastStatus: rec.LastStatus, Cause: errors.New(rec.Error), Stored: true}
 	}
 	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: reasonKind(rec.Reason),
@@ -396,13 +404,21 @@ func (c *Client) resolveURL(ref string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: bad URL %q: %w", ErrInvalidOperation, ref, err)
 	}
-	if u.IsAbs() {
-		return ref, nil
+	full := ref
+	if !u.IsAbs() {
+		if c.base == nil {
+			return "", fmt.Errorf("%w: relative URL %q and no Config.BaseURL", ErrInvalidOperation, ref)
+		}
+		full = strings.TrimRight(c.base.String(), "/") + "/" + strings.TrimLeft(ref, "/")
+		if u, err = url.Parse(full); err != nil {
+			return "", fmt.Errorf("%w: bad URL %q: %w", ErrInvalidOperation, full, err)
+		}
 	}
-	if c.base == nil {
-		return "", fmt.Errorf("%w: relative URL %q and no Config.BaseURL", ErrInvalidOperation, ref)
+	// Anything else can never be sent: refuse it before a record exists.
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("%w: URL %q is not http(s) with a host", ErrInvalidOperation, full)
 	}
-	return strings.TrimRight(c.base.String(), "/") + "/" + strings.TrimLeft(ref, "/"), nil
+	return full, nil
 }
 
 func intentLockName(scope, intent string) string { return "i\x00" + scope + "\x00" + intent }

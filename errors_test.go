@@ -113,7 +113,7 @@ func TestSentinelsAreDistinct(t *testing.T) {
 }
 
 func TestReasonKindRoundTrip(t *testing.T) {
-	require.Len(t, reasonKinds, 9)
+	require.Len(t, reasonKinds, 10)
 	kinds := map[error]string{}
 	for reason, kind := range reasonKinds {
 		if other, dup := kinds[kind]; dup {
@@ -140,6 +140,7 @@ func TestReasonKindRoundTrip(t *testing.T) {
 		"budget_exhausted":     ErrBudgetExhausted,
 		"outcome_unknown":      ErrOutcomeUnknown,
 		"canceled":             ErrCanceled,
+		"invalid_operation":    ErrInvalidOperation,
 	}, reasonKinds)
 
 	// Unrecognised values.

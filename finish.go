@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem/keystore"
 )
@@ -78,7 +79,16 @@ func (cl *call) persistedResponse(r *Result) *keystore.Response {
 	if r == nil {
 		return nil
 	}
-	return &keystore.Response{Status: r.StatusCode,
-		Header: keystore.StripSecrets(r.Header, append([]string{"Set-Cookie"}, cl.c.cfg.SecretHeaders...)...),
-		Body:   r.Body}
+	h := keystore.StripSecrets(r.Header, append([]string{"Set-Cookie"}, cl.c.cfg.SecretHeaders...)...)
+	for name, values := range h {
+		// HTTP allows obs-text (non-UTF-8) header bytes; a keystore may refuse them, and a
+		// refused write would leave a paid operation pending. The body is what matters.
+		for _, v := range values {
+			if !utf8.ValidString(v) || !utf8.ValidString(name) {
+				delete(h, name)
+				break
+			}
+		}
+	}
+	return &keystore.Response{Status: r.StatusCode, Header: h, Body: r.Body}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -127,6 +128,21 @@ func (o *Operation) validate() error {
 	}
 	if _, err := url.Parse(o.url); err != nil || o.url == "" {
 		return fmt.Errorf("%w: bad URL %q", ErrInvalidOperation, o.url)
+	}
+	if !utf8.ValidString(o.intent) || !utf8.ValidString(o.tenant) {
+		return fmt.Errorf("%w: intent and tenant must be valid UTF-8", ErrInvalidOperation)
+	}
+	for name, values := range o.header {
+		if !isToken(name) {
+			return fmt.Errorf("%w: bad header name %q", ErrInvalidOperation, name)
+		}
+		for _, v := range values {
+			// CR, LF and NUL can never be sent; other bytes must be UTF-8 so that every
+			// keystore can persist them unchanged.
+			if strings.ContainsAny(v, "\r\n\x00") || !utf8.ValidString(v) {
+				return fmt.Errorf("%w: header %s has a value that cannot be sent or stored", ErrInvalidOperation, name)
+			}
+		}
 	}
 	return nil
 }

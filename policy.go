@@ -24,6 +24,7 @@ const (
 	maxAttemptsLimit     = 100
 	maxStatusChecksLimit = 100
 	maxMultiplier        = 100
+	maxResponseSizeLimit = 1 << 30 // 1 GiB: a body is held in memory and persisted
 )
 
 // Policy bounds the retries of one call. The zero value means every default; per-call
@@ -52,7 +53,7 @@ type Policy struct {
 	// Default DefaultMaxStatusChecks.
 	MaxStatusChecks int
 	// MaxResponseSize bounds the bytes of one response body read into memory; a larger body
-	// is an error. Default DefaultMaxResponseSize.
+	// is an error. Default DefaultMaxResponseSize; at most 1 GiB.
 	MaxResponseSize int64
 }
 
@@ -128,8 +129,8 @@ func (p Policy) Validate() error {
 		return bad("MaxRetryAfter", p.MaxRetryAfter, ">= 0")
 	case p.MaxStatusChecks < 1 || p.MaxStatusChecks > maxStatusChecksLimit:
 		return bad("MaxStatusChecks", p.MaxStatusChecks, fmt.Sprintf("1..%d", maxStatusChecksLimit))
-	case p.MaxResponseSize <= 0:
-		return bad("MaxResponseSize", p.MaxResponseSize, "> 0")
+	case p.MaxResponseSize <= 0 || p.MaxResponseSize > maxResponseSizeLimit:
+		return bad("MaxResponseSize", p.MaxResponseSize, fmt.Sprintf("1..%d bytes", maxResponseSizeLimit))
 	}
 	return nil
 }

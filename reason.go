@@ -12,6 +12,7 @@ const (
 	reasonBudget      = "budget_exhausted"
 	reasonUnknown     = "outcome_unknown"
 	reasonCanceled    = "canceled"
+	reasonInvalid     = "invalid_operation"
 )
 
 var reasonKinds = map[string]error{
@@ -24,6 +25,7 @@ var reasonKinds = map[string]error{
 	reasonBudget:      ErrBudgetExhausted,
 	reasonUnknown:     ErrOutcomeUnknown,
 	reasonCanceled:    ErrCanceled,
+	reasonInvalid:     ErrInvalidOperation,
 }
 
 func reasonKind(reason string) error {

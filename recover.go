@@ -27,7 +27,7 @@ type RecoverReport struct {
 	Skipped   int // in flight in this process (their own Do finishes them)
 	Succeeded int // reconciled to success (status endpoint, replay or a fresh send)
 	Failed    int // reconciled to a permanent failure
-	Manual    int // key past KeyTTL with an unknown outcome: reported, never resent
+	Manual    int // key past KeyTTL with an unknown outcome, or a record that cannot be sent: reported, never resent
 	Unknown   int // still pending after this run
 	Purged    int // terminal records older than Config.Retention removed
 }
@@ -93,13 +93,25 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 	return rep, ctx.Err()
 }
 
+// unsendable marks a record that can never be sent as manual, so that Recover reports it
+// once instead of failing on it at every start.
+func (c *Client) unsendable(ctx context.Context, rec *keystore.Record, cause error) Reconciled {
+	rec.State, rec.Reason, rec.Error = keystore.StateManual, reasonInvalid, cause.Error()
+	rec.UpdatedAt = c.cfg.Now()
+	if err := c.store.Update(context.WithoutCancel(ctx), rec); err != nil {
+		c.warn("marking an unsendable record manual", rec, err)
+	}
+	return Reconciled{Record: rec.Clone(), Err: &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent,
+		Kind: ErrInvalidOperation, Unknown: true, Cause: cause}}
+}
+
 func (rep *RecoverReport) count(out Reconciled, ran bool) {
 	switch {
 	case !ran:
 		rep.Skipped++
 	case out.Err == nil:
 		rep.Succeeded++
-	case errors.Is(out.Err, ErrKeyExpired):
+	case errors.Is(out.Err, ErrKeyExpired), errors.Is(out.Err, ErrInvalidOperation):
 		rep.Manual++
 	case errors.Is(out.Err, ErrPermanent) || errors.Is(out.Err, ErrKeyConflict):
 		rep.Failed++
@@ -128,8 +140,11 @@ func (c *Client) recoverOne(ctx context.Context, s callSettings, rec *keystore.R
 		return Reconciled{}, false
 	}
 	target, err := c.resolveURL(fresh.Request.URL)
-	if err != nil {
-		return Reconciled{Record: fresh, Err: err}, true
+	if err == nil && !isToken(fresh.Request.Method) {
+		err = fmt.Errorf("%w: bad method %q", ErrInvalidOperation, fresh.Request.Method)
+	}
+	if err != nil { // a record this client can never send: a person must look at it
+		return c.unsendable(ctx, fresh, err), true
 	}
 	cl := c.newCall(s, fresh, fresh.Request.Header.Clone(), target)
 	res, err := cl.run(ctx, true)

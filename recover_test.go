@@ -226,3 +226,27 @@ func TestUnreachableTargetStaysNotExecuted(t *testing.T) {
 	assert.Equal(t, int64(0), c.Stats().StatusChecks)
 	assert.Equal(t, int64(6), c.Stats().Attempts)
 }
+
+// Records this client can never send (a URL it cannot resolve, a broken method) are marked
+// manual and reported once, not retried at every start.
+func TestRecoverMarksUnsendableRecordsManual(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, nil)
+	now := e.clock.Now()
+	for i, r := range []keystore.Request{{Method: "POST", URL: "mailto:ops@example.com"}, {Method: "GE T", URL: "/v1/payments"}} {
+		require.NoError(t, e.store.Create(context.Background(), &keystore.Record{Key: "odd-" + string(rune('a'+i)),
+			State: keystore.StatePending, Request: r, CreatedAt: now, UpdatedAt: now}))
+	}
+	var errs []error
+	rep, err := e.c.Recover(context.Background(), func(r Reconciled) { errs = append(errs, r.Err) })
+	require.NoError(t, err)
+	assert.Equal(t, RecoverReport{Pending: 2, Manual: 2}, rep)
+	for _, err := range errs {
+		assert.ErrorIs(t, err, ErrInvalidOperation)
+		assert.ErrorIs(t, err, ErrOutcomeUnknown)
+	}
+	assert.Equal(t, keystore.StateManual, e.record("odd-a").State)
+	rep, err = e.c.Recover(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, 0, rep.Pending)
+	assert.Equal(t, 0, e.srv.Stats().Requests)
+}

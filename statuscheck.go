@@ -35,8 +35,8 @@ func (cl *call) resolve(ctx context.Context) bool {
 		st, err := cl.s.status(sctx, req)
 		cancel()
 		cl.statusChecks++
-		if err != nil {
-			st = Status{State: StatusUnknown}
+		if err != nil || st.State == StatusCompleted && (st.ResponseStatus < 100 || st.ResponseStatus > 599) {
+			st = Status{State: StatusUnknown} // a custom StatusFunc's garbage proves nothing
 		}
 		cl.c.onStatusCheck(cl, st, err)
 		if ctx.Err() != nil {
@@ -101,7 +101,7 @@ func (c *Client) defaultStatus(path string) StatusFunc {
 				return Status{}, fmt.Errorf("idem: credentials: %w", err)
 			}
 		}
-		resp, err := c.http.Do(req)
+		resp, err := c.statusHTTP.Do(req)
 		if err != nil {
 			return Status{}, err
 		}
