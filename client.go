@@ -35,11 +35,14 @@ type Config struct {
 	// applies; redirects are never followed (a 3xx is a permanent answer). Default: a pooled
 	// client from go-cleanhttp.
 	HTTPClient *http.Client
-	// Store persists records. Default: keystore.NewMemory(), which does not survive a
+	// Store persists records. Use one Client per store in a process: the lock that keeps two
+	// calls of one key from sending at once lives in the Client (across processes, the
+	// server's idempotency is what protects). Default: keystore.NewMemory(), which does not survive a
 	// restart and only sheds finished records when Recover purges them: use it for tests and
 	// short-lived processes, and keystore/boltstore for durability.
 	Store keystore.Store
-	// Tenant scopes keys locally (WithTenant overrides it per operation).
+	// Tenant scopes keys locally (WithTenant overrides it per operation). The server scopes
+	// keys by its own notion of tenant, usually the credentials.
 	Tenant string
 	// StatusURL is the status endpoint path ("{key}" is replaced by the escaped key), such as
 	// "/v1/payments/operations/{key}", in the default JSON convention (see StatusFunc and the package docs). Empty:
@@ -63,9 +66,11 @@ type Config struct {
 	Hooks Hooks
 	// Logger receives debug and warning logs; never bodies or credentials. Nil: no logs.
 	Logger *slog.Logger
-	// Credentials, if set, is called on every outgoing request (attempts and status checks)
-	// to add credentials, which idem never persists. Needed after a restart, when the
-	// persisted request has lost its Authorization header.
+	// Credentials, if set, is called on every outgoing request (attempts and status checks),
+	// whatever its host, to add credentials, which idem never persists: check r.URL.Host if
+	// your operations reach several hosts. Needed after a restart, when the persisted request
+	// has lost its Authorization header. An error stops the call with ErrInvalidOperation
+	// before anything is sent.
 	Credentials func(*http.Request) error
 	// SecretHeaders are extra header names never persisted (Authorization, Cookie and
 	// Proxy-Authorization never are).

@@ -33,8 +33,9 @@ type Policy struct {
 	// MaxAttempts is the most requests sent per call, the first included (1 = no retry).
 	// Default DefaultMaxAttempts; at most 100.
 	MaxAttempts int
-	// MaxElapsed bounds a call's total time, waits included. A retry that would start after
-	// it is not made (ErrExhausted). Default DefaultMaxElapsed.
+	// MaxElapsed bounds a call's total time, waits included. A retry or wait that would end
+	// after it is not started (ErrExhausted); an attempt or status check already under way
+	// runs to its own AttemptTimeout. Default DefaultMaxElapsed.
 	MaxElapsed time.Duration
 	// AttemptTimeout bounds one request from send to the last body byte. A timeout after the
 	// request was written is an unknown outcome. Default DefaultAttemptTimeout.

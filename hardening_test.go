@@ -1,0 +1,113 @@
+package idem
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/keystore/boltstore"
+)
+
+// Operations that can never be sent or stored are refused before a record exists.
+func TestUnsendableOperationsAreRefusedBeforePersisting(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, nil)
+	for name, op := range map[string]*Operation{
+		"mailto URL":       NewOperation("POST", "mailto:ops@example.com", nil),
+		"no host":          NewOperation("POST", "http:///x", nil),
+		"CRLF in a header": payment(1, "x", WithHeader(http.Header{"X-Note": {"a\r\nX-Evil: 1"}})),
+		"non-UTF-8 header": payment(1, "x", WithHeader(http.Header{"X-Note": {"caf\xe9"}})),
+		"bad header name":  payment(1, "x", WithHeader(http.Header{"X Note": {"a"}})),
+		"non-UTF-8 intent": payment(1, "x", WithIntent("order-\xff")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := e.c.Do(context.Background(), op, WithMaxAttempts(3))
+			require.ErrorIs(t, err, ErrInvalidOperation)
+			_, err = e.store.Get(context.Background(), "", op.Key())
+			require.ErrorIs(t, err, keystore.ErrNotFound)
+		})
+	}
+	_, err := e.c.Do(context.Background(), payment(1, "x"), WithPolicy(Policy{MaxResponseSize: 1 << 62}))
+	require.ErrorIs(t, err, ErrInvalidPolicy)
+	assert.Equal(t, 0, e.srv.Stats().Requests)
+}
+
+// A classifier that calls a transport error a success, or answers an unknown class, cannot
+// crash the call or skip the status check.
+func TestMisbehavingClassifierFallsBackToUnknown(t *testing.T) {
+	for name, class := range map[string]Class{"success without response": ClassSuccess, "out of range": Class(42)} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, idemtest.Config{}, func(c *Config) {
+				c.Classifiers = Classifiers{ClassifierFunc(func(a *Attempt) Class {
+					if a.Err != nil || a.StatusCode() >= 500 {
+						return class
+					}
+					return ClassUndecided
+				}), ClassifierFunc(ClassifyStatus)}
+			})
+			e.srv.Script(idemtest.FaultDropAfterCommit)
+			op := payment(1, "cls")
+			res, err := e.c.Do(context.Background(), op)
+			require.NoError(t, err)
+			assert.Equal(t, SourceStatus, res.Source, "asked, not resent")
+			assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()))
+		})
+	}
+}
+
+// A custom StatusFunc's "completed" without a real HTTP status proves nothing.
+func TestStatusFuncGarbageIsUnknown(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, nil)
+	e.srv.Script(idemtest.FaultDropAfterCommit)
+	_, err := e.c.Do(context.Background(), payment(1, "g"), WithMaxStatusChecks(2),
+		WithStatusFunc(func(context.Context, StatusRequest) (Status, error) {
+			return Status{State: StatusCompleted, ResponseStatus: 0}, nil
+		}))
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.NotErrorIs(t, err, ErrPermanent)
+}
+
+// A status endpoint that redirects is not the API's answer.
+func TestStatusCheckDoesNotFollowRedirects(t *testing.T) {
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"status":"completed","response_status":201,"response_body":{}}`))
+	}))
+	defer elsewhere.Close()
+	h := http.NewServeMux()
+	h.HandleFunc("POST /v1/payments", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadGateway) })
+	h.HandleFunc("GET /v1/payments/operations/{key}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, elsewhere.URL+"/x", http.StatusFound)
+	})
+	c, _, _ := scriptedClient(t, h, func(c *Config) { c.StatusURL = statusPath })
+	_, err := c.Do(context.Background(), payment(1, "r"), WithMaxStatusChecks(2))
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+}
+
+// A 2xx with a legal but non-UTF-8 header is still recorded as succeeded in the file store.
+func TestNonUTF8ResponseHeaderIsStillPersisted(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["X-Trace"] = []string{"caf\xe9"}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"pay_1"}`))
+	})
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "k.db"), &boltstore.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	defer store.Close()
+	c, _, _ := scriptedClient(t, h, func(c *Config) { c.Store = store })
+	op := payment(1, "utf")
+	res, err := c.Do(context.Background(), op)
+	require.NoError(t, err)
+	assert.Equal(t, "caf\xe9", res.Header.Get("X-Trace"), "the caller still sees it")
+	rec, err := store.Get(context.Background(), "", op.Key())
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StateSucceeded, rec.State)
+	assert.Equal(t, `{"id":"pay_1"}`, string(rec.Response.Body))
+	assert.Empty(t, rec.Response.Header.Get("X-Trace"))
+}
