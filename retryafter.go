@@ -17,7 +17,7 @@ const maxRetryAfterSeconds = 100 * 365 * 24 * 3600
 // (IMF-fixdate, obsolete RFC 850 and ANSI C asctime). A date in the past gives 0. It returns
 // ok=false for an empty, negative or malformed value, which means "fall back to backoff".
 func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
-	v := strings.TrimSpace(value)
+	v := strings.Trim(value, " \t") // OWS is SP and HTAB (RFC 9110 §5.6.3)
 	if v == "" {
 		return 0, false
 	}
