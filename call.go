@@ -65,9 +65,8 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		// record durably that a send may now happen, so a crash mid-flight is asked about.
 		cl.rec.NotExecuted = false
 		cl.rec.UpdatedAt = cl.c.cfg.Now()
-		if err := cl.c.store.Update(ctx, cl.rec); err != nil {
-			cl.halt(ErrCanceled, fmt.Errorf("idem: recording the resend before it starts: %w", err))
-			return cl.finish(ctx)
+		if err := cl.c.store.Update(ctx, cl.rec); err != nil { // nothing sent: the caller may retry
+			return nil, fmt.Errorf("idem: recording the resend before it starts: %w", err)
 		}
 	case resumed:
 		cl.unknown = true // an earlier call or process may have sent it

@@ -124,6 +124,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	prog.start()
 	err = runChildren(ctx, cfg, killPoints(o.n, o.crashes, o.concurrency, o.seed), t, prog)
 	prog.finish()
+	fmt.Fprintln(stderr, "TIMING children", time.Since(start))
 	if err != nil {
 		fmt.Fprintln(stderr, "payments:", err)
 		return 1
@@ -134,6 +135,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "payments: final reconciliation:", err)
 		return 1
 	}
+	fmt.Fprintln(stderr, "TIMING finalState", time.Since(start))
 	s := summary{Mode: "embedded", Intents: o.n}
 	for _, p := range payments {
 		if p.Invalid {
@@ -147,6 +149,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		s.Mode = "target"
 		s.addVerdict(checkTarget(ctx, payments, recs, t.ids, baseURL, o.statusPath))
 	}
+	fmt.Fprintln(stderr, "TIMING check", time.Since(start))
 	t.mu.Lock()
 	for _, st := range t.stats {
 		s.addStats(st)
