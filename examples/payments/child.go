@@ -26,6 +26,13 @@ const statsEvery = 200 * time.Millisecond
 // maxRounds bounds how often one key is driven again while its outcome stays pending.
 const maxRounds = 40
 
+// maxUnanswered bounds the rounds in a row that got no answer at all for a key: every
+// attempt failed before the request was written (connection refused, DNS), so the API is
+// unreachable and nothing was executed. The payment is left pending, known not executed
+// (keystore.Record.NotExecuted), for a later run to resend with the same key; 40 rounds of
+// waiting would only make an unreachable API take minutes to report.
+const maxUnanswered = 3
+
 // childConfig is what the parent tells a child.
 type childConfig struct {
 	Gen         int    `json:"gen"`
@@ -162,6 +169,7 @@ func (s *sender) pay(ctx context.Context, p payment) {
 // stays pending (unknown, exhausted, throttled too long, budget empty). Every Do of the same
 // intent reuses the key persisted the first time, in this process or a killed one.
 func (s *sender) settle(ctx context.Context, p payment, intent string) (*idem.Result, error) {
+	unanswered := 0
 	for round := 1; ; round++ {
 		op := idem.NewOperation(http.MethodPost, paymentsPath, p.body(), idem.WithIntent(intent))
 		start := time.Now()
@@ -175,6 +183,14 @@ func (s *sender) settle(ctx context.Context, p payment, intent string) (*idem.Re
 		if err == nil || final(err) || round == maxRounds {
 			return res, err
 		}
+		if unansweredErr(err) {
+			unanswered++
+		} else {
+			unanswered = 0
+		}
+		if unanswered == maxUnanswered {
+			return res, err
+		}
 		// Give the server a moment (a slow request may still hold the key) before asking again.
 		time.Sleep(min(time.Duration(round)*20*time.Millisecond, 500*time.Millisecond))
 	}
@@ -185,6 +201,13 @@ func (s *sender) settle(ctx context.Context, p payment, intent string) (*idem.Re
 func final(err error) bool {
 	return errors.Is(err, idem.ErrPermanent) || errors.Is(err, idem.ErrKeyConflict) ||
 		errors.Is(err, idem.ErrKeyExpired) || errors.Is(err, idem.ErrInvalidOperation)
+}
+
+// unansweredErr reports a give-up in which the API never answered the key: not an unknown
+// outcome, and no HTTP status in this call or any earlier one.
+func unansweredErr(err error) bool {
+	var oe *idem.OperationError
+	return errors.As(err, &oe) && !oe.Unknown && oe.LastStatus == 0
 }
 
 // serverFailed reports a permanent failure the server stored as a 5xx for the key: the

@@ -18,12 +18,20 @@ import (
 
 // verdict is the cross-check of every payment: idem's records on disk against the server's
 // ledger (embedded) or against what the API's status endpoint and responses say (-target).
+//
+// A payment is in exactly one of Succeeded, Failed, Pending and NotExecuted, by its last
+// try's record. Pending payments have no final state and an outcome that may have executed:
+// they are lost. NotExecuted payments are pending too, but the client knows the API never
+// executed their key (keystore.Record.NotExecuted), and the oracle does not contradict it:
+// not lost, the same key is resent safely later, but the run did not finish them.
 type verdict struct {
 	Succeeded, Failed, Pending int
 	ExecutedOnce               int
 	BusinessRetries            int      // extra intents (new keys) after a stored 5xx
 	Duplicates                 []string // "pay-7: executed 2 times"
 	Lost                       []string // "pay-9: recorded succeeded, never executed"
+	NotExecuted                []string // "pay-3: key K never executed (budget_exhausted)"
+	Unanswered                 int      // of NotExecuted: the API never answered the key at all
 }
 
 // finalState opens the keystore after the last child, reconciles anything still pending
@@ -44,11 +52,16 @@ func finalState(ctx context.Context, path, baseURL, statusPath string, concurren
 		if err != nil || len(pending) == 0 {
 			break
 		}
+		if round > 0 && allUnanswered(pending) {
+			break // the last round got no answer for any of them: the API is unreachable
+		}
 		rep, err := client.Recover(ctx, nil)
 		if err != nil {
 			return nil, client.Stats(), total, err
 		}
-		total.Pending += rep.Pending
+		if round == 0 { // later rounds find the same records again: count each once
+			total.Pending = rep.Pending
+		}
 		total.Succeeded += rep.Succeeded
 		total.Failed += rep.Failed
 		total.Manual += rep.Manual
@@ -57,6 +70,25 @@ func finalState(ctx context.Context, path, baseURL, statusPath string, concurren
 	recs, err := store.List(ctx)
 	return recs, client.Stats(), total, err
 }
+
+// allUnanswered reports whether every record is known not executed and the API never
+// answered its key: waiting and asking again cannot help.
+func allUnanswered(recs []*keystore.Record) bool {
+	for _, r := range recs {
+		if !unanswered(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// notExecuted reports a pending record the client knows the API never executed.
+func notExecuted(r *keystore.Record) bool {
+	return r != nil && r.State == keystore.StatePending && r.NotExecuted
+}
+
+// unanswered reports a record known not executed whose key never got any HTTP answer.
+func unanswered(r *keystore.Record) bool { return notExecuted(r) && r.LastStatus == 0 }
 
 // byPayment groups records by payment index, ordered by try; the last try is the payment's
 // state. Records of other intents are ignored.
@@ -75,22 +107,52 @@ func byPayment(recs []*keystore.Record) map[int][]*keystore.Record {
 	return out
 }
 
-// tallyStates counts the payment's state (its last try) and returns it.
-func (v *verdict) tallyStates(rs []*keystore.Record) keystore.State {
-	var state keystore.State
-	if len(rs) > 0 {
-		state = rs[len(rs)-1].State
-		v.BusinessRetries += len(rs) - 1
+// tallyStates counts a payment whose last try ended succeeded or failed, and returns that
+// last record (nil if there is none). The caller settles the others with settlePending.
+func (v *verdict) tallyStates(rs []*keystore.Record) *keystore.Record {
+	if len(rs) == 0 {
+		return nil
 	}
-	switch state {
+	last := rs[len(rs)-1]
+	v.BusinessRetries += len(rs) - 1
+	switch last.State {
 	case keystore.StateSucceeded:
 		v.Succeeded++
 	case keystore.StateFailed:
 		v.Failed++
-	default:
-		v.Pending++
 	}
-	return state
+	return last
+}
+
+// settlePending files a payment whose last record is not final, after the oracle had its
+// say (why: its reasons to call the payment lost so far). A record known not executed, and
+// not contradicted, is not executed; anything else without a final state is pending, and
+// lost. It returns the reasons the payment is lost, if any.
+func (v *verdict) settlePending(ref string, last *keystore.Record, why []string) []string {
+	if last != nil && last.State.Terminal() {
+		return why
+	}
+	if notExecuted(last) && len(why) == 0 {
+		reason := last.Reason
+		if reason == "" {
+			reason = "not sent"
+		}
+		v.NotExecuted = append(v.NotExecuted, fmt.Sprintf("%s: key %s never executed (%s)", ref, last.Key, reason))
+		if unanswered(last) {
+			v.Unanswered++
+		}
+		return nil
+	}
+	v.Pending++
+	var state keystore.State
+	if last != nil {
+		state = last.State
+	}
+	what := fmt.Sprintf("no final state (%q)", state)
+	if notExecuted(last) {
+		what += ", recorded as never executed"
+	}
+	return append([]string{what}, why...)
 }
 
 // checkLedger judges every payment against the server's ledger, the oracle:
@@ -107,17 +169,15 @@ func checkLedger(payments []payment, recs []*keystore.Record, srv *idemtest.Serv
 	}
 	lost := map[string][]string{} // reference -> reasons
 	succeededKeys := map[string]bool{}
+	lastOf := map[string]*keystore.Record{}
 	for _, p := range payments {
 		rs := groups[p.Index]
-		state := v.tallyStates(rs)
+		lastOf[p.ref()] = v.tallyStates(rs)
 		switch n := srv.ExecutionsByReference(p.ref()); {
 		case n == 1:
 			v.ExecutedOnce++
 		case n > 1:
 			v.Duplicates = append(v.Duplicates, fmt.Sprintf("%s: executed %d times", p.ref(), n))
-		}
-		if !state.Terminal() {
-			lost[p.ref()] = append(lost[p.ref()], fmt.Sprintf("no final state (%q)", state))
 		}
 		for _, r := range rs {
 			if r.State != keystore.StateSucceeded {
@@ -137,6 +197,13 @@ func checkLedger(payments []payment, recs []*keystore.Record, srv *idemtest.Serv
 		if !succeededKeys[key] {
 			ref := ex[0].Reference
 			lost[ref] = append(lost[ref], fmt.Sprintf("key %s executed as %s, not recorded as succeeded", key, ex[0].ID))
+		}
+	}
+	// Only now is every execution known: a record claiming nothing was executed is believed
+	// only if the ledger agrees.
+	for _, p := range payments {
+		if why := v.settlePending(p.ref(), lastOf[p.ref()], lost[p.ref()]); len(why) > 0 {
+			lost[p.ref()] = why
 		}
 	}
 	for ref, why := range lost {
@@ -159,25 +226,34 @@ func recordID(r *keystore.Record) string {
 // the children saw in responses.
 //   - duplicate: more than one payment id, or more than one key completed with a 2xx;
 //   - lost: a key recorded succeeded the API does not report completed with a 2xx, a key
-//     the API completed with a 2xx that idem does not record as succeeded, or no final state.
+//     the API completed with a 2xx that idem does not record as succeeded, or no final state
+//     (except a record known never executed, which the API does not report completed).
+//
+// A record known never executed is asked about once, without retries, and a failed ask
+// proves nothing about it: against an unreachable API every key is such a record, and
+// retrying each one would only add seconds per payment to the report.
 func checkTarget(ctx context.Context, payments []payment, recs []*keystore.Record, seen map[int]map[string]bool, baseURL, statusPath string) verdict {
 	var v verdict
 	groups := byPayment(recs)
 	sc := &statusClient{base: strings.TrimRight(baseURL, "/"), path: statusPath}
 	for _, p := range payments {
 		rs := groups[p.Index]
-		state := v.tallyStates(rs)
+		last := v.tallyStates(rs)
 		ids := map[string]bool{}
 		for id := range seen[p.Index] {
 			ids[id] = true
 		}
 		completed := 0
 		var why []string
-		if !state.Terminal() {
-			why = append(why, fmt.Sprintf("no final state (%q)", state))
-		}
 		for _, r := range rs {
-			st, err := sc.ask(ctx, r.Key)
+			tries := statusTries
+			if notExecuted(r) {
+				tries = 1
+			}
+			st, err := sc.ask(ctx, r.Key, tries)
+			if err != nil && notExecuted(r) {
+				continue
+			}
 			ok2xx := err == nil && st.State == idem.StatusCompleted && st.ResponseStatus/100 == 2
 			if ok2xx {
 				completed++
@@ -195,6 +271,7 @@ func checkTarget(ctx context.Context, payments []payment, recs []*keystore.Recor
 				why = append(why, fmt.Sprintf("key %s completed by the API, recorded %s", r.Key, r.State))
 			}
 		}
+		why = v.settlePending(p.ref(), last, why)
 		delete(ids, "")
 		if completed == 1 && len(ids) == 1 {
 			v.ExecutedOnce++
@@ -209,17 +286,30 @@ func checkTarget(ctx context.Context, payments []payment, recs []*keystore.Recor
 	return v
 }
 
+// statusTries bounds the asks about one key while the answers are unusable.
+const statusTries = 10
+
 // statusClient asks the status endpoint in the default convention, retrying answers it
-// cannot use (a 503 or a transport error) a few times.
+// cannot use (a 503 or a transport error) a few times. Once a key got only transport errors
+// in all its tries, the endpoint is taken as down and later keys get one try each, so an
+// unreachable API costs one refused connection per key, not seconds.
 type statusClient struct {
 	base, path string
 	http       http.Client
+	down       bool
 }
 
-func (c *statusClient) ask(ctx context.Context, key string) (idem.Status, error) {
+func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.Status, error) {
+	if c.http.Timeout == 0 {
+		c.http.Timeout = 10 * time.Second // a black-holed API must not hold the report for minutes
+	}
+	if c.down {
+		tries = 1
+	}
 	target := c.base + strings.ReplaceAll(c.path, "{key}", url.PathEscape(key))
 	var last error
-	for try := 0; try < 10; try++ {
+	transportOnly := true
+	for try := 0; try < tries; try++ {
 		if try > 0 {
 			time.Sleep(time.Duration(try) * 50 * time.Millisecond)
 		}
@@ -234,6 +324,7 @@ func (c *statusClient) ask(ctx context.Context, key string) (idem.Status, error)
 			last = err
 			continue
 		}
+		transportOnly = false
 		body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 		resp.Body.Close()
 		if err != nil {
@@ -245,6 +336,9 @@ func (c *statusClient) ask(ctx context.Context, key string) (idem.Status, error)
 			return st, nil
 		}
 		last = fmt.Errorf("HTTP %d, state %s", resp.StatusCode, st.State)
+	}
+	if transportOnly && tries > 1 {
+		c.down = true
 	}
 	return idem.Status{}, last
 }

@@ -77,3 +77,40 @@ func TestCheckLedgerCatchesDuplicatesAndLosses(t *testing.T) {
 	assert.Equal(t, 1, v.BusinessRetries)
 	assert.Equal(t, 3, v.ExecutedOnce) // pay-0, pay-4 and pay-5, by the ledger
 }
+
+// TestNotExecutedIsNotLost: a pending record the client knows was never executed is not a
+// loss, unless the ledger says the key was executed after all.
+func TestNotExecutedIsNotLost(t *testing.T) {
+	srv := idemtest.NewServer(idemtest.Config{})
+	defer srv.Close()
+	payments := generate(3, 1)
+	for i := range payments {
+		payments[i].Invalid, payments[i].Amount = false, 1000
+	}
+	req, err := http.NewRequest(http.MethodPost, srv.URL+paymentsPath, bytes.NewReader(payments[1].body()))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", "k1")
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	pending := func(p payment, key string, notExecuted bool) *keystore.Record {
+		return &keystore.Record{Scope: tenant, Key: key, Intent: intentName(p.Index, 1),
+			State: keystore.StatePending, NotExecuted: notExecuted, Reason: "exhausted"}
+	}
+	recs := []*keystore.Record{
+		pending(payments[0], "k0", true),  // never executed: not lost
+		pending(payments[1], "k1", true),  // "never executed", but the ledger executed it: lost
+		pending(payments[2], "k2", false), // may have executed: lost
+	}
+	v := checkLedger(payments, recs, srv)
+	assert.Equal(t, []string{"pay-0: key k0 never executed (exhausted)"}, v.NotExecuted)
+	assert.Equal(t, 1, v.Unanswered)
+	assert.Equal(t, 2, v.Pending)
+	lost := strings.Join(v.Lost, "\n")
+	require.Len(t, v.Lost, 2, lost)
+	assert.Contains(t, lost, `pay-1: no final state ("pending"), recorded as never executed; key k1 executed as`)
+	assert.Contains(t, lost, `pay-2: no final state ("pending")`)
+	assert.Empty(t, v.Duplicates)
+}

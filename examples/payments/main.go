@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -66,14 +67,38 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case o.n < 1 || o.concurrency < 1 || o.crashes < 0:
 		return o, errors.New("-n and -concurrency must be at least 1, -crashes at least 0")
-	case o.faultRate < 0 || o.faultRate > 1:
-		return o, errors.New("-fault-rate must be within 0..1")
+	}
+	if err := checkRates(fs); err != nil {
+		return o, err
+	}
+	if o.target != "" {
+		u, err := url.Parse(o.target)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return o, fmt.Errorf("-target must be an absolute http:// or https:// URL, got %q", o.target)
+		}
 	}
 	return o, nil
 }
 
+// checkRates validates every float flag: each is a rate, a number within 0..1. NaN and
+// ±Inf parse as floats and must be refused here, not by a panic in idemtest later.
+func checkRates(fs *flag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok || err != nil {
+			return
+		}
+		if v, ok := g.Get().(float64); ok && !(v >= 0 && v <= 1) { // false for NaN too
+			err = fmt.Errorf("-%s must be a number within 0..1, got %v", f.Name, v)
+		}
+	})
+	return err
+}
+
 // run is the parent: flags, server, children, cross-check, report. It returns the exit
-// status: 0 when no payment ran twice and none was lost.
+// status: 0 when every payment reached a final state, none ran twice and none was lost; 1
+// otherwise (including payments the API never executed, left pending); 2 for bad flags.
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
@@ -114,7 +139,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if srv == nil {
 			faults = "faults up to the API"
 		}
-		fmt.Fprintf(stdout, "idem payments demo: %d payments, concurrency %d, %s, seed %d, %d crashes, API %s\n",
+		fmt.Fprintf(stdout, "idem payments demo: %d payments, concurrency %d, %s, seed %d, %d crashes requested, API %s\n",
 			o.n, o.concurrency, faults, o.seed, o.crashes, baseURL)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
@@ -124,10 +149,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	prog.start()
 	err = runChildren(ctx, cfg, killPoints(o.n, o.crashes, o.concurrency, o.seed), t, prog)
 	prog.finish()
-	fmt.Fprintln(stderr, "TIMING children", time.Since(start))
 	if err != nil {
 		fmt.Fprintln(stderr, "payments:", err)
 		return 1
+	}
+	if msg := t.crashShortfall(o.crashes); msg != "" {
+		fmt.Fprintln(stderr, "payments:", msg)
 	}
 
 	recs, parentStats, rep, err := finalState(ctx, storePath, baseURL, o.statusPath, o.concurrency)
@@ -135,7 +162,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "payments: final reconciliation:", err)
 		return 1
 	}
-	fmt.Fprintln(stderr, "TIMING finalState", time.Since(start))
 	s := summary{Mode: "embedded", Intents: o.n}
 	for _, p := range payments {
 		if p.Invalid {
@@ -149,13 +175,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		s.Mode = "target"
 		s.addVerdict(checkTarget(ctx, payments, recs, t.ids, baseURL, o.statusPath))
 	}
-	fmt.Fprintln(stderr, "TIMING check", time.Since(start))
 	t.mu.Lock()
 	for _, st := range t.stats {
 		s.addStats(st)
 	}
 	s.addStats(parentStats)
-	s.Crashes, s.CrashLog, s.Children = len(t.crashes), t.crashes, t.children
+	s.Crashes, s.CrashesRequested, s.CrashLog, s.Children = len(t.crashes), o.crashes, t.crashes, t.children
 	s.PendingFound = t.pending + rep.Pending
 	s.Recovered = t.recovered + rep.Succeeded + rep.Failed + rep.Manual
 	s.latencies(t.latencies)
@@ -165,10 +190,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "payments:", err)
 		return 1
 	}
+	code := 0
 	if s.Duplicates > 0 || s.Lost > 0 {
-		return 1
+		code = 1
 	}
-	return 0
+	if s.NotExecuted > 0 {
+		// Not lost (nothing was executed, and the same key is resent safely next time), but
+		// the run did not do its work.
+		why := fmt.Sprintf("the API at %s did not complete them (it refused or throttled every attempt)", baseURL)
+		if s.unanswered == s.NotExecuted {
+			why = fmt.Sprintf("the API at %s never answered (unreachable?)", baseURL)
+		}
+		fmt.Fprintf(stderr, "payments: %d of %d payments were not executed and are still pending: %s\n",
+			s.NotExecuted, s.Intents, why)
+		code = 1
+	}
+	return code
 }
 
 // prepareStore returns the keystore path: the one given, which must not hold another run's

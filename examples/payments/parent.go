@@ -184,6 +184,12 @@ func runChild(ctx context.Context, exe string, cfg childConfig, killAt int, t *t
 		}
 	}
 	werr := cmd.Wait()
+	if killed && werr == nil {
+		// It exited 0 before the signal landed: it had finished its work, nothing crashed.
+		t.uncrash()
+		prog.println(fmt.Sprintf("child %d finished before the SIGKILL landed: not counted as a crash", cfg.Gen))
+		killed = false
+	}
 	switch {
 	case killed:
 		return true, nil
@@ -206,4 +212,28 @@ func (t *tally) killDue(gen, pid, killAt int) (c crash, num int, ok bool) {
 	c = crash{Gen: gen, PID: pid, Done: len(t.outcome), Inflight: t.inflight}
 	t.crashes = append(t.crashes, c)
 	return c, len(t.crashes), true
+}
+
+// uncrash forgets the last crash recorded: its child had already exited on its own.
+func (t *tally) uncrash() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.crashes = t.crashes[:len(t.crashes)-1]
+}
+
+// crashShortfall explains, in one line, why fewer crashes than requested happened ("" if
+// none are missing). A kill needs a sender mid-run: one that has finished a payment itself
+// and still has payments that are not final. The last sender ran out of such work.
+func (t *tally) crashShortfall(requested int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	got := len(t.crashes)
+	if got >= requested {
+		return ""
+	}
+	why := fmt.Sprintf("all %d payments were already final, so no work was left to interrupt", t.n)
+	if len(t.outcome) < t.n {
+		why = fmt.Sprintf("the last sender ran out of work with %d of %d payments final (the rest gave up, still pending), so no work was left to interrupt", len(t.outcome), t.n)
+	}
+	return fmt.Sprintf("only %d of %d requested crashes happened: %s", got, requested, why)
 }

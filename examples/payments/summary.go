@@ -17,7 +17,8 @@ type summary struct {
 	Invalid      int    `json:"invalid"` // generated with amount 0 on purpose
 	Succeeded    int    `json:"succeeded"`
 	Failed       int    `json:"failed"`
-	Pending      int    `json:"pending"`
+	Pending      int    `json:"pending"`      // no final state, may have executed: lost
+	NotExecuted  int    `json:"not_executed"` // still pending, known never executed: not lost
 	ExecutedOnce int    `json:"executed_once"`
 	Duplicates   int    `json:"duplicates"`
 	Lost         int    `json:"lost"`
@@ -30,27 +31,31 @@ type summary struct {
 	ThrottledWaits  int64 `json:"throttled_waits"`
 	UnknownOutcomes int64 `json:"unknown_outcomes"`
 	UnknownResolved int64 `json:"unknown_resolved"`
+	FinalFailures   int64 `json:"final_failures"` // calls that gave up without a result
 	BudgetDenied    int64 `json:"budget_denied"`
 
-	BusinessRetries int     `json:"business_retries"` // new keys after a stored 5xx
-	Crashes         int     `json:"crashes"`
-	Children        int     `json:"children"`
-	PendingFound    int     `json:"pending_found"` // pending records Recover found
-	Recovered       int     `json:"recovered"`     // ... and brought to a final state
-	Calls           int     `json:"calls"`         // Do calls that did network work
-	P50             float64 `json:"p50_ms"`
-	P99             float64 `json:"p99_ms"`
+	BusinessRetries  int     `json:"business_retries"`  // new keys after a stored 5xx
+	Crashes          int     `json:"crashes"`           // SIGKILLs that interrupted a sender
+	CrashesRequested int     `json:"crashes_requested"` // -crashes
+	Children         int     `json:"children"`
+	PendingFound     int     `json:"pending_found"` // pending records Recover found
+	Recovered        int     `json:"recovered"`     // ... and brought to a final state
+	Calls            int     `json:"calls"`         // Do calls that did network work
+	P50              float64 `json:"p50_ms"`
+	P99              float64 `json:"p99_ms"`
 
 	// What the embedded server saw (absent with -target).
 	ServerRequests     *int `json:"server_requests,omitempty"`
 	ServerStatusChecks *int `json:"server_status_checks,omitempty"`
 	ServerExecutions   *int `json:"server_executions,omitempty"`
 
-	CrashLog          []crash  `json:"crash_log"`
-	DuplicateDetails  []string `json:"duplicate_details,omitempty"`
-	LostDetails       []string `json:"lost_details,omitempty"`
-	WallMS            int64    `json:"wall_ms"`
-	serverStatsString string
+	CrashLog           []crash  `json:"crash_log"`
+	DuplicateDetails   []string `json:"duplicate_details,omitempty"`
+	LostDetails        []string `json:"lost_details,omitempty"`
+	NotExecutedDetails []string `json:"not_executed_details,omitempty"`
+	WallMS             int64    `json:"wall_ms"`
+	serverStatsString  string
+	unanswered         int // of NotExecuted: keys the API never answered at all
 }
 
 // addStats adds one process's counters.
@@ -62,6 +67,7 @@ func (s *summary) addStats(st idem.Stats) {
 	s.ThrottledWaits += st.ThrottledWaits
 	s.UnknownOutcomes += st.UnknownOutcomes
 	s.UnknownResolved += st.UnknownResolved
+	s.FinalFailures += st.FinalFailures
 	s.BudgetDenied += st.BudgetDenied
 }
 
@@ -70,6 +76,7 @@ func (s *summary) addVerdict(v verdict) {
 	s.ExecutedOnce, s.BusinessRetries = v.ExecutedOnce, v.BusinessRetries
 	s.Duplicates, s.DuplicateDetails = len(v.Duplicates), v.Duplicates
 	s.Lost, s.LostDetails = len(v.Lost), v.Lost
+	s.NotExecuted, s.NotExecutedDetails, s.unanswered = len(v.NotExecuted), v.NotExecuted, v.Unanswered
 }
 
 func (s *summary) addServer(st idemtest.Stats) {
@@ -97,13 +104,16 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	}
 	fmt.Fprintln(w)
 	row := func(name string, v any, note string) {
-		fmt.Fprintf(w, "  %-27s %13v   %s\n", name, v, note)
+		fmt.Fprintf(w, "  %-28s %12v   %s\n", name, v, note)
 	}
 	row("intents", s.Intents, fmt.Sprintf("payments, %d invalid on purpose (amount 0)", s.Invalid))
 	row("succeeded", s.Succeeded, "")
 	row("failed permanently", s.Failed, "4xx validation errors fail at once, never retried")
+	if s.NotExecuted > 0 {
+		row("not executed (still pending)", s.NotExecuted, "the API never executed them: not lost, resent with the same key later")
+	}
 	if s.Pending > 0 {
-		row("still pending", s.Pending, "no final state: counted as lost")
+		row("still pending", s.Pending, "no final state, may have executed: counted as lost")
 	}
 	executed := "the ledger shows one execution"
 	if s.Mode == "target" {
@@ -118,16 +128,25 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 		}
 		return fmt.Sprintf("server saw %d %s", *v, what)
 	}
-	row("attempts", s.Attempts, serverNote("POSTs", s.ServerRequests))
-	row("retries", s.Retries, "resends of the same key, same body")
+	attempts := "requests idem started, refused connections included"
+	if s.ServerRequests != nil {
+		attempts += "; " + serverNote("POSTs", s.ServerRequests)
+	}
+	row("attempts", s.Attempts, attempts)
+	row("retries", s.Retries, "resends scheduled, same key and same body")
 	row("status checks", s.StatusChecks, serverNote("status GETs", s.ServerStatusChecks))
 	row("replays", s.Replays, "answers marked Idempotent-Replayed (status checks come first)")
 	row("throttled waits", s.ThrottledWaits, "waits honouring Retry-After")
 	row("unknown outcomes resolved", s.UnknownResolved,
-		fmt.Sprintf("by the status endpoint, of %d unknown (timeouts, resets, 5xx, records resumed after a crash)", s.UnknownOutcomes))
+		fmt.Sprintf("by the status endpoint, of %d unknown: attempts (timeouts, resets, 5xx) and pending records Do or Recover resumed", s.UnknownOutcomes))
+	row("calls that gave up", s.FinalFailures, "Do/Recover calls that ended without a result, any reason; the demo drives a pending key again")
 	row("new keys after a stored 5xx", s.BusinessRetries, "the server executed nothing for the old key")
-	row("crashes", s.Crashes, fmt.Sprintf("SIGKILLs; %d child processes", s.Children))
-	row("records recovered", s.Recovered, fmt.Sprintf("of %d pending found by Recover after restarts", s.PendingFound))
+	crashes := fmt.Sprintf("SIGKILLs mid-run; %d child processes", s.Children)
+	if s.Crashes != s.CrashesRequested {
+		crashes = fmt.Sprintf("SIGKILLs mid-run, of %d requested; %d child processes", s.CrashesRequested, s.Children)
+	}
+	row("crashes", s.Crashes, crashes)
+	row("records recovered", s.Recovered, fmt.Sprintf("of %d pending found by Recover (at each restart, then once more at the end)", s.PendingFound))
 	row("latency p50 / p99 (ms)", fmt.Sprintf("%.1f / %.1f", s.P50, s.P99),
 		fmt.Sprintf("over %d calls that completed in a child (killed children's calls are not timed)", s.Calls))
 	fmt.Fprintln(w)
@@ -136,7 +155,8 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	}
 	if s.Crashes > 0 && s.ServerRequests != nil {
 		fmt.Fprintf(w, "client counters are each child's last report (after every call, and every %s):\n"+
-			"a killed child's calls in flight go unreported, so the server may count a few more.\n", statsEvery)
+			"a killed child's last attempts may go unreported, and an attempt counted just before a kill may\n"+
+			"never reach the server, so the server's counts may differ from them by a few either way.\n", statsEvery)
 	}
 	for _, d := range s.DuplicateDetails {
 		fmt.Fprintf(w, "DUPLICATE %s\n", d)
