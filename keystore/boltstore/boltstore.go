@@ -9,6 +9,9 @@
 // bbolt transaction, and writers that arrive while a commit is running are written together
 // in the next one, so 64 concurrent callers get several times the serial rate.
 //
+// A damaged file (cut short, pages overwritten) yields ErrCorrupt, from Open or from the calls
+// that touch the damage, rather than a crash; see ErrCorrupt.
+//
 // File layout (schema version 1): bucket "meta" holds the schema version; bucket "records"
 // maps uvarint(len(scope)) || scope || key to the JSON of a keystore.Record; bucket "intents"
 // maps uvarint(len(scope)) || scope || intent to the key.

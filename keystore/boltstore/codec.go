@@ -31,8 +31,12 @@ func scopedKey(scope, name string) []byte {
 	return append(b, name...)
 }
 
-// splitScopedKey is the inverse of scopedKey.
+// splitScopedKey is the inverse of scopedKey. It refuses a key longer than bbolt allows, which
+// only a damaged page can yield, before copying it.
 func splitScopedKey(b []byte) (scope, name string, ok bool) {
+	if len(b) > bbolt.MaxKeySize {
+		return "", "", false
+	}
 	n, w := binary.Uvarint(b)
 	if w <= 0 || n > uint64(len(b)-w) {
 		return "", "", false
@@ -116,11 +120,11 @@ func headerUTF8(what string, h http.Header) error {
 func decode(k, v []byte) (*keystore.Record, error) {
 	scope, key, ok := splitScopedKey(k)
 	if !ok {
-		return nil, fmt.Errorf("%w: malformed record key %q", ErrCorrupt, k)
+		return nil, structural(fmt.Errorf("%w: malformed record key %q", ErrCorrupt, clip(k)))
 	}
 	var rec keystore.Record
 	if err := json.Unmarshal(v, &rec); err != nil {
-		return nil, fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
+		return nil, jsonError(scope, key, v, err)
 	}
 	if rec.Scope != scope || rec.Key != key {
 		return nil, fmt.Errorf("%w: record stored under (%q, %q) names (%q, %q)", ErrCorrupt, scope, key, rec.Scope, rec.Key)
@@ -146,11 +150,11 @@ type summary struct {
 func decodeSummary(k, v []byte) (*keystore.Record, error) {
 	scope, key, ok := splitScopedKey(k)
 	if !ok {
-		return nil, fmt.Errorf("%w: malformed record key %q", ErrCorrupt, k)
+		return nil, structural(fmt.Errorf("%w: malformed record key %q", ErrCorrupt, clip(k)))
 	}
 	var s summary
 	if err := json.Unmarshal(v, &s); err != nil {
-		return nil, fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
+		return nil, jsonError(scope, key, v, err)
 	}
 	if s.Scope != scope || s.Key != key {
 		return nil, fmt.Errorf("%w: record stored under (%q, %q) names (%q, %q)", ErrCorrupt, scope, key, s.Scope, s.Key)
@@ -159,4 +163,22 @@ func decodeSummary(k, v []byte) (*keystore.Record, error) {
 		Scope: s.Scope, Key: s.Key, Intent: s.Intent, Fingerprint: s.Fingerprint,
 		State: s.State, UpdatedAt: s.UpdatedAt,
 	}, nil
+}
+
+// jsonError returns the ErrCorrupt error for err, from decoding v, the value of record
+// (scope, key). It is structural if the decoder found data after a complete JSON value: then
+// the length of the value in its page element is damaged, not the record's contents, and the
+// value runs on past its record.
+func jsonError(scope, key string, v []byte, err error) error {
+	err = fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
+	var se *json.SyntaxError
+	if errors.As(err, &se) && se.Offset > 0 && se.Offset <= int64(len(v)) && json.Valid(v[:se.Offset-1]) {
+		return structural(err)
+	}
+	return err
+}
+
+// clip returns at most the first 64 bytes of b, for an error message about damaged data.
+func clip(b []byte) []byte {
+	return b[:min(len(b), 64)]
 }

@@ -27,6 +27,10 @@ type committer struct {
 	running bool      // a leader exists: committing, or designated and about to
 	closed  bool
 	commits atomic.Uint64 // bbolt Update transactions run, for tests
+
+	// damage is the first structural damage found by a read or a write (see structuralError).
+	// Once it is set, every write fails with it, so that the damage does not spread.
+	damage atomic.Pointer[structuralError]
 }
 
 // op is one write. apply runs inside the shared transaction and returns the op's own result:
@@ -64,6 +68,9 @@ func (c *committer) do(ctx context.Context, apply func(tx *bbolt.Tx) error) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := c.refused(); err != nil {
+		return err
+	}
 	o := &op{apply: apply, wake: make(chan struct{}, 1)}
 	c.mu.Lock()
 	if c.closed {
@@ -86,6 +93,23 @@ func (c *committer) do(ctx context.Context, apply func(tx *bbolt.Tx) error) erro
 	}
 	c.commit()
 	return o.err
+}
+
+// refused returns the error of a write once structural damage has been found, else nil.
+func (c *committer) refused() error {
+	if d := c.damage.Load(); d != nil {
+		return fmt.Errorf("boltstore: write refused, the keystore's pages are damaged: %w", d)
+	}
+	return nil
+}
+
+// note records err if it reports structural damage, so that later writes are refused, and
+// returns it.
+func (c *committer) note(err error) error {
+	if d, ok := errors.AsType[*structuralError](err); ok {
+		c.damage.CompareAndSwap(nil, d)
+	}
+	return err
 }
 
 // wait blocks until o is done or must lead. It returns false if ctx ended first and o was
@@ -116,22 +140,38 @@ func (c *committer) commit() {
 	batch := c.queue
 	c.queue = nil
 	c.mu.Unlock()
+	// However the commit ends, even by a panic that guard did not expect to recover, the ops
+	// are woken and leadership is handed on: a waiter never hangs.
+	finished := false
 	defer func() {
-		if p := recover(); p != nil { // bbolt panics on some damaged pages
+		if !finished {
 			for _, o := range batch {
-				o.err = fmt.Errorf("%w: panic during commit: %v", ErrCorrupt, p)
+				o.err = fmt.Errorf("%w: commit of %d writes did not complete", ErrCorrupt, len(batch))
 			}
 			c.finish(batch)
-			panic(p)
 		}
 	}()
+	if err := c.refused(); err != nil { // found since these ops were queued
+		for _, o := range batch {
+			o.err = err
+		}
+		finished = true
+		c.finish(batch)
+		return
+	}
 	c.commits.Add(1)
-	err := c.db.Update(func(tx *bbolt.Tx) error {
+	// A damaged page makes bbolt (or an op decoding a record) panic or fault: update returns
+	// that as ErrCorrupt and rolls the transaction back, so nothing of the batch is written and
+	// every op in it fails with that error. So does an op that finds structural damage.
+	err := update(c.db, "commit", func(tx *bbolt.Tx) error {
 		wrote := false
 		for _, o := range batch {
 			o.err = o.apply(tx)
 			if a, ok := errors.AsType[*abortError](o.err); ok {
 				return a.err
+			}
+			if _, ok := errors.AsType[*structuralError](o.err); ok { // write nothing on damaged pages
+				return o.err
 			}
 			wrote = wrote || o.err == nil
 		}
@@ -152,6 +192,10 @@ func (c *committer) commit() {
 			o.err = err
 		}
 	}
+	for _, o := range batch { // before the next leader commits
+		c.note(o.err)
+	}
+	finished = true
 	c.finish(batch)
 }
 

@@ -24,7 +24,14 @@ var (
 
 	// ErrCorrupt: the file is an idem keystore but part of it cannot be read: a record that does
 	// not decode or does not match its key, a broken intent index, damaged bbolt meta pages, a
-	// malformed schema version. Reads and writes that touch the damaged part return it.
+	// truncated file, a damaged page, a malformed schema version. Open returns it for damage it
+	// finds in the file's structure (it reads the meta pages, the freelist and the page tree
+	// before bbolt maps the file); reads and writes that touch a damaged part return it, and a
+	// write that fails with it writes nothing. Damage never crashes the process: a panic or a
+	// memory fault inside bbolt is returned as ErrCorrupt, wrapping the panic value. Once a
+	// read or write has found damage to the pages themselves (rather than a record that does
+	// not decode), the Store refuses every later write with ErrCorrupt, so as not to spread it;
+	// reads go on where they can.
 	ErrCorrupt = errors.New("boltstore: keystore is corrupt")
 
 	// ErrSchemaVersion: the keystore was written by a newer version of idem (its schema version

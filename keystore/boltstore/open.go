@@ -1,10 +1,8 @@
 package boltstore
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"time"
@@ -21,7 +19,8 @@ import (
 //   - ErrLocked if another process or Store holds the file for longer than Options.Timeout;
 //   - ErrNotKeystore if it is not a bbolt file, or a bbolt file with other data;
 //   - ErrSchemaVersion if a newer idem wrote it;
-//   - ErrCorrupt if it is a damaged keystore.
+//   - ErrCorrupt if it is a damaged keystore: bad meta pages, truncated, a damaged freelist or
+//     page tree. Damage inside record pages is found later, by the reads and writes that touch it.
 //
 // Other errors (permissions, a directory) are returned wrapped, with path in the message.
 func Open(path string, opts *Options) (*Store, error) {
@@ -32,11 +31,11 @@ func Open(path string, opts *Options) (*Store, error) {
 	}
 	bo := *bbolt.DefaultOptions
 	bo.Timeout = max(time.Until(deadline), time.Millisecond) // never 0: that waits forever
-	db, err := bbolt.Open(path, o.Mode, &bo)
+	db, err := openDB(path, o.Mode, &bo)
 	if err != nil {
-		return nil, openError(path, err)
+		return nil, err
 	}
-	if err := initLayout(db, path); err != nil {
+	if err := guard(path, func() error { return initLayout(db, path) }); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -45,10 +44,11 @@ func Open(path string, opts *Options) (*Store, error) {
 	return s, nil
 }
 
-// inspect checks an existing non-empty file without writing to it: it must start like a
-// bbolt file, and a read-only bbolt open must find an idem keystore (or no bucket at all)
+// inspect checks an existing non-empty file without writing to it: checkFile must find an
+// intact bbolt file (with plain reads, before bbolt reads anything but the meta pages through
+// its memory map), and a read-only bbolt open must find an idem keystore (or no bucket at all)
 // with a schema version this code reads. A missing or empty file passes.
-func inspect(path string, timeout time.Duration) (err error) {
+func inspect(path string, timeout time.Duration) error {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -60,49 +60,51 @@ func inspect(path string, timeout time.Duration) (err error) {
 	case fi.Size() == 0:
 		return nil
 	}
-	if err := checkMagic(path); err != nil {
+	if err := checkFile(path, false); err != nil {
 		return err
 	}
-	defer func() { // bbolt panics on some damaged pages
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %s: %v", ErrCorrupt, path, p)
-		}
-	}()
-	db, err := bbolt.Open(path, 0, &bbolt.Options{ReadOnly: true, Timeout: timeout})
+	db, err := openDB(path, 0, &bbolt.Options{ReadOnly: true, Timeout: timeout})
 	if err != nil {
-		return openError(path, err)
+		return err
 	}
 	defer func() { _ = db.Close() }()
-	return db.View(func(tx *bbolt.Tx) error {
-		_, err := checkLayout(tx, path)
+	// The shared lock is held: no writer changes the file while checkFile reads all of it.
+	if err := checkFile(path, true); err != nil {
 		return err
+	}
+	return guard(path, func() error {
+		return db.View(func(tx *bbolt.Tx) error {
+			_, err := checkLayout(tx, path)
+			return err
+		})
 	})
 }
 
-// bboltMagic is the marker bbolt writes at the start of the meta pages, after the 16-byte
-// page header, in the machine's byte order. It is the same in every commit, so a torn meta
-// write does not change it.
-const (
-	bboltMagic     = 0xED0CDAED
-	bboltMagicOff  = 16
-	bboltMinHeader = bboltMagicOff + 4
-)
-
-// checkMagic returns ErrNotKeystore unless the file at path starts like a bbolt file.
-func checkMagic(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("boltstore: open %s: %w", path, err)
+// openDB runs bbolt.Open under guard and maps its errors. bbolt.Open does not clean up after
+// a panic, so openDB keeps the file it opens and closes it then, which releases the lock.
+func openDB(path string, mode os.FileMode, bo *bbolt.Options) (*bbolt.DB, error) {
+	var file *os.File
+	o := *bo
+	o.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		f, err := os.OpenFile(name, flag, perm)
+		file = f
+		return f, err
 	}
-	defer func() { _ = f.Close() }()
-	var head [bboltMinHeader]byte
-	if _, err := io.ReadFull(f, head[:]); err != nil {
-		return fmt.Errorf("%w: %s: too short for a bbolt file: %w", ErrNotKeystore, path, err)
+	var db *bbolt.DB
+	err := guard(path, func() (err error) {
+		db, err = bbolt.Open(path, mode, &o)
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrCorrupt): // a panic
+		if file != nil {
+			_ = file.Close()
+		}
+		return nil, err
+	case err != nil:
+		return nil, openError(path, err)
 	}
-	if binary.NativeEndian.Uint32(head[bboltMagicOff:]) != bboltMagic {
-		return fmt.Errorf("%w: %s: no bbolt header", ErrNotKeystore, path)
-	}
-	return nil
+	return db, nil
 }
 
 // checkLayout reports whether the database is empty (no bucket at all: new, or created by a
@@ -118,6 +120,16 @@ func checkLayout(tx *bbolt.Tx, path string) (empty bool, err error) {
 		})
 		if other != nil {
 			return false, fmt.Errorf("%w: %s: bbolt database with bucket %q and no keystore meta", ErrNotKeystore, path, other)
+		}
+		// bbolt creates a file with transaction ids 0 and 1 in its meta pages; initLayout's
+		// commit is the next. No bucket after more commits is a damaged root page, not a new
+		// file: initializing it would lose whatever the file held.
+		committed := uint64(tx.ID())
+		if tx.Writable() {
+			committed-- // the id of the transaction in progress
+		}
+		if committed > 1 {
+			return false, fmt.Errorf("%w: %s: no bucket, after %d transactions", ErrCorrupt, path, committed)
 		}
 		return true, nil
 	}
@@ -149,7 +161,7 @@ func initLayout(db *bbolt.DB, path string) error {
 	if err != nil || !empty {
 		return err
 	}
-	return db.Update(func(tx *bbolt.Tx) error {
+	return update(db, path, func(tx *bbolt.Tx) error {
 		if empty, err := checkLayout(tx, path); err != nil || !empty {
 			return err
 		}

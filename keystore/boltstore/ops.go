@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -91,7 +92,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time) (int, error) {
 	err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
 		records, intents := tx.Bucket(bucketRecords), tx.Bucket(bucketIntents)
 		var keys, intentKeys [][]byte
-		err := records.ForEach(func(k, v []byte) error {
+		err := forEachRecord(records, func(k, v []byte) error {
 			rec, err := decodeSummary(k, v)
 			if err != nil {
 				return err
@@ -133,7 +134,7 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*keystore.Record, e
 		return nil, err
 	}
 	var rec *keystore.Record
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		k := scopedKey(scope, key)
 		v := tx.Bucket(bucketRecords).Get(k)
 		if v == nil {
@@ -143,7 +144,7 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*keystore.Record, e
 		rec, err = decode(k, v)
 		return err
 	})
-	return rec, dbError(err)
+	return rec, s.commit.note(dbError(err))
 }
 
 // GetByIntent returns the record created with (scope, intent). It returns
@@ -158,10 +159,13 @@ func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystor
 		return nil, keystore.ErrNotFound
 	}
 	var rec *keystore.Record
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		key := tx.Bucket(bucketIntents).Get(scopedKey(scope, intent))
 		if key == nil {
 			return keystore.ErrNotFound
+		}
+		if len(key) > bbolt.MaxKeySize {
+			return structural(fmt.Errorf("%w: intent (%q, %q) names a key of %d bytes", ErrCorrupt, scope, intent, len(key)))
 		}
 		k := scopedKey(scope, string(key))
 		v := tx.Bucket(bucketRecords).Get(k)
@@ -172,7 +176,7 @@ func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystor
 		rec, err = decode(k, v)
 		return err
 	})
-	return rec, dbError(err)
+	return rec, s.commit.note(dbError(err))
 }
 
 // List returns the records in any of states (every record if none is given), sorted by
@@ -183,8 +187,8 @@ func (s *Store) List(ctx context.Context, states ...keystore.State) ([]*keystore
 		return nil, err
 	}
 	var out []*keystore.Record
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {
+	err := s.view(func(tx *bbolt.Tx) error {
+		return forEachRecord(tx.Bucket(bucketRecords), func(k, v []byte) error {
 			rec, err := decode(k, v)
 			if err != nil {
 				return err
@@ -196,10 +200,29 @@ func (s *Store) List(ctx context.Context, states ...keystore.State) ([]*keystore
 		})
 	})
 	if err != nil {
-		return nil, dbError(err)
+		return nil, s.commit.note(dbError(err))
 	}
 	keystore.SortRecords(out)
 	return out, nil
+}
+
+// forEachRecord calls fn for each key and value of records, in key order. bbolt returns the
+// keys of an intact bucket in strictly increasing order; a key that is not greater than the
+// one before means damaged pages (Open rules out pages that lead back into the tree, where
+// ForEach would loop forever, but not damage done to the file after Open), and is returned as
+// ErrCorrupt. So is a key longer than bbolt allows, before it is copied.
+func forEachRecord(records *bbolt.Bucket, fn func(k, v []byte) error) error {
+	var prev []byte
+	return records.ForEach(func(k, v []byte) error {
+		if len(k) > bbolt.MaxKeySize {
+			return structural(fmt.Errorf("%w: record key of %d bytes, after %q", ErrCorrupt, len(k), clip(prev)))
+		}
+		if prev != nil && bytes.Compare(k, prev) <= 0 {
+			return structural(fmt.Errorf("%w: record key %q follows %q: the records are out of order", ErrCorrupt, clip(k), clip(prev)))
+		}
+		prev = append(prev[:0], k...)
+		return fn(k, v)
+	})
 }
 
 // begin returns keystore.ErrClosed after Close, else ctx.Err().
