@@ -236,8 +236,13 @@ func TestRecoverMarksUnsendableRecordsManual(t *testing.T) {
 		require.NoError(t, e.store.Create(context.Background(), &keystore.Record{Key: "odd-" + string(rune('a'+i)),
 			State: keystore.StatePending, Request: r, CreatedAt: now, UpdatedAt: now}))
 	}
+	var mu sync.Mutex
 	var errs []error
-	rep, err := e.c.Recover(context.Background(), func(r Reconciled) { errs = append(errs, r.Err) })
+	rep, err := e.c.Recover(context.Background(), func(r Reconciled) {
+		mu.Lock()
+		defer mu.Unlock()
+		errs = append(errs, r.Err)
+	})
 	require.NoError(t, err)
 	assert.Equal(t, RecoverReport{Pending: 2, Manual: 2}, rep)
 	for _, err := range errs {
