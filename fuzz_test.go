@@ -29,7 +29,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 		} else if d < 0 || d > maxRetryAfterSeconds*time.Second {
 			t.Fatalf("ParseRetryAfter(%q) = %v, out of [0, %v]", v, d, maxRetryAfterSeconds*time.Second)
 		}
-		trimmed := strings.TrimSpace(v)
+		trimmed := strings.Trim(v, " \t") // RFC 9110 OWS only
 		if trimmed != "" && strings.Trim(trimmed, "0123456789") == "" {
 			if !ok {
 				t.Fatalf("ParseRetryAfter(%q): pure digits must parse", v)
