@@ -282,26 +282,6 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 	}
 }
 
-// get and getByIntent read the store, treating a (nil, nil) answer of a faulty Store as an
-// error rather than a crash.
-func (c *Client) get(ctx context.Context, scope, key string) (*keystore.Record, error) {
-	rec, err := c.store.Get(ctx, scope, key)
-	if err == nil && rec == nil {
-		err = errNilRecord
-	}
-	return rec, err
-}
-
-func (c *Client) getByIntent(ctx context.Context, scope, intent string) (*keystore.Record, error) {
-	rec, err := c.store.GetByIntent(ctx, scope, intent)
-	if err == nil && rec == nil {
-		err = errNilRecord
-	}
-	return rec, err
-}
-
-var errNilRecord = errors.New("idem: keystore returned neither a record nor an error")
-
 func (c *Client) settings(opts []CallOption) (callSettings, error) {
 	s := callSettings{policy: c.policy, statusURL: c.cfg.StatusURL, status: c.cfg.StatusFunc}
 	for _, o := range opts {
@@ -319,89 +299,6 @@ func (c *Client) settings(opts []CallOption) (callSettings, error) {
 		s.status = c.defaultStatus(s.statusURL)
 	}
 	return s, nil
-}
-
-// open finds the record for op (by intent, then by key) or persists a new pending one.
-func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keystore.Record, bool, error) {
-	fp := Fingerprint(op.method, op.url, op.body)
-	for try := 0; try < 3; try++ {
-		rec, err := c.lookup(ctx, op, scope)
-		if err == nil {
-			if rec.Fingerprint != fp {
-				return nil, false, &OperationError{Key: rec.Key, Scope: scope, Intent: rec.Intent, Kind: ErrKeyConflict,
-					Cause: fmt.Errorf("key %q is bound to another request (%s %s, fingerprint %.12s); this one is %s %s, fingerprint %.12s",
-						rec.Key, rec.Request.Method, rec.Request.URL, rec.Fingerprint, op.method, op.url, fp)}
-			}
-			return rec, false, nil
-		}
-		var conflict *OperationError
-		if errors.As(err, &conflict) {
-			return nil, false, err
-		}
-		if !errors.Is(err, keystore.ErrNotFound) {
-			return nil, false, fmt.Errorf("idem: reading keystore: %w", err)
-		}
-		now := c.cfg.Now()
-		rec = &keystore.Record{
-			Scope: scope, Key: op.key, Intent: op.intent, Fingerprint: fp, State: keystore.StatePending,
-			Request: keystore.Request{Method: op.method, URL: op.url,
-				Header: keystore.StripSecrets(op.header, c.cfg.SecretHeaders...), Body: op.body},
-			CreatedAt: now, UpdatedAt: now,
-		}
-		err = c.store.Create(ctx, rec)
-		if err == nil {
-			return rec, true, nil
-		}
-		if !errors.Is(err, keystore.ErrExists) { // nothing was sent: the caller may simply retry
-			return nil, false, fmt.Errorf("idem: persisting key before send: %w", err)
-		}
-		// Another process created it between our lookup and Create: look again.
-	}
-	return nil, false, fmt.Errorf("idem: key %q keeps appearing and vanishing in the keystore", op.key)
-}
-
-func (c *Client) lookup(ctx context.Context, op *Operation, scope string) (*keystore.Record, error) {
-	if op.intent != "" {
-		rec, err := c.getByIntent(ctx, scope, op.intent)
-		if !errors.Is(err, keystore.ErrNotFound) {
-			return rec, err
-		}
-	}
-	rec, err := c.get(ctx, scope, op.key)
-	if err == nil && op.intent != "" && rec.Intent != op.intent {
-		return nil, &OperationError{Key: rec.Key, Scope: scope, Intent: op.intent, Kind: ErrKeyConflict,
-			Cause: fmt.Errorf("key %q belongs to intent %q", rec.Key, rec.Intent)}
-	}
-	return rec, err
-}
-
-// storedOutcome turns a terminal record into what Do returns, without sending anything.
-func (c *Client) storedOutcome(rec *keystore.Record) (*Result, error) {
-	switch rec.State {
-	case keystore.StateSucceeded:
-		res := &Result{Key: rec.Key, Source: SourceStore}
-		if rec.Response != nil {
-			res.StatusCode, res.Header, res.Body = rec.Response.Status, rec.Response.Header, rec.Response.Body
-		}
-		return res, nil
-	case keystore.StateManual:
-		kind := reasonKind(rec.Reason)
-		if kind != ErrInvalidOperation {
-			kind = ErrKeyExpired
-		}
-		return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: kind,
-			Unknown: true, LastStatus: rec.LastStatus, Cause: errors.New(rec.Error), Stored: true}
-	}
-	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: reasonKind(rec.Reason),
-		LastStatus: rec.LastStatus, Stored: true}
-	if rec.Error != "" {
-		e.Cause = errors.New(rec.Error)
-	}
-	if rec.Response != nil {
-		e.Response = &Result{Key: rec.Key, StatusCode: rec.Response.Status, Header: rec.Response.Header,
-			Body: rec.Response.Body, Source: SourceStore}
-	}
-	return nil, e
 }
 
 func (c *Client) resolveURL(ref string) (string, error) {
