@@ -113,4 +113,3 @@ func (c *Client) storedOutcome(rec *keystore.Record) (*Result, error) {
 	}
 	return nil, e
 }
-
