@@ -71,4 +71,5 @@ func TestBudgetDrainsDeniesAndRefills(t *testing.T) {
 	res, err = c.Do(ctx, payment(100, "vip"), WithoutBudget())
 	require.NoError(t, err)
 	assert.Equal(t, 3, res.Attempts)
+	assert.Equal(t, 1, c.Budget().Available(), "no tokens taken; the success refunds one")
 }

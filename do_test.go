@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"io"
+	"strconv"
 	"net/http"
 	"testing"
 	"time"
@@ -15,10 +16,10 @@ import (
 )
 
 func TestDoHappyPath(t *testing.T) {
-	var seenKey, seenBody []string
+	var seenKey, seenLength []string
 	e := newEnv(t, idemtest.Config{OnPayment: func(r *http.Request) {
 		seenKey = append(seenKey, r.Header.Get("Idempotency-Key"))
-		seenBody = append(seenBody, r.Header.Get("Content-Length"))
+		seenLength = append(seenLength, r.Header.Get("Content-Length"))
 	}}, nil)
 	op := payment(1250, "order-1")
 	res, err := e.c.Do(context.Background(), op)
@@ -31,6 +32,7 @@ func TestDoHappyPath(t *testing.T) {
 	assert.False(t, res.Replayed())
 	assert.Contains(t, string(res.Body), `"amount":1250`)
 	assert.Equal(t, []string{op.Key()}, seenKey)
+	assert.Equal(t, []string{strconv.Itoa(len(op.Body()))}, seenLength)
 	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
 
 	rec := e.record(op.Key())

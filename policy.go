@@ -200,5 +200,6 @@ func WithStatusFunc(f StatusFunc) CallOption {
 }
 
 // WithoutBudget lets this call retry even when the client's retry budget is empty. Use it for
-// the rare call that must go on during an outage; it does not refill the budget.
+// the rare call that must go on during an outage. Its retries take no tokens; its success
+// counts as healthy traffic like any other (a first-attempt refund).
 func WithoutBudget() CallOption { return func(s *callSettings) { s.noBudget = true } }
