@@ -3,8 +3,8 @@ package idem
 import (
 	"context"
 	"io"
-	"strconv"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
