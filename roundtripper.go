@@ -35,7 +35,8 @@ var ErrBodyTooLarge = errors.New("idem: request body larger than the transport's
 // policy options (ContextWithCallOptions). Headers other than the key header are sent on
 // every attempt and persisted, except credentials (see WithHeader): after a restart,
 // Config.Credentials must supply them again. The request's URL must be absolute and carry no
-// user info; Host and Trailer overrides are not kept.
+// user info; Host and Trailer overrides are not kept. Status checks use Config.StatusURL as
+// for Do: a relative one is resolved against Config.BaseURL, which must then be set.
 //
 // Requests with any other method (GET, HEAD, PUT, DELETE, OPTIONS: safe or idempotent by
 // RFC 9110 §9.2) are sent with plain bounded retries through go-retryablehttp: connection

@@ -58,4 +58,3 @@ func OpenReadOnly(path string, opts *Options) (*Store, error) {
 	s.commit.init(db)
 	return s, nil
 }
-
