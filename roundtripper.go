@@ -48,8 +48,8 @@ var ErrBodyTooLarge = errors.New("idem: request body larger than the transport's
 //   - success: a response built from the Result (status, headers, body byte for byte);
 //   - a permanent failure the server decided (ErrPermanent: a 4xx, a 3xx, a stored 4xx;
 //     never a 5xx), with its answer: a response with that status, headers and body, as net/http would
-//     return it, and no error. The record is failed; the same request again returns the
-//     same answer from the keystore without sending;
+//     return it, and no error. The record is failed; the same request again under the same
+//     intent or key header returns the same answer from the keystore without sending;
 //   - anything else is an error that unwraps (errors.As) to *OperationError: an unknown
 //     outcome (ErrOutcomeUnknown, ErrKeyExpired), a stop before a known end (ErrExhausted,
 //     ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrCanceled), and a key
