@@ -1,6 +1,6 @@
 module github.com/idemkit/idem/idemotel
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/idemkit/idem v0.1.0

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/keystore/boltstore"
+)
+
+var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func fixedNow() time.Time { return testNow }
+
+// seed writes one record per state, with ages of 2 h (pending), 30 h (manual), 100 h
+// (succeeded) and 1 min (failed), and a pending one in tenant "acme" aged 5 min.
+func seed(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "idem.db")
+	s, err := boltstore.Open(path, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	add := func(scope, key, intent string, st keystore.State, age time.Duration, resp *keystore.Response) {
+		at := testNow.Add(-age)
+		require.NoError(t, s.Create(context.Background(), &keystore.Record{
+			Scope: scope, Key: key, Intent: intent, Fingerprint: "fp-" + key, State: st, Attempts: 2, LastStatus: 504,
+			Reason: map[keystore.State]string{keystore.StateManual: "key_expired"}[st],
+			Request: keystore.Request{Method: "POST", URL: "/v1/payments",
+				Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"amount":12}`)},
+			Response: resp, CreatedAt: at, UpdatedAt: at}))
+	}
+	add("", "k-pending", "order-1", keystore.StatePending, 2*time.Hour, nil)
+	add("", "k-manual", "order-2", keystore.StateManual, 30*time.Hour, nil)
+	add("", "k-ok", "order-3", keystore.StateSucceeded, 100*time.Hour, &keystore.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)})
+	add("", "k-failed", "", keystore.StateFailed, time.Minute, &keystore.Response{Status: 400})
+	add("acme", "k-acme", "order-1", keystore.StatePending, 5*time.Minute, nil)
+	return path
+}
+
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb, fixedNow)
+	return code, out.String(), errb.String()
+}
+
+func TestLs(t *testing.T) {
+	db := seed(t)
+	tests := []struct {
+		name string
+		args []string
+		keys []string
+	}{
+		{"all, oldest first", nil, []string{"k-ok", "k-manual", "k-pending", "k-acme", "k-failed"}},
+		{"stuck", []string{"-state", "pending,manual"}, []string{"k-manual", "k-pending", "k-acme"}},
+		{"stuck for an hour", []string{"-state", "pending,manual", "-min-age", "1h"}, []string{"k-manual", "k-pending"}},
+		{"default tenant", []string{"-tenant", ""}, []string{"k-ok", "k-manual", "k-pending", "k-failed"}},
+		{"tenant acme", []string{"-tenant", "acme"}, []string{"k-acme"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errs := runCmd(t, append([]string{"ls", "-db", db, "-json"}, tt.args...)...)
+			require.Equal(t, 0, code, errs)
+			var rows []summary
+			require.NoError(t, json.Unmarshal([]byte(out), &rows))
+			var keys []string
+			for _, r := range rows {
+				keys = append(keys, r.Key)
+			}
+			assert.Equal(t, tt.keys, keys)
+		})
+	}
+	code, out, _ := runCmd(t, "ls", "-db", db, "-state", "manual")
+	require.Equal(t, 0, code)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 3)
+	assert.Equal(t, []string{"STATE", "AGE", "ATTEMPTS", "LAST", "TENANT", "INTENT", "KEY", "REASON"}, strings.Fields(lines[0]))
+	assert.Equal(t, []string{"manual", "30h0m0s", "2", "504", "-", "order-2", "k-manual", "key_expired"}, strings.Fields(lines[1]))
+	assert.Equal(t, "1 record(s)", lines[2])
+}
+
+func TestShowAndStats(t *testing.T) {
+	db := seed(t)
+	code, out, errs := runCmd(t, "show", "-db", db, "-json", "k-ok")
+	require.Equal(t, 0, code, errs)
+	var rec keystore.Record
+	require.NoError(t, json.Unmarshal([]byte(out), &rec))
+	assert.Equal(t, keystore.StateSucceeded, rec.State)
+	assert.Equal(t, `{"id":"pay_1"}`, string(rec.Response.Body))
+
+	code, out, _ = runCmd(t, "show", "-db", db, "-tenant", "acme", "-intent", "order-1")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "k-acme")
+	assert.Regexp(t, `(?m)^  header +Content-Type: application/json$`, out)
+
+	code, _, errs = runCmd(t, "show", "-db", db, "nope")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, `no record for key "nope" in tenant ""`)
+
+	code, out, errs = runCmd(t, "stats", "-db", db, "-json")
+	require.Equal(t, 0, code, errs)
+	var st stats
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	assert.Equal(t, stats{Total: 5, Tenants: 2, OldestPendingSeconds: 7200, OldestManualSeconds: 30 * 3600,
+		ByState: map[keystore.State]int{"pending": 2, "manual": 1, "succeeded": 1, "failed": 1}}, st)
+	code, out, _ = runCmd(t, "stats", "-db", db)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "oldest manual   30h0m0s")
+}
+
+func TestPurge(t *testing.T) {
+	db := seed(t)
+	code, out, errs := runCmd(t, "purge", "-db", db, "-older-than", "72h", "-dry-run")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "would purge 1 ")
+	code, out, errs = runCmd(t, "purge", "-db", db, "-older-than", "72h", "-json")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, `"purged": 1`)
+
+	s, err := boltstore.OpenReadOnly(db, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	left, err := s.List(context.Background())
+	require.NoError(t, err)
+	var keys []string
+	for _, r := range left {
+		keys = append(keys, r.Key)
+	}
+	assert.Equal(t, []string{"k-manual", "k-pending", "k-acme", "k-failed"}, keys, "only the old succeeded record went")
+}
+
+// While a service holds the file, every command stops after -timeout with a clear message.
+func TestLockedFile(t *testing.T) {
+	db := seed(t)
+	svc, err := boltstore.Open(db, nil)
+	require.NoError(t, err)
+	defer svc.Close()
+	for _, args := range [][]string{{"ls"}, {"show", "k-ok"}, {"stats"}, {"purge", "-older-than", "1h"}} {
+		start := time.Now()
+		code, out, errs := runCmd(t, append([]string{args[0], "-db", db, "-timeout", "100ms"}, args[1:]...)...)
+		assert.Equal(t, 1, code, args)
+		assert.Empty(t, out)
+		assert.Contains(t, errs, "is in use by another process", args)
+		assert.Less(t, time.Since(start), 5*time.Second)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	db := seed(t)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"resolve", "k"}, "not available yet"},
+		{[]string{"recover"}, "not available yet"},
+		{[]string{"ls", "-url", "http://admin"}, "-url is not available yet"},
+		{[]string{"ls", "-dsn", "postgres://x"}, "-dsn is not available yet"},
+		{[]string{"ls"}, "-db FILE is required"},
+		{[]string{"ls", "-db", db, "-state", "done"}, `unknown state "done"`},
+		{[]string{"show", "-db", db}, "one KEY or -intent"},
+		{[]string{"purge", "-db", db}, "-older-than"},
+		{[]string{"frobnicate"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		code, _, errs := runCmd(t, tt.args...)
+		assert.Equal(t, 2, code, tt.args)
+		assert.Contains(t, errs, tt.want, tt.args)
+	}
+	code, _, errs := runCmd(t)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errs, "commands:")
+	code, _, _ = runCmd(t, "ls", "-h")
+	assert.Equal(t, 0, code)
+}
