@@ -3,6 +3,7 @@ module github.com/idemkit/idem/keystore/pgstore
 go 1.26.8
 
 require (
+	github.com/google/uuid v1.6.0
 	github.com/idemkit/idem v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 )
