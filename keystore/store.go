@@ -3,8 +3,10 @@
 //
 // A record is written before the first byte of a request is sent, so that a process that dies
 // mid-call can reconcile the operation after a restart instead of repeating or forgetting it.
-// Backends: [Memory] (tests, short-lived processes) and the bbolt file store in
-// keystore/boltstore. Every backend passes the conformance suite in keystore/keystoretest.
+// Backends: [Memory] (tests, short-lived processes), the bbolt file store in
+// keystore/boltstore (one process), and the PostgreSQL store shared by a fleet of instances
+// in the nested module keystore/pgstore. Every backend passes the conformance suite in
+// keystore/keystoretest, the fleet contract (leases, fencing, orphan reclaim) included.
 //
 // This package never imports the root idem package.
 package keystore
@@ -179,9 +181,11 @@ type Store interface {
 	Release(ctx context.Context, scope, key, owner string, fence int64) error
 	// ClaimExpired claims for l.Owner, as Claim does, up to limit pending records, in any
 	// scope, that hold no lease live at l.Now (never claimed, released or expired), oldest
-	// CreatedAt first (List order), and returns them claimed. The claims are atomic: callers
-	// racing on one store never receive the same record at one fence. It returns an empty
-	// slice if there is none, and ErrInvalid if l fails Validate or limit < 1.
+	// CreatedAt first (List order), and returns them claimed. Each record is claimed
+	// atomically: concurrent callers never receive the same record (once claimed, it holds a
+	// live lease until l.Until). Under contention a backend may return fewer than limit
+	// while orphans remain (rows being claimed by others are skipped, not waited for). It
+	// returns an empty slice if there is none, and ErrInvalid if l fails Validate or limit < 1.
 	ClaimExpired(ctx context.Context, l Lease, limit int) ([]*Record, error)
 	// List returns the records in any of the given states (all records if none is given),
 	// oldest CreatedAt first.
