@@ -17,15 +17,22 @@ import (
 	"github.com/idemkit/idem/keystore/pgstore"
 )
 
-// testSchema creates a fresh schema in the database of IDEM_TEST_PG_DSN, dropped when t ends,
-// and returns a function that opens pools whose search_path is that schema. Without the
-// variable the test is skipped.
-func testSchema(t testing.TB) func() *pgxpool.Pool {
+// needPG returns the DSN of the test database, or skips t with one line if it is not set.
+func needPG(t testing.TB) string {
 	t.Helper()
 	dsn := os.Getenv("IDEM_TEST_PG_DSN")
 	if dsn == "" {
 		t.Skip("IDEM_TEST_PG_DSN not set: skipping PostgreSQL tests (e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable)")
 	}
+	return dsn
+}
+
+// testSchema creates a fresh schema in the database of IDEM_TEST_PG_DSN, dropped when t ends,
+// and returns a function that opens pools whose search_path is that schema. Without the
+// variable the test is skipped.
+func testSchema(t testing.TB) func() *pgxpool.Pool {
+	t.Helper()
+	dsn := needPG(t)
 	ctx := context.Background()
 	admin, err := pgxpool.New(ctx, dsn)
 	if err != nil {
@@ -78,6 +85,7 @@ func openStore(t testing.TB, pool *pgxpool.Pool, opts *pgstore.Options) *pgstore
 }
 
 func TestConformance(t *testing.T) {
+	needPG(t)
 	keystoretest.Run(t, func(t *testing.T) keystore.Store {
 		return openStore(t, testSchema(t)(), nil)
 	})
@@ -85,6 +93,7 @@ func TestConformance(t *testing.T) {
 
 // TestShared runs the fleet cases with two Stores on two pools: two instances on one database.
 func TestShared(t *testing.T) {
+	needPG(t)
 	keystoretest.RunShared(t, func(t *testing.T) (keystore.Store, keystore.Store) {
 		pools := testSchema(t)
 		a := openStore(t, pools(), nil)
