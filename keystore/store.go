@@ -122,7 +122,8 @@ func cloneBytes(b []byte) []byte {
 }
 
 // Validate reports whether the record can be stored: a non-empty key, a valid state, a
-// method, a Fence not below zero and no LeaseUntil without an Owner. Backends call it on Create and Update and return its error wrapped in ErrInvalid.
+// method, a Fence not below zero and no LeaseUntil without an Owner. Backends call it on
+// Create and Update and return its error wrapped in ErrInvalid.
 func (r *Record) Validate() error {
 	switch {
 	case r == nil:
