@@ -122,6 +122,7 @@ type ClaimedError struct {
 	Fence      int64     // the holder's fencing token
 }
 
+// Error names the record, the holder and its lease expiry.
 func (e *ClaimedError) Error() string {
 	return fmt.Sprintf("keystore: record (%q, %q) is claimed by %q until %s (fence %d)",
 		e.Scope, e.Key, e.Owner, e.Until.Format(time.RFC3339Nano), e.Fence)
@@ -139,6 +140,7 @@ type FencedError struct {
 	Owner      string // the current holder ("" if released or never claimed)
 }
 
+// Error names the record, the caller's fence and the current one.
 func (e *FencedError) Error() string {
 	return fmt.Sprintf("keystore: write to (%q, %q) with fence %d refused: fence is now %d, owner %q",
 		e.Scope, e.Key, e.Fence, e.Current, e.Owner)
