@@ -32,7 +32,8 @@ func StoredCopy(rec *Record, secret ...string) *Record {
 }
 
 // CheckImmutable returns an error wrapping ErrInvalid if next changes a field of stored that
-// Update must keep: Scope, Key, Intent or Fingerprint. It returns nil otherwise.
+// Update must keep: Scope, Key, Intent or Fingerprint; then a *FencedError if next.Fence is
+// not the stored Fence (see CheckFence). It returns nil otherwise.
 func CheckImmutable(stored, next *Record) error {
 	switch {
 	case stored.Scope != next.Scope || stored.Key != next.Key:
@@ -42,7 +43,7 @@ func CheckImmutable(stored, next *Record) error {
 	case stored.Fingerprint != next.Fingerprint:
 		return errors.Join(ErrInvalid, errors.New("fingerprint cannot change"))
 	}
-	return nil
+	return CheckFence(stored, next)
 }
 
 // Purgeable reports whether Purge(ctx, cutoff) deletes rec: a terminal state and an UpdatedAt

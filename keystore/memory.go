@@ -114,7 +114,9 @@ func (m *Memory) Update(ctx context.Context, rec *Record) error {
 	if err := CheckImmutable(old, rec); err != nil {
 		return err
 	}
-	m.records[k] = StoredCopy(rec)
+	stored := StoredCopy(rec)
+	KeepLease(stored, old) // the lease belongs to Claim, Renew and Release
+	m.records[k] = stored
 	return nil
 }
 

@@ -3,8 +3,10 @@
 //
 // A record is written before the first byte of a request is sent, so that a process that dies
 // mid-call can reconcile the operation after a restart instead of repeating or forgetting it.
-// Backends: [Memory] (tests, short-lived processes) and the bbolt file store in
-// keystore/boltstore. Every backend passes the conformance suite in keystore/keystoretest.
+// Backends: [Memory] (tests, short-lived processes), the bbolt file store in
+// keystore/boltstore (one process), and the PostgreSQL store shared by a fleet of instances
+// in the nested module keystore/pgstore. Every backend passes the conformance suite in
+// keystore/keystoretest, the fleet contract (leases, fencing, orphan reclaim) included.
 //
 // This package never imports the root idem package.
 package keystore
@@ -83,6 +85,16 @@ type Record struct {
 	Response    *Response `json:"response,omitempty"` // set when the server answered finally
 	CreatedAt   time.Time `json:"created_at"`         // when the key was persisted
 	UpdatedAt   time.Time `json:"updated_at"`         // last write
+
+	// The lease (see Lease and the fleet methods of Store). Owner is the instance that holds
+	// or last held the record's lease, "" if none; LeaseUntil is when that lease expires,
+	// zero if none. Fence is the fencing token: 0 until the first claim, then incremented by
+	// every Claim and ClaimExpired. Update is refused with ErrFenced unless the record it is
+	// given carries the stored Fence, and it never changes these three fields; Create stores
+	// them as given, so that a record can be created already claimed (Fence 1, say).
+	Owner      string    `json:"owner,omitempty"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	Fence      int64     `json:"fence,omitempty"`
 }
 
 // Clone returns a deep copy, so that a backend never shares memory with its callers.
@@ -109,8 +121,9 @@ func cloneBytes(b []byte) []byte {
 	return append([]byte(nil), b...)
 }
 
-// Validate reports whether the record can be stored: a non-empty key, a valid state and a
-// method. Backends call it on Create and Update and return its error wrapped in ErrInvalid.
+// Validate reports whether the record can be stored: a non-empty key, a valid state, a
+// method, a Fence not below zero and no LeaseUntil without an Owner. Backends call it on
+// Create and Update and return its error wrapped in ErrInvalid.
 func (r *Record) Validate() error {
 	switch {
 	case r == nil:
@@ -121,12 +134,22 @@ func (r *Record) Validate() error {
 		return errors.Join(ErrInvalid, errors.New("unknown state "+string(r.State)))
 	case r.Request.Method == "":
 		return errors.Join(ErrInvalid, errors.New("empty request method"))
+	case r.Fence < 0:
+		return errors.Join(ErrInvalid, errors.New("negative fence"))
+	case r.Owner == "" && !r.LeaseUntil.IsZero():
+		return errors.Join(ErrInvalid, errors.New("lease expiry without an owner"))
 	}
 	return nil
 }
 
 // Store persists records. Implementations are safe for concurrent use. A write is durable
 // when the call returns (for a file store: committed and fsynced).
+//
+// The fleet methods (Claim, Renew, Release, ClaimExpired) and the fenced Update are part of
+// the contract of every backend, so that a wrapper or adapter cannot silently drop them: a
+// store shared by several instances (keystore/pgstore) enforces them across processes, and
+// the single-process stores (Memory, boltstore) enforce the same rules in one process. Lease
+// operations never change UpdatedAt. See Lease for the time rules.
 type Store interface {
 	// Create stores a new record. It returns ErrExists if (Scope, Key) exists, or if
 	// rec.Intent is set and another record in Scope has that intent; nothing is written then.
@@ -137,7 +160,34 @@ type Store interface {
 	GetByIntent(ctx context.Context, scope, intent string) (*Record, error)
 	// Update replaces an existing record (matched by Scope and Key); ErrNotFound if absent.
 	// Scope, Key, Intent and Fingerprint of the stored record must not change (ErrInvalid).
+	// Update is fenced: if rec.Fence differs from the stored Fence it writes nothing and
+	// returns a *FencedError (errors.Is ErrFenced). It keeps the stored Owner, LeaseUntil and
+	// Fence whatever rec holds.
 	Update(ctx context.Context, rec *Record) error
+	// Claim gives l.Owner the lease of the pending record (scope, key) until l.Until, with the
+	// next Fence, and returns the claimed record. It returns ErrInvalid if l fails Validate,
+	// ErrNotFound if absent, an error wrapping ErrNotPending if the record is succeeded,
+	// failed or manual, and a *ClaimedError (errors.Is ErrClaimed) if another owner holds a
+	// lease live at l.Now; nothing changes then. The holder itself may claim again (new Fence).
+	Claim(ctx context.Context, scope, key string, l Lease) (*Record, error)
+	// Renew sets LeaseUntil to until if (owner, fence) still holds the lease: the stored
+	// Owner and Fence equal them, whether or not the lease has expired meanwhile (nobody
+	// claimed it). Otherwise it returns a *FencedError (errors.Is ErrFenced). ErrInvalid for
+	// an empty owner or a zero until; ErrNotFound if absent. The state does not matter.
+	Renew(ctx context.Context, scope, key, owner string, fence int64, until time.Time) error
+	// Release ends the lease of (owner, fence): Owner "" and LeaseUntil zero, Fence kept, so
+	// that ClaimExpired may take the record at once. It returns nil if the record is already
+	// released at that fence, a *FencedError if another owner claimed it since, ErrInvalid for
+	// an empty owner and ErrNotFound if absent.
+	Release(ctx context.Context, scope, key, owner string, fence int64) error
+	// ClaimExpired claims for l.Owner, as Claim does, up to limit pending records, in any
+	// scope, that hold no lease live at l.Now (never claimed, released or expired), oldest
+	// CreatedAt first (List order), and returns them claimed. Each record is claimed
+	// atomically: concurrent callers never receive the same record (once claimed, it holds a
+	// live lease until l.Until). Under contention a backend may return fewer than limit
+	// while orphans remain (rows being claimed by others are skipped, not waited for). It
+	// returns an empty slice if there is none, and ErrInvalid if l fails Validate or limit < 1.
+	ClaimExpired(ctx context.Context, l Lease, limit int) ([]*Record, error)
 	// List returns the records in any of the given states (all records if none is given),
 	// oldest CreatedAt first.
 	List(ctx context.Context, states ...State) ([]*Record, error)

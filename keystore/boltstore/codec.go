@@ -144,6 +144,9 @@ type summary struct {
 	Fingerprint string         `json:"fingerprint"`
 	State       keystore.State `json:"state"`
 	UpdatedAt   time.Time      `json:"updated_at"`
+	Owner       string         `json:"owner"`
+	LeaseUntil  time.Time      `json:"lease_until"`
+	Fence       int64          `json:"fence"`
 }
 
 // decodeSummary is decode for the fields in summary. Errors wrap ErrCorrupt.
@@ -162,6 +165,7 @@ func decodeSummary(k, v []byte) (*keystore.Record, error) {
 	return &keystore.Record{
 		Scope: s.Scope, Key: s.Key, Intent: s.Intent, Fingerprint: s.Fingerprint,
 		State: s.State, UpdatedAt: s.UpdatedAt,
+		Owner: s.Owner, LeaseUntil: s.LeaseUntil, Fence: s.Fence,
 	}, nil
 }
 

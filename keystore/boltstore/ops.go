@@ -72,6 +72,9 @@ func (s *Store) Update(ctx context.Context, rec *keystore.Record) error {
 		if err := keystore.CheckImmutable(old, e.rec); err != nil {
 			return err
 		}
+		if err := keepLease(e, old); err != nil {
+			return err
+		}
 		if err := records.Put(e.key, e.value); err != nil {
 			return abort(err)
 		}

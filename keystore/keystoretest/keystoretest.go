@@ -22,9 +22,10 @@ import (
 	"github.com/idemkit/idem/keystore"
 )
 
-// Run runs every conformance case as a subtest of t. open is called once per subtest and must
-// return a new, empty store; Run closes it when the subtest ends (an ErrClosed from that Close
-// is ignored, since some cases close the store themselves).
+// Run runs every conformance case as a subtest of t, the fleet cases included (one handle
+// then plays both instances). open is called once per subtest and must return a new, empty
+// store; Run closes it when the subtest ends (an ErrClosed from that Close is ignored, since
+// some cases close the store themselves).
 func Run(t *testing.T, open func(t *testing.T) keystore.Store) {
 	cases := []struct {
 		name string
@@ -48,17 +49,42 @@ func Run(t *testing.T, open func(t *testing.T) keystore.Store) {
 		{"Closed", testClosed},
 		{"ContextCanceled", testContextCanceled},
 		{"ConcurrentMixed", testConcurrentMixed},
+		{"LeaseClosed", testLeaseClosed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := open(t)
-			t.Cleanup(func() {
-				if err := s.Close(); err != nil && !errors.Is(err, keystore.ErrClosed) {
-					t.Errorf("Close: %v", err)
-				}
-			})
+			t.Cleanup(func() { closeStore(t, s) })
 			c.fn(t, s)
 		})
+	}
+	for _, c := range fleetCases {
+		t.Run(c.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() { closeStore(t, s) })
+			c.fn(t, s, s)
+		})
+	}
+}
+
+// RunShared runs the fleet cases (claims, leases, fencing, orphan reclaim, intent uniqueness)
+// with two handles on one new, empty store, as two instances of a fleet see it: open returns
+// both, and RunShared closes both when the subtest ends. Run already runs the same cases with
+// one handle playing both instances; a backend that several processes share (a database)
+// should call RunShared too.
+func RunShared(t *testing.T, open func(t *testing.T) (a, b keystore.Store)) {
+	for _, c := range fleetCases {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := open(t)
+			t.Cleanup(func() { closeStore(t, a); closeStore(t, b) })
+			c.fn(t, a, b)
+		})
+	}
+}
+
+func closeStore(t *testing.T, s keystore.Store) {
+	if err := s.Close(); err != nil && !errors.Is(err, keystore.ErrClosed) {
+		t.Errorf("Close: %v", err)
 	}
 }
 
@@ -187,6 +213,12 @@ func Diff(want, got *keystore.Record) string {
 		return fmt.Sprintf("CreatedAt: want %v, got %v", want.CreatedAt, got.CreatedAt)
 	case !want.UpdatedAt.Equal(got.UpdatedAt):
 		return fmt.Sprintf("UpdatedAt: want %v, got %v", want.UpdatedAt, got.UpdatedAt)
+	case want.Owner != got.Owner:
+		return fmt.Sprintf("Owner: want %q, got %q", want.Owner, got.Owner)
+	case !want.LeaseUntil.Equal(got.LeaseUntil):
+		return fmt.Sprintf("LeaseUntil: want %v, got %v", want.LeaseUntil, got.LeaseUntil)
+	case want.Fence != got.Fence:
+		return fmt.Sprintf("Fence: want %d, got %d", want.Fence, got.Fence)
 	case (want.Response == nil) != (got.Response == nil):
 		return fmt.Sprintf("Response: want %v, got %v", want.Response, got.Response)
 	case want.Response == nil:

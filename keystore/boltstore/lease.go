@@ -1,0 +1,196 @@
+package boltstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// The fleet methods of the file store. One process holds the file lock, so a claim is atomic
+// because it runs inside one write transaction; the rules and errors are those of every
+// backend (see keystore.Store), fencing included. A claim changes only the lease fields of
+// the record's JSON (owner, lease_until, fence), so schema version 1 is unchanged: a record
+// written before leases existed reads as never claimed.
+
+// Claim gives l.Owner the lease of the pending record (scope, key) with the next Fence, and
+// returns the claimed record once the change is durable. Errors: keystore.ErrInvalid (bad
+// lease), keystore.ErrNotFound, keystore.ErrNotPending (wrapped), *keystore.ClaimedError,
+// ErrCorrupt, keystore.ErrClosed, ctx.Err(), or the commit's I/O error.
+func (s *Store) Claim(ctx context.Context, scope, key string, l keystore.Lease) (*keystore.Record, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	var out *keystore.Record
+	err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
+		records := tx.Bucket(bucketRecords)
+		k := scopedKey(scope, key)
+		v := records.Get(k)
+		if v == nil {
+			return keystore.ErrNotFound
+		}
+		rec, err := decode(k, v)
+		if err != nil {
+			return err
+		}
+		if err := keystore.ClaimRefusal(rec, l); err != nil {
+			return err
+		}
+		keystore.ApplyClaim(rec, l)
+		if err := putRecord(records, k, rec); err != nil {
+			return err
+		}
+		out = rec
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Renew sets the LeaseUntil of (scope, key) to until if (owner, fence) holds its lease, once
+// the change is durable. Errors: keystore.ErrInvalid (empty owner, zero until),
+// keystore.ErrNotFound, *keystore.FencedError, ErrCorrupt, keystore.ErrClosed, ctx.Err(), or
+// the commit's I/O error.
+func (s *Store) Renew(ctx context.Context, scope, key, owner string, fence int64, until time.Time) error {
+	if err := keystore.CheckRenew(owner, until); err != nil {
+		return err
+	}
+	return s.holder(ctx, scope, key, func(rec *keystore.Record) (bool, error) {
+		if err := keystore.CheckHolder(rec, owner, fence); err != nil {
+			return false, err
+		}
+		rec.LeaseUntil = until
+		return true, nil
+	})
+}
+
+// Release ends the lease of (owner, fence) on (scope, key), keeping the Fence; releasing a
+// record already released at that fence returns nil. Errors: keystore.ErrInvalid (empty
+// owner), keystore.ErrNotFound, *keystore.FencedError, ErrCorrupt, keystore.ErrClosed,
+// ctx.Err(), or the commit's I/O error.
+func (s *Store) Release(ctx context.Context, scope, key, owner string, fence int64) error {
+	if owner == "" {
+		return errors.Join(keystore.ErrInvalid, errors.New("release without an owner"))
+	}
+	return s.holder(ctx, scope, key, func(rec *keystore.Record) (bool, error) {
+		if keystore.Released(rec, fence) {
+			return false, nil
+		}
+		if err := keystore.CheckHolder(rec, owner, fence); err != nil {
+			return false, err
+		}
+		rec.Owner, rec.LeaseUntil = "", time.Time{}
+		return true, nil
+	})
+}
+
+// holder decodes the record (scope, key) in a write transaction, lets change decide, and
+// writes the record back if change reports a change.
+func (s *Store) holder(ctx context.Context, scope, key string, change func(*keystore.Record) (bool, error)) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	return s.commit.do(ctx, func(tx *bbolt.Tx) error {
+		records := tx.Bucket(bucketRecords)
+		k := scopedKey(scope, key)
+		v := records.Get(k)
+		if v == nil {
+			return keystore.ErrNotFound
+		}
+		rec, err := decode(k, v)
+		if err != nil {
+			return err
+		}
+		changed, err := change(rec)
+		if err != nil || !changed {
+			return err
+		}
+		return putRecord(records, k, rec)
+	})
+}
+
+// ClaimExpired claims for l.Owner up to limit pending records without a lease live at l.Now,
+// oldest CreatedAt first, in one durable commit, and returns them. Errors:
+// keystore.ErrInvalid (bad lease, limit < 1), ErrCorrupt (nothing claimed), keystore.ErrClosed,
+// ctx.Err(), or the commit's I/O error.
+func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) ([]*keystore.Record, error) {
+	if err := keystore.CheckClaimExpired(l, limit); err != nil {
+		return nil, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	var out []*keystore.Record
+	err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
+		records := tx.Bucket(bucketRecords)
+		var orphans []*keystore.Record
+		err := forEachRecord(records, func(k, v []byte) error {
+			rec, err := decode(k, v)
+			if err != nil {
+				return err
+			}
+			if keystore.Orphaned(rec, l.Now) {
+				orphans = append(orphans, rec)
+			}
+			return nil
+		})
+		if err != nil {
+			return err // nothing written yet
+		}
+		keystore.SortRecords(orphans)
+		orphans = orphans[:min(limit, len(orphans))]
+		for _, rec := range orphans {
+			keystore.ApplyClaim(rec, l)
+			if err := putRecord(records, scopedKey(rec.Scope, rec.Key), rec); err != nil {
+				return err
+			}
+		}
+		out = orphans
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []*keystore.Record{}
+	}
+	return out, nil
+}
+
+// putRecord writes rec, a record decoded from the file (so valid, its secrets already
+// stripped), under k. A failure aborts the transaction.
+func putRecord(records *bbolt.Bucket, k []byte, rec *keystore.Record) error {
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return abort(err)
+	}
+	if err := records.Put(k, v); err != nil {
+		return abort(err)
+	}
+	return nil
+}
+
+// keepLease makes e, a record about to replace old in Update, carry old's lease fields:
+// Update never changes a lease. The value is encoded again only when they differ.
+func keepLease(e *encoded, old *keystore.Record) error {
+	if keystore.SameLease(e.rec, old) {
+		return nil
+	}
+	rec := *e.rec
+	keystore.KeepLease(&rec, old)
+	v, err := json.Marshal(&rec)
+	if err != nil {
+		return errors.Join(keystore.ErrInvalid, err)
+	}
+	e.rec, e.value = &rec, v
+	return nil
+}

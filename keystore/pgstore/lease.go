@@ -1,0 +1,151 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// The fleet methods. Each is one statement whose WHERE clause holds the rule, so that when
+// instances race, PostgreSQL's row lock orders them and the loser's statement, re-evaluated on
+// the winner's row, matches nothing. A refusal is then explained by reading the row.
+
+// Claim gives l.Owner the lease of the pending record (scope, key) until l.Until, with the
+// next fencing token, and returns the claimed record. Errors: keystore.ErrInvalid (bad lease),
+// keystore.ErrNotFound, keystore.ErrNotPending (wrapped), *keystore.ClaimedError (another
+// owner holds a lease live at l.Now), keystore.ErrClosed, or the database's error.
+func (s *Store) Claim(ctx context.Context, scope, key string, l keystore.Lease) (*keystore.Record, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	now, until, err := leaseNanos(l)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.getOne(ctx, `UPDATE idem_records SET owner = $3, lease_until_ns = $5, fence = fence + 1
+		WHERE tenant = $1 AND key = $2 AND state = 'pending'
+		AND (owner IS NULL OR lease_until_ns IS NULL OR lease_until_ns <= $4 OR owner = $3)
+		RETURNING `+columns, []byte(scope), []byte(key), l.Owner, now, until)
+	if !errors.Is(err, keystore.ErrNotFound) {
+		return rec, err
+	}
+	cur, err := s.getOne(ctx, `SELECT `+columns+` FROM idem_records WHERE tenant = $1 AND key = $2`, []byte(scope), []byte(key))
+	if err != nil {
+		return nil, err
+	}
+	if err := keystore.ClaimRefusal(cur, l); err != nil {
+		return nil, err
+	}
+	// Claimable now: the holder released it between the two statements. Report the lease we
+	// saw lost to; the caller waits and tries again, as for any ClaimedError.
+	return nil, &keystore.ClaimedError{Scope: scope, Key: key, Owner: cur.Owner, Until: cur.LeaseUntil, Fence: cur.Fence}
+}
+
+func leaseNanos(l keystore.Lease) (now, until int64, err error) {
+	if now, err = nanos("lease now", l.Now); err != nil {
+		return 0, 0, err
+	}
+	if until, err = nanos("lease until", l.Until); err != nil {
+		return 0, 0, err
+	}
+	return now, until, nil
+}
+
+// Renew sets the lease expiry of (scope, key) to until if (owner, fence) holds its lease.
+// Errors: keystore.ErrInvalid (empty owner, zero until), keystore.ErrNotFound,
+// *keystore.FencedError, keystore.ErrClosed, or the database's error.
+func (s *Store) Renew(ctx context.Context, scope, key, owner string, fence int64, until time.Time) error {
+	if err := keystore.CheckRenew(owner, until); err != nil {
+		return err
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	n, err := nanos("lease until", until)
+	if err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE idem_records SET lease_until_ns = $5
+		WHERE tenant = $1 AND key = $2 AND owner = $3 AND fence = $4`, []byte(scope), []byte(key), owner, fence, n)
+	if err != nil {
+		return dbErr(ctx, "renew", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	return s.notHolder(ctx, scope, key, owner, fence)
+}
+
+// Release ends the lease of (owner, fence) on (scope, key), keeping the fencing token;
+// releasing a record already released at that fence returns nil. Errors: keystore.ErrInvalid
+// (empty owner), keystore.ErrNotFound, *keystore.FencedError, keystore.ErrClosed, or the
+// database's error.
+func (s *Store) Release(ctx context.Context, scope, key, owner string, fence int64) error {
+	if owner == "" {
+		return errors.Join(keystore.ErrInvalid, errors.New("release without an owner"))
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE idem_records SET owner = NULL, lease_until_ns = NULL
+		WHERE tenant = $1 AND key = $2 AND fence = $4 AND (owner = $3 OR owner IS NULL)`,
+		[]byte(scope), []byte(key), owner, fence)
+	if err != nil {
+		return dbErr(ctx, "release", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	return s.notHolder(ctx, scope, key, owner, fence)
+}
+
+// notHolder explains why a statement for the holder (owner, fence) matched nothing:
+// keystore.ErrNotFound or a *keystore.FencedError. A fence that moved on never comes back.
+func (s *Store) notHolder(ctx context.Context, scope, key, owner string, fence int64) error {
+	cur, err := s.getOne(ctx, `SELECT `+columns+` FROM idem_records WHERE tenant = $1 AND key = $2`, []byte(scope), []byte(key))
+	if err != nil {
+		return err
+	}
+	if err := keystore.CheckHolder(cur, owner, fence); err != nil {
+		return err
+	}
+	return &keystore.FencedError{Scope: scope, Key: key, Fence: fence, Current: cur.Fence, Owner: cur.Owner}
+}
+
+// ClaimExpired claims for l.Owner up to limit pending records that hold no lease live at
+// l.Now, oldest CreatedAt first, and returns them. The orphans are selected FOR UPDATE SKIP
+// LOCKED and claimed by the same statement: a row another reclaimer is claiming is skipped,
+// not waited for, and never handed out twice. It may return fewer than limit while others
+// reclaim too. Errors: keystore.ErrInvalid (bad lease, limit < 1), keystore.ErrClosed, or the
+// database's error.
+func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) ([]*keystore.Record, error) {
+	if err := keystore.CheckClaimExpired(l, limit); err != nil {
+		return nil, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	now, until, err := leaseNanos(l)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.query(ctx, `WITH orphans AS (
+			SELECT tenant, key FROM idem_records
+			WHERE state = 'pending' AND (owner IS NULL OR lease_until_ns IS NULL OR lease_until_ns <= $1)
+			ORDER BY created_ns, key, tenant
+			LIMIT $4
+			FOR UPDATE SKIP LOCKED)
+		UPDATE idem_records r SET owner = $2, lease_until_ns = $3, fence = r.fence + 1
+		FROM orphans o WHERE r.tenant = o.tenant AND r.key = o.key
+		RETURNING `+qualified, now, l.Owner, until, limit)
+	if err != nil {
+		return nil, err
+	}
+	keystore.SortRecords(out)
+	return out, nil
+}

@@ -1,0 +1,244 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// Options configure Open. A nil *Options means every default.
+type Options struct {
+	// SecretHeaders names extra headers (case-insensitive) that are never written to the
+	// database, in addition to keystore.CredentialHeaders; for example "X-Api-Key". They are
+	// stripped from requests and responses.
+	SecretHeaders []string
+}
+
+// Store is a keystore.Store in PostgreSQL. It is safe for concurrent use, and any number of
+// Stores, in any number of processes, may share one database: that is the point.
+type Store struct {
+	pool   *pgxpool.Pool
+	secret []string
+	closed atomic.Bool
+}
+
+var _ keystore.Store = (*Store)(nil)
+
+// Open returns a Store on pool, whose schema Migrate must have created. It checks the schema
+// and changes nothing: it returns ErrNoSchema if there is none, a *SchemaVersionError if it is
+// newer (or older) than SchemaVersion, or the database's error. The pool stays the caller's:
+// Close does not close it.
+func Open(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("pgstore: Open with a nil pool")
+	}
+	if err := checkSchema(ctx, pool); err != nil {
+		return nil, err
+	}
+	s := &Store{pool: pool}
+	if opts != nil {
+		s.secret = append([]string(nil), opts.SecretHeaders...)
+	}
+	return s, nil
+}
+
+// Close marks the store closed; every later call, Close included, returns keystore.ErrClosed.
+// Calls already running finish. The pool is not closed.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return keystore.ErrClosed
+	}
+	return nil
+}
+
+// begin returns keystore.ErrClosed after Close, else ctx.Err().
+func (s *Store) begin(ctx context.Context) error {
+	if s.closed.Load() {
+		return keystore.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// dbErr wraps a database error; a cancelled context is returned as ctx.Err() so that
+// errors.Is(err, context.Canceled) holds.
+func dbErr(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("pgstore: %s: %w (%w)", what, cerr, err)
+	}
+	return fmt.Errorf("pgstore: %s: %w", what, err)
+}
+
+// Create inserts rec, without its secret headers. It returns an error wrapping
+// keystore.ErrInvalid if rec fails Validate or holds text PostgreSQL or JSON cannot store
+// unchanged (invalid UTF-8, NUL bytes) or a time outside 1678-2261; keystore.ErrExists if
+// (Scope, Key), or a non-empty (Scope, Intent), is taken in the database (by any instance);
+// keystore.ErrClosed after Close; or the database's error. Nothing is written on error.
+func (s *Store) Create(ctx context.Context, rec *keystore.Record) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	r, _, err := encode(rec, s.secret)
+	if err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO idem_records (`+columns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
+		ON CONFLICT DO NOTHING`, r.args()...)
+	if err != nil {
+		return dbErr(ctx, "create", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return keystore.ErrExists
+	}
+	return nil
+}
+
+// Get returns the record for (scope, key): keystore.ErrNotFound if there is none,
+// ErrCorrupt if it does not decode, keystore.ErrClosed after Close, or the database's error.
+func (s *Store) Get(ctx context.Context, scope, key string) (*keystore.Record, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	return s.getOne(ctx, `SELECT `+columns+` FROM idem_records WHERE tenant = $1 AND key = $2`, []byte(scope), []byte(key))
+}
+
+// GetByIntent returns the record created with (scope, intent): keystore.ErrNotFound if there
+// is none (always for an empty intent), ErrCorrupt, keystore.ErrClosed, or the database's
+// error.
+func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystore.Record, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	if intent == "" {
+		return nil, keystore.ErrNotFound
+	}
+	return s.getOne(ctx, `SELECT `+columns+` FROM idem_records WHERE tenant = $1 AND intent = $2`, []byte(scope), []byte(intent))
+}
+
+func (s *Store) getOne(ctx context.Context, sql string, args ...any) (*keystore.Record, error) {
+	rec, err := scanRecord(s.pool.QueryRow(ctx, sql, args...))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, keystore.ErrNotFound
+	case errors.Is(err, ErrCorrupt):
+		return nil, err
+	case err != nil:
+		return nil, dbErr(ctx, "read", err)
+	}
+	return rec, nil
+}
+
+// Update replaces the record (rec.Scope, rec.Key), without its secret headers, if rec carries
+// the stored fencing token; the lease columns are left as they are. The token, the intent and
+// the fingerprint are compared in the UPDATE's WHERE clause, so that a concurrent claim wins
+// or loses as a whole. It returns keystore.ErrNotFound if the record does not exist; an error
+// wrapping keystore.ErrInvalid if rec is invalid (see Create) or changes Intent or
+// Fingerprint; a *keystore.FencedError if its Fence is not the stored one (another instance
+// claimed the record); keystore.ErrClosed after Close; or the database's error.
+func (s *Store) Update(ctx context.Context, rec *keystore.Record) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	r, stored, err := encode(rec, s.secret)
+	if err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE idem_records SET
+		method = $6, url = $7, request_header = $8, request_body = $9, state = $10,
+		attempts = $11, last_status = $12, reason = $13, not_executed = $14, error = $15,
+		response_status = $16, response_header = $17, response_body = $18,
+		created_ns = $19, updated_ns = $20
+		WHERE tenant = $1 AND key = $2 AND fence = $3
+		AND intent IS NOT DISTINCT FROM $4 AND fingerprint = $5`,
+		r.tenant, r.key, r.fence, r.intent, r.fingerprint,
+		r.method, r.url, r.reqHeader, r.reqBody, r.state,
+		r.attempts, r.lastStatus, r.reason, r.notExecuted, r.errText,
+		r.respStatus, r.respHeader, r.respBody, r.createdNs, r.updatedNs)
+	if err != nil {
+		return dbErr(ctx, "update", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	// Nothing matched: say why. Intent, fingerprint and a superseded fence never change back,
+	// so what this read finds explains the refusal.
+	cur, err := s.getOne(ctx, `SELECT `+columns+` FROM idem_records WHERE tenant = $1 AND key = $2`, r.tenant, r.key)
+	if err != nil {
+		return err
+	}
+	if err := keystore.CheckImmutable(cur, stored); err != nil {
+		return err
+	}
+	return &keystore.FencedError{Scope: cur.Scope, Key: cur.Key, Fence: stored.Fence, Current: cur.Fence, Owner: cur.Owner}
+}
+
+// List returns the records in any of states (every record if none is given), sorted by
+// CreatedAt, then Key, then Scope (bytewise, as keystore.SortRecords). It returns ErrCorrupt,
+// keystore.ErrClosed, or the database's error.
+func (s *Store) List(ctx context.Context, states ...keystore.State) ([]*keystore.Record, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	sql := `SELECT ` + columns + ` FROM idem_records`
+	var args []any
+	if len(states) > 0 {
+		names := make([]string, len(states))
+		for i, st := range states {
+			names[i] = string(st)
+		}
+		sql += ` WHERE state = ANY($1)`
+		args = append(args, names)
+	}
+	return s.query(ctx, sql+` ORDER BY created_ns, key, tenant`, args...)
+}
+
+// query runs a statement that returns records, in the order it returns them.
+func (s *Store) query(ctx context.Context, sql string, args ...any) ([]*keystore.Record, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, dbErr(ctx, "query", err)
+	}
+	defer rows.Close()
+	out := []*keystore.Record{}
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			if errors.Is(err, ErrCorrupt) {
+				return nil, err
+			}
+			return nil, dbErr(ctx, "scan", err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr(ctx, "query", err)
+	}
+	return out, nil
+}
+
+// Purge deletes the terminal records (succeeded, failed) whose UpdatedAt is before cutoff,
+// intents with them, and returns how many it deleted. It returns an error wrapping
+// keystore.ErrInvalid for a cutoff outside 1678-2261, keystore.ErrClosed, or the database's
+// error.
+func (s *Store) Purge(ctx context.Context, cutoff time.Time) (int, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	n, err := nanos("cutoff", cutoff)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idem_records
+		WHERE state IN ('succeeded', 'failed') AND updated_ns < $1`, n)
+	if err != nil {
+		return 0, dbErr(ctx, "purge", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
