@@ -28,8 +28,9 @@ const (
 	// StateFailed: the operation ended with a permanent failure (validation, auth, key
 	// conflict, or a server answer that must not be retried). Error holds the reason.
 	StateFailed State = "failed"
-	// StateManual: the outcome cannot be learned and the key is too old to resend safely
-	// (past the server's retention window). A person must reconcile it. Never purged.
+	// StateManual: the outcome cannot be learned from the key and it is never resent: the key
+	// is past the server's retention window, or the server stored a 5xx for it (execution
+	// began, effect unknown). A business lookup or a person reconciles it. Never purged.
 	StateManual State = "manual"
 )
 
@@ -83,6 +84,10 @@ type Record struct {
 	Response    *Response `json:"response,omitempty"` // set when the server answered finally
 	CreatedAt   time.Time `json:"created_at"`         // when the key was persisted
 	UpdatedAt   time.Time `json:"updated_at"`         // last write
+
+	// Note is free text kept from a reconciliation: who resolved a manual record and on what
+	// evidence (a business lookup's answer, an operator's ticket).
+	Note string `json:"note,omitempty"`
 }
 
 // Clone returns a deep copy, so that a backend never shares memory with its callers.
