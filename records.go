@@ -108,6 +108,9 @@ func (c *Client) storedOutcome(rec *keystore.Record) (*Result, error) {
 	if rec.Error != "" {
 		e.Cause = errors.New(rec.Error)
 	}
+	if rec.Reason == ReasonNotExecuted {
+		e.Cause = fmt.Errorf("resolved as not executed: %s", rec.Note)
+	}
 	e.Response = storedResponse(rec)
 	return nil, e
 }

@@ -164,7 +164,7 @@ func (c *Client) resolvedOutcome(rec *keystore.Record, stop error) (*Result, err
 			Body: rec.Response.Body, Source: SourceLookup}, nil, true
 	}
 	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrNotExecuted,
-		LastStatus: rec.LastStatus, Cause: errors.New(rec.Note)}
+		LastStatus: rec.LastStatus, Cause: fmt.Errorf("resolved as not executed: %s", rec.Note)}
 	var prev *OperationError
 	if errors.As(stop, &prev) {
 		e.Attempts, e.Response, e.Stored = prev.Attempts, prev.Response, prev.Stored
