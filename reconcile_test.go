@@ -265,7 +265,10 @@ func TestLookupByReferenceAnswers(t *testing.T) {
 		})
 	}
 	_, err = lk(context.Background(), LookupRequest{Record: &keystore.Record{Request: keystore.Request{Body: []byte(`{}`)}},
-		Get: func(context.Context, string) (int, []byte, error) { t.Fatal("no reference: nothing to ask"); return 0, nil, nil }})
+		Get: func(context.Context, string) (int, []byte, error) {
+			t.Fatal("no reference: nothing to ask")
+			return 0, nil, nil
+		}})
 	require.Error(t, err)
 }
 
