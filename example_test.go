@@ -121,7 +121,7 @@ func ExampleClient_Resolve() {
 	if errors.As(err, &oe) && errors.Is(err, idem.ErrStoredServerError) {
 		fmt.Println("stored", oe.Response.StatusCode, "unknown:", errors.Is(err, idem.ErrOutcomeUnknown))
 		rec, _ := c.Resolve(ctx, oe.Scope, oe.Key, idem.Resolution{Verdict: idem.VerdictExecuted,
-			Note: "ops #12: charge pay_1 found in the dashboard",
+			Note:     "ops #12: charge pay_1 found in the dashboard",
 			Response: &keystore.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)}})
 		fmt.Println(rec.State, rec.Note)
 	}
