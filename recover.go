@@ -16,8 +16,10 @@ type Reconciled struct {
 	// Result is the successful answer, when the operation succeeded.
 	Result *Result
 	// Err is the *OperationError when it did not: ErrPermanent or ErrKeyConflict (failed),
-	// ErrKeyExpired (manual reconciliation needed), or a still-pending stop such as
-	// ErrOutcomeUnknown, which a later Recover tries again.
+	// ErrNotExecuted (settled as not executed by Config.Lookup: the application may pay
+	// again under a new intent), ErrKeyExpired or ErrStoredServerError (manual: a lookup or
+	// a person must settle it), or a still-pending stop such as ErrOutcomeUnknown, which a
+	// later Recover tries again.
 	Err error
 }
 
@@ -26,8 +28,8 @@ type RecoverReport struct {
 	Pending   int // pending records found
 	Skipped   int // in flight in this process (their own Do finishes them)
 	Succeeded int // reconciled to success (status endpoint, replay or a fresh send)
-	Failed    int // reconciled to a permanent failure
-	Manual    int // key past KeyTTL with an unknown outcome, or a record that cannot be sent: reported, never resent
+	Failed    int // reconciled to a permanent failure, or settled as not executed
+	Manual    int // a stored 5xx, a key past KeyTTL with an unknown outcome, or a record that cannot be sent: reported, never resent
 	Unknown   int // still pending after this run
 	Purged    int // terminal records older than Config.Retention removed
 	// Resolved counts manual records found waiting (a stored 5xx, a key past KeyTTL) that

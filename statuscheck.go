@@ -45,7 +45,9 @@ func (cl *call) resolve(ctx context.Context) bool {
 		}
 		switch st.State {
 		case StatusCompleted:
-			cl.c.stats.unknownResolved.Add(1)
+			if st.ResponseStatus < 500 { // a stored 5xx resolves nothing
+				cl.c.stats.unknownResolved.Add(1)
+			}
 			res := &Result{Key: cl.rec.Key, StatusCode: st.ResponseStatus, Body: st.ResponseBody, Source: SourceStatus}
 			switch {
 			case st.ResponseStatus >= 200 && st.ResponseStatus < 300:
