@@ -38,11 +38,11 @@ func serve(o options, stdout, stderr io.Writer) int {
 	}
 	h := idemtest.NewHandler(serverConfig(o))
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM) // before the banner: a stop right after it is caught
+	defer signal.Stop(sig)
 	fmt.Fprintf(stdout, "serving the payments API on http://%s (fault rate %.2f, seed %d); stop with Ctrl-C\n",
 		ln.Addr(), o.faultRate, o.seed)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sig)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
