@@ -37,7 +37,7 @@ type call struct {
 	delay        time.Duration // wait before the next attempt, decided in checkRetry
 	spent        int           // retry-budget tokens this call took
 	lastCode     int           // status of the last response in this call, 0 if none
-	lastResp     *Result       // the last response in this call, carried by every stop after it
+	lastAnswer   *Attempt      // the last attempt that got a response: every stop after it carries it
 	credErr      error         // Config.Credentials failed: nothing was sent, nothing will be
 
 	result *Result
@@ -150,7 +150,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 	}
 	if a.Response != nil {
 		cl.lastCode = a.Response.StatusCode
-		cl.lastResp = cl.response(a, SourceResponse)
+		cl.lastAnswer = a
 	}
 	class := cl.c.classes.Classify(a)
 	if class < ClassSuccess || class > ClassStoredServerError || class == ClassSuccess && a.Response == nil ||

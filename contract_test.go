@@ -152,10 +152,19 @@ func TestCallerKeyHeaderRefused(t *testing.T) {
 			assert.Empty(t, kr.seen, "nothing sent")
 		})
 	}
+	// With KeyAsSFString a quoted key header is unquoted once, then sent quoted once.
+	sfr := &keyRecorder{}
+	csf, _, _ := scriptedClient(t, sfr, func(c *Config) { c.KeyAsSFString = true })
+	res, err := csf.Do(context.Background(), NewOperation(http.MethodPost, "/v1/payments", paymentBody(1, "r"),
+		WithHeader(http.Header{"Idempotency-Key": {`"k-\"q\""`}})))
+	require.NoError(t, err)
+	assert.Equal(t, `k-"q"`, res.Key)
+	assert.Equal(t, [][]string{{`"k-\"q\""`}}, sfr.seen)
+
 	// The same value as WithKey is no conflict.
 	kr := &keyRecorder{}
 	c, _, _ := scriptedClient(t, kr, nil)
-	res, err := c.Do(context.Background(), NewOperation(http.MethodPost, "/v1/payments", paymentBody(1, "r"),
+	res, err = c.Do(context.Background(), NewOperation(http.MethodPost, "/v1/payments", paymentBody(1, "r"),
 		WithKey("same"), WithHeader(http.Header{"idempotency-key": {"same"}})))
 	require.NoError(t, err)
 	assert.Equal(t, "same", res.Key)

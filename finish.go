@@ -42,8 +42,8 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 				e.LastStatus = cl.lastCode
 			}
 		}
-		if e.Response == nil {
-			e.Response = cl.lastResp // the caller sees what the server last said, whatever stopped us
+		if e.Response == nil { // the caller sees what the server last said, whatever stopped us
+			e.Response = cl.response(cl.lastAnswer, SourceResponse)
 		}
 		rec.LastStatus = e.LastStatus
 		rec.Reason = kindReason(e.Kind)

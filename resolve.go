@@ -65,7 +65,8 @@ type LookupRequest struct {
 // LookupFunc asks the API about a manual record's business intent (see Config.Lookup). It
 // must answer VerdictNotExecuted only when the API's answer proves that nothing took effect
 // (a search that is consistent with the payments it lists); when in doubt, VerdictUnknown.
-// An error counts as VerdictUnknown.
+// An error counts as VerdictUnknown. It may be called from several goroutines at once (Do
+// calls, Recover's workers), so it must be safe for that.
 type LookupFunc func(ctx context.Context, req LookupRequest) (Resolution, error)
 
 // Resolve settles the manual record (scope, key) with the application's or an operator's
