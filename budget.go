@@ -26,8 +26,11 @@ type BudgetConfig struct {
 	SuccessRefund int  // default DefaultBudgetSuccessRefund
 }
 
-// Budget is a retry token bucket. A success after retries returns the tokens its retries
-// took; a success at the first attempt adds SuccessRefund. Safe for concurrent use.
+// Budget is a retry token bucket. A call that ends with a definitive answer from the server
+// after retries (a success, a permanent failure, a key conflict, a stored 5xx) returns the
+// tokens its retries took; a success at the first attempt adds SuccessRefund. Calls that
+// stop without an answer (outage, exhausted attempts) keep their tokens spent. Safe for
+// concurrent use.
 type Budget struct {
 	cfg       BudgetConfig
 	mu        sync.Mutex
@@ -93,6 +96,20 @@ func (b *Budget) succeeded(cl *call) {
 	if refund == 0 {
 		refund = b.cfg.SuccessRefund
 	}
+	cl.spent = 0
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.available = min(b.cfg.Capacity, b.available+refund)
+}
+
+// answered gives back what cl's retries took when the server gave a definitive answer that is
+// not a success (a permanent failure, a key conflict, a stored 5xx): the retries reached a
+// server that answers, so a run of such calls must not drain the bucket for good.
+func (b *Budget) answered(cl *call) {
+	if b == nil || cl.spent == 0 {
+		return
+	}
+	refund := cl.spent
 	cl.spent = 0
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -36,6 +37,7 @@ type call struct {
 	delay        time.Duration // wait before the next attempt, decided in checkRetry
 	spent        int           // retry-budget tokens this call took
 	lastCode     int           // status of the last response in this call, 0 if none
+	lastAnswer   *Attempt      // the last attempt that got a response: every stop after it carries it
 	credErr      error         // Config.Credentials failed: nothing was sent, nothing will be
 
 	result *Result
@@ -89,7 +91,9 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		return cl.finish(ctx)
 	}
 	for k, vs := range cl.header {
-		req.Header[k] = append([]string(nil), vs...)
+		if !strings.EqualFold(k, cl.c.cfg.KeyHeader) { // one key on the wire: the record's
+			req.Header[k] = append([]string(nil), vs...)
+		}
 	}
 	req.Header.Set(cl.c.cfg.KeyHeader, cl.keyValue())
 	resp, err := rc.Do(req)
@@ -146,10 +150,15 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 	}
 	if a.Response != nil {
 		cl.lastCode = a.Response.StatusCode
+		cl.lastAnswer = a
 	}
 	class := cl.c.classes.Classify(a)
-	if class < ClassSuccess || class > ClassPermanent || class == ClassSuccess && a.Response == nil {
+	if class < ClassSuccess || class > ClassStoredServerError || class == ClassSuccess && a.Response == nil ||
+		class == ClassStoredServerError && a.StatusCode() < 500 {
 		class = ClassUnknown // a classifier's impossible answer: ask before resending
+	}
+	if class == ClassPermanent && a.StatusCode() >= 500 {
+		class = ClassStoredServerError // "do not retry" on a 5xx: the effect is still unknown
 	}
 	cl.c.onAttempt(cl, a, class)
 	switch class {
@@ -158,6 +167,14 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		return false, nil
 	case ClassPermanent:
 		cl.fail(ErrPermanent, a.StatusCode(), cl.response(a, SourceResponse), nil)
+		return false, errStopped
+	case ClassStoredServerError:
+		src := SourceResponse
+		if strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true") {
+			src = SourceReplay
+		}
+		cl.storedServerError(cl.response(a, src),
+			fmt.Errorf("the server stored HTTP %d for the key: execution began, effect unknown", a.StatusCode()))
 		return false, errStopped
 	case ClassKeyConflict:
 		cl.c.onKeyConflict(cl, a.StatusCode())
@@ -260,6 +277,15 @@ func (cl *call) fail(kind error, status int, resp *Result, cause error) {
 // halt ends the call without a final answer; the record stays pending (or becomes manual).
 func (cl *call) halt(kind error, cause error) {
 	cl.stop = &OperationError{Kind: kind, Cause: cause}
+}
+
+// storedServerError ends the call on a 5xx the server stored for the key: outcome unknown
+// for good, the record goes manual with the stored answer.
+func (cl *call) storedServerError(resp *Result, cause error) {
+	cl.unknown = true
+	cl.stop = &OperationError{Kind: ErrStoredServerError, Unknown: true, LastStatus: resp.StatusCode,
+		Response: resp, Cause: cause}
+	cl.c.onStoredServerError(cl, resp)
 }
 
 func (cl *call) keyExpired() bool {

@@ -51,6 +51,13 @@ type Config struct {
 	StatusURL string
 	// StatusFunc replaces the default status check for APIs with another convention.
 	StatusFunc StatusFunc
+	// Lookup, if set, is the business lookup: asked about a record the key can tell no more
+	// about (a stored 5xx, ErrStoredServerError; or ErrKeyExpired), when a call ends that way,
+	// when Do meets such a manual record, and by Recover. A conclusive verdict is persisted
+	// (see Resolution) and Do returns the payment found (Result.Source SourceLookup) or
+	// ErrNotExecuted. LookupByReference builds one for APIs that search payments by the
+	// caller's reference. Nil: such records wait for Client.Resolve.
+	Lookup LookupFunc
 	// KeyHeader is the header carrying the key. Default DefaultKeyHeader.
 	KeyHeader string
 	// KeyAsSFString sends the key as an RFC 8941 sf-string ("quoted"), as the IETF draft
@@ -79,7 +86,9 @@ type Config struct {
 	// because the server may have forgotten it. Default DefaultKeyTTL.
 	KeyTTL time.Duration
 	// Retention is how long succeeded and failed records are kept before Recover purges
-	// them. Default DefaultRetention. Pending and manual records are never purged.
+	// them. Default DefaultRetention; it must not be shorter than KeyTTL (a purged intent
+	// would be paid again under a new key while the server still holds the old one).
+	// Pending and manual records are never purged.
 	Retention time.Duration
 	// RecoverConcurrency is how many records Recover reconciles at once. Default
 	// DefaultRecoverConcurrency.
@@ -105,8 +114,9 @@ type Client struct {
 	stats      counters
 }
 
-// NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig or
-// ErrInvalidPolicy.
+// NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
+// field: a BaseURL that is not absolute, a relative StatusURL without BaseURL, a Retention
+// shorter than KeyTTL, negative values) or ErrInvalidPolicy.
 func NewClient(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, policy: cfg.Policy.withDefaults()}
 	if err := c.policy.Validate(); err != nil {
@@ -130,11 +140,20 @@ func NewClient(cfg Config) (*Client, error) {
 	if cfg.StatusURL != "" && !strings.Contains(cfg.StatusURL, "{key}") {
 		return nil, fmt.Errorf("%w: StatusURL %q has no {key} placeholder", ErrInvalidConfig, cfg.StatusURL)
 	}
+	if cfg.StatusURL != "" && c.base == nil {
+		if u, err := url.Parse(strings.ReplaceAll(cfg.StatusURL, "{key}", "k")); err != nil || !u.IsAbs() || u.Host == "" {
+			return nil, fmt.Errorf("%w: StatusURL %q is relative and BaseURL is empty", ErrInvalidConfig, cfg.StatusURL)
+		}
+	}
 	if cfg.KeyTTL == 0 {
 		c.cfg.KeyTTL = DefaultKeyTTL
 	}
 	if cfg.Retention == 0 {
 		c.cfg.Retention = DefaultRetention
+	}
+	if c.cfg.Retention < c.cfg.KeyTTL {
+		return nil, fmt.Errorf("%w: Retention %s is shorter than KeyTTL %s: a purged intent would be paid again under a new key while the server still holds the old one",
+			ErrInvalidConfig, c.cfg.Retention, c.cfg.KeyTTL)
 	}
 	if cfg.RecoverConcurrency == 0 {
 		c.cfg.RecoverConcurrency = DefaultRecoverConcurrency
@@ -185,6 +204,7 @@ const (
 	SourceReplay   Source = "replay"   // the server replayed a stored answer (Idempotent-Replayed)
 	SourceStatus   Source = "status"   // the status endpoint reported the stored answer
 	SourceStore    Source = "store"    // the keystore already held the final answer
+	SourceLookup   Source = "lookup"   // Config.Lookup found the payment after the key could tell no more
 )
 
 // Result is the final, successful answer for an operation.
@@ -205,15 +225,22 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // Do sends op until it reaches a known state, retrying within the policy (client defaults,
 // then opts). The record is persisted before the first byte is sent. It returns the
 // successful Result, or an *OperationError matching ErrPermanent, ErrKeyConflict,
-// ErrOutcomeUnknown, ErrExhausted, ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted,
-// ErrKeyExpired or ErrCanceled; invalid input gives ErrInvalidOperation, ErrInvalidPolicy or
-// ErrInvalidConfig. Only ErrPermanent and ErrKeyConflict are failures: after the others the
-// record stays pending (manual for ErrKeyExpired), and a later Do of the same operation or
-// Recover finishes it. A second Do of
+// ErrOutcomeUnknown, ErrStoredServerError (with ErrOutcomeUnknown), ErrExhausted,
+// ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired, ErrNotExecuted or
+// ErrCanceled; invalid input gives ErrInvalidOperation, ErrInvalidPolicy or ErrInvalidConfig.
+// Only ErrPermanent and ErrKeyConflict are failures, and ErrNotExecuted the one answer after
+// which the application may pay again under a new intent. After ErrStoredServerError and
+// ErrKeyExpired the record is manual (never resent; Config.Lookup or Client.Resolve settles
+// it); after the others it stays pending, and a later Do of the same operation or Recover
+// finishes it. A second Do of
 // the same key (or intent) waits for the first and returns its outcome, never sending
 // concurrently.
 func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {
 	if err := op.validate(); err != nil {
+		return nil, err
+	}
+	op, err := c.adoptKeyHeader(op)
+	if err != nil {
 		return nil, err
 	}
 	s, err := c.settings(opts)
@@ -275,7 +302,11 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 		}
 		defer unlock()
 		if !created && rec.State != keystore.StatePending {
-			return c.storedOutcome(rec)
+			res, err := c.storedOutcome(rec)
+			if r, lerr, ok := c.businessLookup(ctx, rec, op.header, err); ok {
+				return r, lerr
+			}
+			return res, err
 		}
 		cl := c.newCall(s, rec, op.header, target)
 		return cl.run(ctx, !created)

@@ -35,10 +35,20 @@
 //	408, 500, 502, 504, other 5xx           outcome unknown: status check, then decide
 //	429, 503                                not executed: wait Retry-After or backoff, resend
 //	409                                     in progress: wait, status check or resend
-//	422                                     key reused with another payload: ErrKeyConflict
+//	422 naming idempotency-key reuse        key reused with another payload: ErrKeyConflict
+//	any other 422                           validation: ErrPermanent with the response
 //	other 4xx, 3xx                          permanent: ErrPermanent, never retried
-//	an error answer with Idempotent-Replayed: true   permanent (the server stored it)
-//	Stripe-Should-Retry: true / false       overrides the rows above
+//	a replayed 4xx (Idempotent-Replayed)    permanent: the server decided and stored it
+//	a stored 5xx (replayed, status endpoint completed with a 5xx, or a 5xx marked
+//	  "do not retry")                       outcome unknown for good: ErrStoredServerError
+//	Stripe-Should-Retry: true / false       overrides the rows above (not a replayed 5xx)
+//
+// A stored 5xx means execution began and its effect is unknown; the key can never tell
+// more. It is never a failure and never resent: the record is manual, keeping the stored
+// answer, until a business lookup (Config.Lookup, e.g. LookupByReference: a search by the
+// caller's reference) or Client.Resolve settles it. A charge found makes the record
+// succeeded; none makes it failed with ErrNotExecuted, and only then may the application
+// pay again under a new intent.
 //
 // The status endpoint (Config.StatusURL, or a StatusFunc for other conventions) answers
 // 200 {"status":"completed","response_status":201,"response_body":{...}},

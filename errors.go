@@ -14,9 +14,28 @@ import (
 // is reported before anything is persisted, as a plain wrapped error.
 var (
 	// ErrOutcomeUnknown: a request may have reached the server and idem could not learn
-	// whether it was executed. The record stays pending; Do again with the same operation, or
-	// Client.Recover, reconciles it. Never treat it as "failed".
+	// whether it was executed. The record stays pending (Do again with the same operation, or
+	// Client.Recover, reconciles it), or manual when the key can tell no more
+	// (ErrStoredServerError, ErrKeyExpired). Never treat it as "failed", never pay again under
+	// a new key because of it.
 	ErrOutcomeUnknown = errors.New("idem: outcome unknown")
+	// ErrStoredServerError: the server stored a 5xx as this key's answer (replayed with
+	// Idempotent-Replayed: true, reported by the status endpoint as completed with a 5xx, or a
+	// 5xx with a "do not retry" hint). Execution began and its effect is unknown; the key can
+	// never tell more, so it is never resent. Always matched together with ErrOutcomeUnknown.
+	// OperationError.Response holds the stored answer; the record is manual with Reason
+	// ReasonStoredServerError until a business lookup (Config.Lookup) or Client.Resolve
+	// settles it. Stripe documents this behaviour ("Idempotent requests": results, 500 errors
+	// included, are saved for the key once execution began).
+	ErrStoredServerError = errors.New("idem: server stored an error for the key; effect unknown")
+	// ErrNotExecuted: the record was resolved as not executed (Config.Lookup found no trace
+	// of the intent, or Client.Resolve was told so). Only now may the application start a new
+	// intent for the same business payment (a new intent name, hence a new key). The record is
+	// failed with Reason ReasonNotExecuted.
+	ErrNotExecuted = errors.New("idem: intent resolved as not executed")
+	// ErrNotManual: Client.Resolve was asked to settle a record that is not waiting for
+	// reconciliation (not StateManual). Nothing is written.
+	ErrNotManual = errors.New("idem: record is not waiting for reconciliation")
 	// ErrExhausted: the policy's MaxAttempts or MaxElapsed ran out. The record stays pending.
 	ErrExhausted = errors.New("idem: retries exhausted")
 	// ErrKeyConflict: the idempotency key is already bound to another request (method, path or
@@ -25,8 +44,10 @@ var (
 	// answered 422 by the server, the record is failed.
 	ErrKeyConflict = errors.New("idem: idempotency key reused with another payload")
 	// ErrPermanent: the server gave a final answer that must not be retried (a 4xx
-	// validation or auth error, a stored 5xx replayed for this key, or a hint header saying
-	// "do not retry"). OperationError.Response holds that answer. The record is failed.
+	// validation or auth error, any 422 that does not name key reuse, a stored or replayed
+	// 4xx, or a hint header saying "do not retry" on a 4xx). OperationError.Response holds
+	// that answer. The record is failed. A stored 5xx is never ErrPermanent: see
+	// ErrStoredServerError.
 	ErrPermanent = errors.New("idem: permanent failure")
 	// ErrRetryAfterTooLong: the server asked to wait (Retry-After, RFC 9110 §10.2.3) longer
 	// than Policy.MaxRetryAfter or than the time left; idem stops at once instead of sleeping.
@@ -34,6 +55,7 @@ var (
 	ErrRetryAfterTooLong = errors.New("idem: Retry-After beyond the allowed wait")
 	// ErrDeadline: the context deadline comes before the next attempt could start, so idem
 	// returns at once rather than sleeping into it. The record stays pending.
+	// errors.Is(err, context.DeadlineExceeded) matches too.
 	ErrDeadline = errors.New("idem: context deadline before the next attempt")
 	// ErrBudgetExhausted: the client-wide retry budget is empty, so no retry was made.
 	// The record stays pending.
@@ -65,8 +87,13 @@ type OperationError struct {
 	Unknown    bool          // an attempt may have executed and was not resolved
 	Kind       error         // the sentinel saying why the call stopped (ErrExhausted, ...)
 	Cause      error         // the underlying error (transport, context, store), may be nil
-	Response   *Result       // the server's final answer, for ErrPermanent and ErrKeyConflict
-	Stored     bool          // answered from the keystore: an earlier call ended this way, nothing was sent
+	// Response is the last answer the server gave in this call (status, headers, body up to
+	// Policy.MaxResponseSize): the final answer for ErrPermanent, ErrKeyConflict and
+	// ErrStoredServerError, the last one seen when retries stopped (ErrExhausted,
+	// ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted...). Nil when no answer came.
+	// The record keeps it (keystore.Record.Response).
+	Response *Result
+	Stored   bool // answered from the keystore: an earlier call ended this way, nothing was sent
 }
 
 // Error describes the stop in one line: kind, key, attempts, last status and cause.

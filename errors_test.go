@@ -113,7 +113,7 @@ func TestSentinelsAreDistinct(t *testing.T) {
 }
 
 func TestReasonKindRoundTrip(t *testing.T) {
-	require.Len(t, reasonKinds, 10)
+	require.Len(t, reasonKinds, 12)
 	kinds := map[error]string{}
 	for reason, kind := range reasonKinds {
 		if other, dup := kinds[kind]; dup {
@@ -124,7 +124,7 @@ func TestReasonKindRoundTrip(t *testing.T) {
 		assert.Equal(t, reason, kindReason(kind), kind.Error())
 	}
 	for _, k := range []error{ErrPermanent, ErrKeyConflict, ErrKeyExpired, ErrExhausted, ErrRetryAfterTooLong,
-		ErrDeadline, ErrBudgetExhausted, ErrOutcomeUnknown, ErrCanceled} {
+		ErrDeadline, ErrBudgetExhausted, ErrOutcomeUnknown, ErrCanceled, ErrStoredServerError, ErrNotExecuted} {
 		_, ok := kinds[k]
 		assert.True(t, ok, "stop kind %v has a persisted reason", k)
 	}
@@ -141,6 +141,8 @@ func TestReasonKindRoundTrip(t *testing.T) {
 		"outcome_unknown":      ErrOutcomeUnknown,
 		"canceled":             ErrCanceled,
 		"invalid_operation":    ErrInvalidOperation,
+		"stored_server_error":  ErrStoredServerError,
+		"not_executed":         ErrNotExecuted,
 	}, reasonKinds)
 
 	// Unrecognised values.

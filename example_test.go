@@ -79,3 +79,56 @@ func ExampleClient_Recover() {
 	// intent order-7 -> succeeded 201
 	// 1 1 <nil>
 }
+
+// A stored 500 is an unknown outcome: the search by reference settles it, and only a
+// "not executed" verdict lets the application pay the order again, under a new intent.
+func ExampleLookupByReference() {
+	api := idemtest.NewServer(idemtest.Config{})
+	defer api.Close()
+	api.Script(idemtest.FaultStored500) // the server stores a 500 for the first key, charging nothing
+
+	lookup, _ := idem.LookupByReference("/v1/payments?reference={reference}", "reference")
+	c, _ := idem.NewClient(idem.Config{BaseURL: api.URL, StatusURL: "/v1/payments/operations/{key}", Lookup: lookup})
+	body := []byte(`{"amount":990,"currency":"EUR","customer":"cus_7","reference":"order-7"}`)
+
+	ctx := context.Background()
+	_, err := c.Do(ctx, idem.NewOperation(http.MethodPost, "/v1/payments", body, idem.WithIntent("order-7")))
+	fmt.Println(errors.Is(err, idem.ErrNotExecuted))
+	if errors.Is(err, idem.ErrNotExecuted) { // only now: a new intent, hence a new key
+		res, err := c.Do(ctx, idem.NewOperation(http.MethodPost, "/v1/payments", body, idem.WithIntent("order-7#2")))
+		fmt.Println(res.StatusCode, err)
+	}
+	fmt.Println("charges for order-7:", api.ExecutionsByReference("order-7"))
+	// Output:
+	// true
+	// 201 <nil>
+	// charges for order-7: 1
+}
+
+// An operator settles a record that no lookup could: Resolve persists the verdict and its
+// note, and Do of the same intent answers from it.
+func ExampleClient_Resolve() {
+	api := idemtest.NewServer(idemtest.Config{})
+	defer api.Close()
+	api.Script(idemtest.FaultStored500AfterCharge)
+	c, _ := idem.NewClient(idem.Config{BaseURL: api.URL, StatusURL: "/v1/payments/operations/{key}"})
+	body := []byte(`{"amount":990,"currency":"EUR","customer":"cus_7","reference":"order-8"}`)
+	op := idem.NewOperation(http.MethodPost, "/v1/payments", body, idem.WithIntent("order-8"))
+
+	ctx := context.Background()
+	_, err := c.Do(ctx, op)
+	var oe *idem.OperationError
+	if errors.As(err, &oe) && errors.Is(err, idem.ErrStoredServerError) {
+		fmt.Println("stored", oe.Response.StatusCode, "unknown:", errors.Is(err, idem.ErrOutcomeUnknown))
+		rec, _ := c.Resolve(ctx, oe.Scope, oe.Key, idem.Resolution{Verdict: idem.VerdictExecuted,
+			Note:     "ops #12: charge pay_1 found in the dashboard",
+			Response: &keystore.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)}})
+		fmt.Println(rec.State, rec.Note)
+	}
+	res, _ := c.Do(ctx, op)
+	fmt.Println(res.Source, string(res.Body))
+	// Output:
+	// stored 500 unknown: true
+	// succeeded ops #12: charge pay_1 found in the dashboard
+	// store {"id":"pay_1"}
+}

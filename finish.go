@@ -42,16 +42,25 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 				e.LastStatus = cl.lastCode
 			}
 		}
+		if e.Response == nil { // the caller sees what the server last said, whatever stopped us
+			e.Response = cl.response(cl.lastAnswer, SourceResponse)
+		}
 		rec.LastStatus = e.LastStatus
 		rec.Reason = kindReason(e.Kind)
 		if e.Cause != nil {
 			rec.Error = e.Cause.Error()
 		}
+		if e.Response != nil {
+			rec.Response = cl.persistedResponse(e.Response)
+		}
 		switch e.Kind {
 		case ErrPermanent, ErrKeyConflict:
 			rec.State = keystore.StateFailed
-			rec.Response = cl.persistedResponse(e.Response)
 			cl.c.stats.failed.Add(1)
+			cl.c.budget.answered(cl)
+		case ErrStoredServerError:
+			rec.State = keystore.StateManual // never resent, never failed: reconcile
+			cl.c.budget.answered(cl)
 		case ErrKeyExpired:
 			rec.State = keystore.StateManual
 		default:
@@ -71,6 +80,12 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 	if cl.result != nil {
 		cl.c.budget.succeeded(cl)
 		return cl.result, nil
+	}
+	if rec.State == keystore.StateManual {
+		// The key can tell no more: the application's own lookup may.
+		if res, err, ok := cl.c.businessLookup(ctx, rec, cl.header, cl.stop); ok {
+			return res, err
+		}
 	}
 	return nil, cl.stop
 }

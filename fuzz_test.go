@@ -135,3 +135,32 @@ func FuzzValidateKey(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIsKeyReuse: the 422 rule never panics, and a body names key reuse only through one of
+// its error members: KeyConflictCodes with that exact member agrees.
+func FuzzIsKeyReuse(f *testing.F) {
+	for _, s := range []string{
+		`{"error":"idempotency_key_reused"}`, `{"error":{"type":"idempotency_error"}}`,
+		`{"type":"https://x/idempotency-key-reuse"}`, `{"error":"invalid_request"}`, `{"error":1}`,
+		`{"error":null}`, `[]`, `"idempotency"`, ``, `{`, `{"code":"IDEMPOTENCY"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got := IsKeyReuse(body)
+		codes := errorCodes(body)
+		named := false
+		for _, c := range codes {
+			if strings.Contains(strings.ToLower(c), "idempotency") {
+				named = true
+				a := &Attempt{Response: &http.Response{StatusCode: http.StatusUnprocessableEntity}, Body: body}
+				if KeyConflictCodes(c).Classify(a) != ClassKeyConflict {
+					t.Fatalf("KeyConflictCodes(%q) disagrees on %q", c, body)
+				}
+			}
+		}
+		if got != named {
+			t.Fatalf("IsKeyReuse(%q) = %v, codes %q", body, got, codes)
+		}
+	})
+}

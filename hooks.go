@@ -84,6 +84,22 @@ type GiveUpEvent struct {
 	Err *OperationError // what Do returns
 }
 
+// StoredServerErrorEvent: the server stored a 5xx for the key (replayed, or reported by the
+// status endpoint): execution began, effect unknown. The record goes manual.
+type StoredServerErrorEvent struct {
+	Event
+	StatusCode int    // the stored 5xx
+	Source     Source // SourceReplay, SourceStatus, or SourceResponse (a 5xx with a "do not retry" hint)
+}
+
+// ResolvedEvent: a manual record was settled by Config.Lookup or Client.Resolve.
+type ResolvedEvent struct {
+	Event
+	Executed bool   // true: succeeded with the answer found; false: not executed (failed)
+	ByLookup bool   // settled by Config.Lookup (false: Client.Resolve)
+	Note     string // the note kept on the record
+}
+
 // Hooks receive events as they happen, synchronously on the calling goroutine: keep them
 // fast and never block. Nil fields are skipped.
 type Hooks struct {
@@ -97,6 +113,9 @@ type Hooks struct {
 	OnUnknown      func(UnknownEvent)      // an attempt's outcome became unknown
 	OnBudgetDenied func(BudgetDeniedEvent) // the retry budget refused a retry
 	OnGiveUp       func(GiveUpEvent)       // a call ended without a result
+
+	OnStoredServerError func(StoredServerErrorEvent) // a stored 5xx: outcome unknown, record manual
+	OnResolved          func(ResolvedEvent)          // a manual record was settled
 }
 
 func (c *Client) event(cl *call) Event {
@@ -212,5 +231,32 @@ func (c *Client) onGiveUp(cl *call, e *OperationError) {
 func (c *Client) warn(msg string, rec *keystore.Record, err error) {
 	if l := c.cfg.Logger; l != nil {
 		l.Warn("idem "+msg, "key", rec.Key, slog.Any("error", err))
+	}
+}
+
+func (c *Client) onStoredServerError(cl *call, resp *Result) {
+	c.stats.storedServerErrors.Add(1)
+	if l := c.cfg.Logger; l != nil {
+		l.Warn("idem server stored an error for the key; outcome unknown, reconciliation needed",
+			"key", cl.rec.Key, "intent", cl.rec.Intent, "status", resp.StatusCode, "source", string(resp.Source))
+	}
+	if h := c.cfg.Hooks.OnStoredServerError; h != nil {
+		h(StoredServerErrorEvent{Event: c.event(cl), StatusCode: resp.StatusCode, Source: resp.Source})
+	}
+}
+
+func (c *Client) onResolved(rec *keystore.Record, executed, byLookup bool) {
+	if byLookup {
+		c.stats.resolvedByLookup.Add(1)
+	} else {
+		c.stats.resolvedByCaller.Add(1)
+	}
+	if l := c.cfg.Logger; l != nil {
+		l.Info("idem manual record resolved", "key", rec.Key, "intent", rec.Intent, "executed", executed,
+			"by_lookup", byLookup, "note", rec.Note)
+	}
+	if h := c.cfg.Hooks.OnResolved; h != nil {
+		h(ResolvedEvent{Event: Event{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Time: c.cfg.Now()},
+			Executed: executed, ByLookup: byLookup, Note: rec.Note})
 	}
 }

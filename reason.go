@@ -15,6 +15,20 @@ const (
 	reasonInvalid     = "invalid_operation"
 )
 
+// Reasons of records that wait for, or went through, business reconciliation
+// (keystore.Record.Reason). Tools that list records (an admin page, a report) match on them.
+const (
+	// ReasonStoredServerError: the server stored a 5xx for the key (ErrStoredServerError);
+	// the record is manual, with the stored answer in Record.Response.
+	ReasonStoredServerError = "stored_server_error"
+	// ReasonExecuted: a manual record was resolved as executed (Config.Lookup or
+	// Client.Resolve); the record is succeeded with the answer found. Record.Note says who.
+	ReasonExecuted = "executed"
+	// ReasonNotExecuted: a manual record was resolved as not executed; the record is failed
+	// and Do returns ErrNotExecuted. Record.Note says who.
+	ReasonNotExecuted = "not_executed"
+)
+
 var reasonKinds = map[string]error{
 	reasonPermanent:   ErrPermanent,
 	reasonKeyConflict: ErrKeyConflict,
@@ -26,6 +40,9 @@ var reasonKinds = map[string]error{
 	reasonUnknown:     ErrOutcomeUnknown,
 	reasonCanceled:    ErrCanceled,
 	reasonInvalid:     ErrInvalidOperation,
+
+	ReasonStoredServerError: ErrStoredServerError,
+	ReasonNotExecuted:       ErrNotExecuted,
 }
 
 func reasonKind(reason string) error {

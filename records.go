@@ -96,20 +96,30 @@ func (c *Client) storedOutcome(rec *keystore.Record) (*Result, error) {
 		return res, nil
 	case keystore.StateManual:
 		kind := reasonKind(rec.Reason)
-		if kind != ErrInvalidOperation {
+		if kind != ErrInvalidOperation && kind != ErrStoredServerError {
 			kind = ErrKeyExpired
 		}
 		return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: kind,
-			Unknown: true, LastStatus: rec.LastStatus, Cause: errors.New(rec.Error), Stored: true}
+			Unknown: true, LastStatus: rec.LastStatus, Cause: errors.New(rec.Error), Stored: true,
+			Response: storedResponse(rec)}
 	}
 	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: reasonKind(rec.Reason),
 		LastStatus: rec.LastStatus, Stored: true}
 	if rec.Error != "" {
 		e.Cause = errors.New(rec.Error)
 	}
-	if rec.Response != nil {
-		e.Response = &Result{Key: rec.Key, StatusCode: rec.Response.Status, Header: rec.Response.Header,
-			Body: rec.Response.Body, Source: SourceStore}
+	if rec.Reason == ReasonNotExecuted {
+		e.Cause = fmt.Errorf("resolved as not executed: %s", rec.Note)
 	}
+	e.Response = storedResponse(rec)
 	return nil, e
+}
+
+// storedResponse is the record's persisted answer as a Result, nil if it has none.
+func storedResponse(rec *keystore.Record) *Result {
+	if rec.Response == nil {
+		return nil
+	}
+	return &Result{Key: rec.Key, StatusCode: rec.Response.Status, Header: rec.Response.Header,
+		Body: rec.Response.Body, Source: SourceStore}
 }

@@ -16,8 +16,10 @@ type Reconciled struct {
 	// Result is the successful answer, when the operation succeeded.
 	Result *Result
 	// Err is the *OperationError when it did not: ErrPermanent or ErrKeyConflict (failed),
-	// ErrKeyExpired (manual reconciliation needed), or a still-pending stop such as
-	// ErrOutcomeUnknown, which a later Recover tries again.
+	// ErrNotExecuted (settled as not executed by Config.Lookup: the application may pay
+	// again under a new intent), ErrKeyExpired or ErrStoredServerError (manual: a lookup or
+	// a person must settle it), or a still-pending stop such as ErrOutcomeUnknown, which a
+	// later Recover tries again.
 	Err error
 }
 
@@ -26,10 +28,13 @@ type RecoverReport struct {
 	Pending   int // pending records found
 	Skipped   int // in flight in this process (their own Do finishes them)
 	Succeeded int // reconciled to success (status endpoint, replay or a fresh send)
-	Failed    int // reconciled to a permanent failure
-	Manual    int // key past KeyTTL with an unknown outcome, or a record that cannot be sent: reported, never resent
+	Failed    int // reconciled to a permanent failure, or settled as not executed
+	Manual    int // a stored 5xx, a key past KeyTTL with an unknown outcome, or a record that cannot be sent: reported, never resent
 	Unknown   int // still pending after this run
 	Purged    int // terminal records older than Config.Retention removed
+	// Resolved counts manual records found waiting (a stored 5xx, a key past KeyTTL) that
+	// Config.Lookup settled in this run, as executed or not executed.
+	Resolved int
 }
 
 // Recover reconciles every pending record, typically at start-up after a crash: status
@@ -43,8 +48,11 @@ type RecoverReport struct {
 // Recover is safe to run while Do calls are in flight: records that a call in this process
 // holds are skipped. Records are sent with their persisted headers, which never include
 // credentials: set Config.Credentials. opts apply to every record, as with Do. It also purges
-// terminal records older than Config.Retention. The error is non-nil only when the keystore
-// cannot be read, or ctx ended.
+// terminal records older than Config.Retention. With Config.Lookup set, it also asks the
+// lookup about every manual record waiting for reconciliation (a stored 5xx, a key past
+// KeyTTL) and persists a conclusive verdict (RecoverReport.Resolved; handle gets those too).
+// A manual record is never resent. The error is non-nil only when the keystore cannot be
+// read, or ctx ended.
 func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...CallOption) (RecoverReport, error) {
 	var rep RecoverReport
 	s, err := c.settings(opts)
@@ -61,6 +69,13 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 		return rep, fmt.Errorf("idem: listing pending records: %w", err)
 	}
 	rep.Pending = len(pending)
+	if c.cfg.Lookup != nil {
+		manual, err := c.store.List(ctx, keystore.StateManual)
+		if err != nil {
+			return rep, fmt.Errorf("idem: listing manual records: %w", err)
+		}
+		pending = append(pending, manual...)
+	}
 
 	var mu sync.Mutex
 	work := make(chan *keystore.Record)
@@ -70,10 +85,21 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 		go func() {
 			defer wg.Done()
 			for rec := range work {
-				out, ran := c.recoverOne(ctx, s, rec)
-				mu.Lock()
-				rep.count(out, ran)
-				mu.Unlock()
+				var out Reconciled
+				var ran bool
+				if rec.State == keystore.StateManual {
+					out, ran = c.resolveOne(ctx, rec)
+					mu.Lock()
+					if ran {
+						rep.Resolved++
+					}
+					mu.Unlock()
+				} else {
+					out, ran = c.recoverOne(ctx, s, rec)
+					mu.Lock()
+					rep.count(out, ran)
+					mu.Unlock()
+				}
 				if ran && handle != nil {
 					handle(out)
 				}
@@ -111,9 +137,10 @@ func (rep *RecoverReport) count(out Reconciled, ran bool) {
 		rep.Skipped++
 	case out.Err == nil:
 		rep.Succeeded++
-	case errors.Is(out.Err, ErrKeyExpired), errors.Is(out.Err, ErrInvalidOperation):
+	case errors.Is(out.Err, ErrKeyExpired), errors.Is(out.Err, ErrInvalidOperation),
+		errors.Is(out.Err, ErrStoredServerError):
 		rep.Manual++
-	case errors.Is(out.Err, ErrPermanent) || errors.Is(out.Err, ErrKeyConflict):
+	case errors.Is(out.Err, ErrPermanent), errors.Is(out.Err, ErrKeyConflict), errors.Is(out.Err, ErrNotExecuted):
 		rep.Failed++
 	default:
 		rep.Unknown++
@@ -150,8 +177,36 @@ func (c *Client) recoverOne(ctx context.Context, s callSettings, rec *keystore.R
 	res, err := cl.run(ctx, true)
 	if err == nil {
 		c.stats.recovered.Add(1)
-	} else if errors.Is(err, ErrPermanent) || errors.Is(err, ErrKeyConflict) || errors.Is(err, ErrKeyExpired) {
+	} else if errors.Is(err, ErrPermanent) || errors.Is(err, ErrKeyConflict) || errors.Is(err, ErrKeyExpired) ||
+		errors.Is(err, ErrStoredServerError) || errors.Is(err, ErrNotExecuted) {
 		c.stats.recovered.Add(1)
 	}
 	return Reconciled{Record: cl.rec.Clone(), Result: res, Err: err}, true
+}
+
+// resolveOne asks Config.Lookup about a manual record under its key (and intent) lock; ran
+// is false when a call holds it, it is no longer manual, or the lookup could not tell.
+func (c *Client) resolveOne(ctx context.Context, rec *keystore.Record) (Reconciled, bool) {
+	if rec.Intent != "" {
+		unlock, ok := c.locks.tryLock(intentLockName(rec.Scope, rec.Intent))
+		if !ok {
+			return Reconciled{}, false
+		}
+		defer unlock()
+	}
+	unlock, ok := c.locks.tryLock(keyLockName(rec.Scope, rec.Key))
+	if !ok {
+		return Reconciled{}, false
+	}
+	defer unlock()
+	fresh, err := c.get(ctx, rec.Scope, rec.Key)
+	if err != nil || fresh.State != keystore.StateManual {
+		return Reconciled{}, false
+	}
+	_, stop := c.storedOutcome(fresh)
+	res, err, ok := c.businessLookup(ctx, fresh, nil, stop)
+	if !ok {
+		return Reconciled{}, false
+	}
+	return Reconciled{Record: fresh.Clone(), Result: res, Err: err}, true
 }

@@ -28,11 +28,17 @@ const (
 	// with ErrKeyConflict.
 	ClassKeyConflict
 	// ClassPermanent: a final answer that must not be retried (validation, auth). Fail with
-	// ErrPermanent.
+	// ErrPermanent. On a 5xx it is taken as ClassStoredServerError: a server error is never a
+	// failure.
 	ClassPermanent
+	// ClassStoredServerError: the server stored a 5xx as the key's answer (replayed with
+	// Idempotent-Replayed: true). Execution began, its effect is unknown, and the key can
+	// never tell more: never resent, the record waits for reconciliation
+	// (ErrStoredServerError, which also matches ErrOutcomeUnknown).
+	ClassStoredServerError
 )
 
-var classNames = [...]string{"undecided", "success", "retry", "unknown", "in-progress", "key-conflict", "permanent"}
+var classNames = [...]string{"undecided", "success", "retry", "unknown", "in-progress", "key-conflict", "permanent", "stored-server-error"}
 
 // String returns the class's lower-case name.
 func (c Class) String() string {
@@ -90,13 +96,13 @@ func (cs Classifiers) Classify(a *Attempt) Class {
 	return ClassUnknown
 }
 
-// DefaultClassifiers returns the classification table of the package docs, in order: the
-// Stripe-Should-Retry hint header (Stripe's docs, "Idempotent requests"), replayed answers,
-// transport errors, then status codes. Prepend your own to override a row.
+// DefaultClassifiers returns the classification table of the package docs, in order:
+// replayed answers, the Stripe-Should-Retry hint header (Stripe's docs, "Idempotent
+// requests"), transport errors, then status codes. Prepend your own to override a row.
 func DefaultClassifiers() Classifiers {
 	return Classifiers{
-		HintHeader("Stripe-Should-Retry"),
 		ClassifierFunc(ClassifyReplay),
+		HintHeader("Stripe-Should-Retry"),
 		ClassifierFunc(ClassifyTransport),
 		ClassifierFunc(ClassifyStatus),
 	}
@@ -120,17 +126,21 @@ func HintHeader(name string) Classifier {
 	})
 }
 
-// ClassifyReplay treats an error answer the server marks as a replay
-// (Idempotent-Replayed: true) as permanent: the server stored that answer for this key and
-// will send the same one to every resend.
+// ClassifyReplay classifies an error answer the server marks as a replay
+// (Idempotent-Replayed: true): the server stored that answer for this key and will send the
+// same one to every resend. A stored 4xx is the server's decision (ClassPermanent); a stored
+// 5xx means execution began with an unknown effect (ClassStoredServerError).
 func ClassifyReplay(a *Attempt) Class {
 	if a.Response == nil || a.Response.StatusCode < 400 {
 		return ClassUndecided
 	}
-	if strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true") {
-		return ClassPermanent
+	if !strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true") {
+		return ClassUndecided
 	}
-	return ClassUndecided
+	if a.Response.StatusCode >= 500 {
+		return ClassStoredServerError
+	}
+	return ClassPermanent
 }
 
 // ClassifyTransport classifies attempts that got no response: never written means not sent
@@ -146,8 +156,9 @@ func ClassifyTransport(a *Attempt) Class {
 	return ClassUnknown
 }
 
-// ClassifyStatus classifies by status code: 2xx success; 409 in progress; 422 key conflict;
-// 429 and 503 retry (not executed); 408, 500, 502, 504 and other 5xx unknown (the request
+// ClassifyStatus classifies by status code: 2xx success; 409 in progress; 422 key conflict
+// when the body names idempotency-key reuse (see IsKeyReuse), any other 422 permanent
+// (validation); 429 and 503 retry (not executed); 408, 500, 502, 504 and other 5xx unknown (the request
 // may have been executed, or forwarded by a proxy); other 4xx and 3xx permanent.
 func ClassifyStatus(a *Attempt) Class {
 	code := a.StatusCode()
@@ -159,7 +170,10 @@ func ClassifyStatus(a *Attempt) Class {
 	case code == http.StatusConflict:
 		return ClassInProgress
 	case code == http.StatusUnprocessableEntity:
-		return ClassKeyConflict
+		if IsKeyReuse(a.Body) {
+			return ClassKeyConflict
+		}
+		return ClassPermanent
 	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable:
 		return ClassRetry
 	case code == http.StatusRequestTimeout, code == http.StatusInternalServerError,

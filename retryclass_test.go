@@ -64,7 +64,7 @@ func TestDefaultClassifiersTable(t *testing.T) {
 
 		// draft rows
 		{"409 in progress", rcResp(409), ClassInProgress},
-		{"422 key conflict", rcResp(422), ClassKeyConflict},
+		{"422 without a body is validation", rcResp(422), ClassPermanent},
 
 		// permanent 4xx
 		{"400", rcResp(400), ClassPermanent},
@@ -105,12 +105,13 @@ func TestDefaultClassifiersTable(t *testing.T) {
 		{"written transport error without response", &Attempt{Err: io.EOF, Written: true}, ClassUnknown},
 
 		// replayed answers
-		{"500 replayed", rcResp(500, "Idempotent-Replayed", "true"), ClassPermanent},
-		{"502 replayed", rcResp(502, "Idempotent-Replayed", "TRUE"), ClassPermanent},
+		{"500 replayed", rcResp(500, "Idempotent-Replayed", "true"), ClassStoredServerError},
+		{"502 replayed", rcResp(502, "Idempotent-Replayed", "TRUE"), ClassStoredServerError},
 		{"400 replayed", rcResp(400, "Idempotent-Replayed", "true"), ClassPermanent},
 		{"201 replayed is success", rcResp(201, "Idempotent-Replayed", "true"), ClassSuccess},
 		{"500 replayed false", rcResp(500, "Idempotent-Replayed", "false"), ClassUnknown},
-		{"hint beats replay", rcResp(500, "Idempotent-Replayed", "true", "Stripe-Should-Retry", "true"), ClassRetry},
+		// A stored 5xx is replayed to every resend of the key: a "retry" hint cannot change it.
+		{"replay beats hint", rcResp(500, "Idempotent-Replayed", "true", "Stripe-Should-Retry", "true"), ClassStoredServerError},
 	}
 	cs := DefaultClassifiers()
 	for _, tt := range tests {
@@ -199,13 +200,14 @@ func TestClassString(t *testing.T) {
 		{ClassInProgress, "in-progress"},
 		{ClassKeyConflict, "key-conflict"},
 		{ClassPermanent, "permanent"},
-		{Class(7), "class(7)"},
+		{ClassStoredServerError, "stored-server-error"},
+		{Class(8), "class(8)"},
 		{Class(-1), "class(-1)"},
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, tt.c.String())
 	}
-	require.Len(t, classNames, int(ClassPermanent)+1, "every class has a name")
+	require.Len(t, classNames, int(ClassStoredServerError)+1, "every class has a name")
 }
 
 func TestNotSentError(t *testing.T) {

@@ -25,12 +25,19 @@ type Stats struct {
 	BudgetDenied       int64 // retries refused by the retry budget
 	ThrottledWaits     int64 // waits that honoured a server's Retry-After
 	Recovered          int64 // records Recover brought to a final state
+	// StoredServerErrors counts calls that ended on a 5xx the server stored for the key
+	// (ErrStoredServerError): execution began, effect unknown, record manual.
+	StoredServerErrors int64
+	Lookups            int64 // Config.Lookup asks
+	ResolvedByLookup   int64 // manual records Config.Lookup settled (executed or not executed)
+	ResolvedByCaller   int64 // manual records settled through Client.Resolve
 }
 
 type counters struct {
 	calls, succeeded, failed, attempts, retries, statusChecks, replays, keyConflicts atomic.Int64
 	sameKey, keyExpired, inProgress, inProgressTimeouts, unknown, unknownResolved    atomic.Int64
 	stillUnknown, finalFailures, budgetDenied, throttled, recovered                  atomic.Int64
+	storedServerErrors, lookups, resolvedByLookup, resolvedByCaller                  atomic.Int64
 }
 
 // Stats returns a snapshot of the counters. Safe to call at any time.
@@ -43,6 +50,7 @@ func (c *Client) Stats() Stats {
 		KeyExpired: s.keyExpired.Load(), InProgress: s.inProgress.Load(), InProgressTimeouts: s.inProgressTimeouts.Load(),
 		UnknownOutcomes: s.unknown.Load(), UnknownResolved: s.unknownResolved.Load(), StillUnknown: s.stillUnknown.Load(),
 		FinalFailures: s.finalFailures.Load(), BudgetDenied: s.budgetDenied.Load(), ThrottledWaits: s.throttled.Load(),
-		Recovered: s.recovered.Load(),
+		Recovered: s.recovered.Load(), StoredServerErrors: s.storedServerErrors.Load(), Lookups: s.lookups.Load(),
+		ResolvedByLookup: s.resolvedByLookup.Load(), ResolvedByCaller: s.resolvedByCaller.Load(),
 	}
 }

@@ -45,12 +45,17 @@ func (cl *call) resolve(ctx context.Context) bool {
 		}
 		switch st.State {
 		case StatusCompleted:
-			cl.c.stats.unknownResolved.Add(1)
+			if st.ResponseStatus < 500 { // a stored 5xx resolves nothing
+				cl.c.stats.unknownResolved.Add(1)
+			}
 			res := &Result{Key: cl.rec.Key, StatusCode: st.ResponseStatus, Body: st.ResponseBody, Source: SourceStatus}
-			if st.ResponseStatus >= 200 && st.ResponseStatus < 300 {
+			switch {
+			case st.ResponseStatus >= 200 && st.ResponseStatus < 300:
 				cl.unknown = false
 				cl.result = res
-			} else { // the server stored a failure for this key; a resend would get it again
+			case st.ResponseStatus >= 500: // execution began; a stored 5xx never says how far
+				cl.storedServerError(res, fmt.Errorf("status endpoint reports the key completed with HTTP %d: execution began, effect unknown", st.ResponseStatus))
+			default: // the server stored a failure for this key; a resend would get it again
 				cl.fail(ErrPermanent, st.ResponseStatus, res, fmt.Errorf("status endpoint reports the key ended with HTTP %d", st.ResponseStatus))
 			}
 			return false
@@ -86,7 +91,8 @@ func (c *Client) defaultStatus(path string) StatusFunc {
 			return Status{}, err
 		}
 		for k, vs := range r.Header {
-			if !strings.EqualFold(k, "Content-Type") && !strings.EqualFold(k, "Content-Length") {
+			if !strings.EqualFold(k, "Content-Type") && !strings.EqualFold(k, "Content-Length") &&
+				!strings.EqualFold(k, c.cfg.KeyHeader) {
 				req.Header[k] = vs
 			}
 		}

@@ -30,10 +30,12 @@ func TestDoResolvesUnknownOutcomes(t *testing.T) {
 		{"reset before processing, status says not found", idemtest.FaultResetBeforeProcessing, true, 2, 1, SourceResponse, nil, 1},
 		{"502 before processing", idemtest.Fault502BeforeProcessing, true, 2, 1, SourceResponse, nil, 1},
 		{"500 after commit", idemtest.Fault500AfterCommit, true, 1, 1, SourceStatus, nil, 1},
-		{"stored 500 is final", idemtest.FaultStored500, true, 1, 1, "", ErrPermanent, 0},
+		{"stored 500: outcome unknown, manual", idemtest.FaultStored500, true, 1, 1, "", ErrStoredServerError, 0},
+		{"charged then stored 500: outcome unknown, manual", idemtest.FaultStored500AfterCharge, true, 1, 1, "", ErrStoredServerError, 1},
 		{"no status endpoint: drop after commit is replayed", idemtest.FaultDropAfterCommit, false, 2, 0, SourceReplay, nil, 1},
 		{"no status endpoint: reset before processing", idemtest.FaultResetBeforeProcessing, false, 2, 0, SourceResponse, nil, 1},
-		{"no status endpoint: stored 500 replayed is final", idemtest.FaultStored500, false, 2, 0, "", ErrPermanent, 0},
+		{"no status endpoint: stored 500 replayed", idemtest.FaultStored500, false, 2, 0, "", ErrStoredServerError, 0},
+		{"no status endpoint: charged then stored 500 replayed", idemtest.FaultStored500AfterCharge, false, 2, 0, "", ErrStoredServerError, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, idemtest.Config{}, func(c *Config) {
@@ -50,9 +52,30 @@ func TestDoResolvesUnknownOutcomes(t *testing.T) {
 			rec := e.record(op.Key())
 			if tc.wantErr != nil {
 				require.ErrorIs(t, err, tc.wantErr)
+				require.ErrorIs(t, err, ErrOutcomeUnknown, "a stored 5xx never says how far execution went")
+				assert.NotErrorIs(t, err, ErrPermanent)
 				oe := opErr(t, err)
 				assert.Equal(t, http.StatusInternalServerError, oe.LastStatus)
-				assert.Equal(t, keystore.StateFailed, rec.State)
+				require.NotNil(t, oe.Response, "the stored answer is carried")
+				assert.Equal(t, http.StatusInternalServerError, oe.Response.StatusCode)
+				assert.Contains(t, string(oe.Response.Body), `"error":"internal"`)
+				assert.Equal(t, keystore.StateManual, rec.State)
+				assert.Equal(t, ReasonStoredServerError, rec.Reason)
+				require.NotNil(t, rec.Response)
+				assert.Equal(t, oe.Response.Body, rec.Response.Body)
+				assert.Equal(t, int64(1), e.c.Stats().StoredServerErrors)
+				// Do of the same operation answers from the record without sending.
+				_, err2 := e.c.Do(context.Background(), op)
+				require.ErrorIs(t, err2, ErrStoredServerError)
+				require.ErrorIs(t, err2, ErrOutcomeUnknown)
+				assert.True(t, opErr(t, err2).Stored)
+				assert.Equal(t, http.StatusInternalServerError, opErr(t, err2).Response.StatusCode)
+				// Recover never resends it.
+				rep, rerr := e.c.Recover(context.Background(), nil)
+				require.NoError(t, rerr)
+				assert.Equal(t, 0, rep.Pending)
+				assert.Equal(t, tc.wantAttempts, e.srv.AttemptsFor(op.Key()), "nothing resent")
+				assert.Equal(t, tc.wantExecuted, e.srv.ExecutionsFor(op.Key()))
 				return
 			}
 			require.NoError(t, err)

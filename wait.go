@@ -60,7 +60,7 @@ func (cl *call) allow(ctx context.Context, d time.Duration, fromRetryAfter bool)
 		return false
 	}
 	if dl, ok := ctx.Deadline(); ok && !now.Add(d).Before(dl) {
-		cl.halt(ErrDeadline, fmt.Errorf("next attempt in %s, context deadline in %s", d, dl.Sub(now).Round(time.Millisecond)))
+		cl.halt(ErrDeadline, fmt.Errorf("next attempt in %s, context deadline in %s: %w", d, dl.Sub(now).Round(time.Millisecond), context.DeadlineExceeded))
 		if fromRetryAfter {
 			cl.stop.RetryAfter = d
 		}

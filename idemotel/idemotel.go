@@ -110,6 +110,18 @@ var counters = []counter{
 	{"idem.recovered", "{operation}",
 		"Records Client.Recover brought to a final state (succeeded, failed or manual).",
 		func(s *idem.Stats) int64 { return s.Recovered }},
+	{"idem.stored_server_errors", "{call}",
+		"Calls that ended on a 5xx the server stored for the key: execution began, effect unknown, record manual until a business lookup or a person settles it. Never a failure; paying again without a lookup risks a double charge.",
+		func(s *idem.Stats) int64 { return s.StoredServerErrors }},
+	{"idem.lookups", "{request}",
+		"Business lookups (Config.Lookup) asked about records their key could not settle.",
+		func(s *idem.Stats) int64 { return s.Lookups }},
+	{"idem.resolved_by_lookup", "{operation}",
+		"Manual records the business lookup settled, as executed or not executed.",
+		func(s *idem.Stats) int64 { return s.ResolvedByLookup }},
+	{"idem.resolved_by_caller", "{operation}",
+		"Manual records settled through Client.Resolve (an application's or operator's verdict).",
+		func(s *idem.Stats) int64 { return s.ResolvedByCaller }},
 }
 
 // Register creates the idem.* observable counters and, when the client has a retry budget,

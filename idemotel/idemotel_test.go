@@ -26,6 +26,7 @@ import (
 //	/replay    201 marked Idempotent-Replayed: true
 //	/unknown   502; the status endpoint says the key completed with 201
 //	/down      503 (Retry-After: 0) to everything
+//	/stored    a replayed 500: the server stored it for the key
 func server(t *testing.T) *httptest.Server {
 	var flaky atomic.Int64
 	mux := http.NewServeMux()
@@ -40,6 +41,11 @@ func server(t *testing.T) *httptest.Server {
 	})
 	mux.HandleFunc("POST /conflict", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnprocessableEntity)
+		_, _ = w.Write([]byte(`{"error":"idempotency_key_reused"}`))
+	})
+	mux.HandleFunc("POST /stored", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.WriteHeader(http.StatusInternalServerError)
 	})
 	mux.HandleFunc("POST /replay", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotent-Replayed", "true")
@@ -149,12 +155,22 @@ func TestRegisterExportsStats(t *testing.T) {
 		t.Fatalf("/down: %v, want ErrExhausted", err)
 	}
 
+	// A stored 500: outcome unknown, manual; then settled through Resolve.
+	_, err = do("/stored")
+	var oe *idem.OperationError
+	if !errors.Is(err, idem.ErrStoredServerError) || !errors.As(err, &oe) {
+		t.Fatalf("/stored: %v, want ErrStoredServerError", err)
+	}
+	if _, err := c.Resolve(ctx, "", oe.Key, idem.Resolution{Verdict: idem.VerdictNotExecuted}); err != nil {
+		t.Fatal(err)
+	}
+
 	got, units := collect(t, reader)
 	want := map[string]int64{
-		"idem.calls":                  5,
+		"idem.calls":                  6,
 		"idem.succeeded":              3, // flaky, replay, unknown
 		"idem.failed":                 1, // conflict
-		"idem.attempts":               7, // 2 + 1 + 1 + 1 + 2
+		"idem.attempts":               8, // 2 + 1 + 1 + 1 + 2 + 1
 		"idem.retries":                2, // flaky, down
 		"idem.status_checks":          1,
 		"idem.replays":                1,
@@ -166,10 +182,14 @@ func TestRegisterExportsStats(t *testing.T) {
 		"idem.unknown_outcomes":       1,
 		"idem.unknown_resolved":       1,
 		"idem.still_unknown":          0, // /down was not executed (503): exhausted, not unknown
-		"idem.final_failures":         2, // conflict, down (gave up exhausted)
+		"idem.final_failures":         3, // conflict, down (gave up exhausted), stored
 		"idem.budget_denied":          0,
 		"idem.throttled_waits":        1, // Retry-After: 1 on /flaky; Retry-After: 0 is below the backoff
 		"idem.recovered":              0,
+		"idem.stored_server_errors":   1,
+		"idem.lookups":                0,
+		"idem.resolved_by_lookup":     0,
+		"idem.resolved_by_caller":     1,
 		"idem.retry_budget.available": idem.DefaultBudgetCapacity - idem.DefaultBudgetRetryCost,
 	}
 	if !maps.Equal(got, want) {

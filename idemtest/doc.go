@@ -8,6 +8,7 @@
 //
 //	POST /v1/payments                      {"amount":1000,"currency":"EUR","customer":"cus_1","reference":"order-7"}
 //	GET  /v1/payments/operations/{key}     status of the operation that carried {key}
+//	GET  /v1/payments?reference=R          the tenant's charges with reference R, oldest first
 //
 // A POST must carry an Idempotency-Key header (name configurable), either a bare value or an
 // RFC 8941 sf-string in double quotes (unquoted by the server). Missing or empty: 400
@@ -31,6 +32,13 @@
 // 200 {"status":"completed","response_status":201,"response_body":{...}}; processing -> 202
 // {"status":"processing"} with Retry-After; unknown -> 404 {"status":"not_found"}.
 //
+// The search by reference is the business lookup a client uses when a key can tell no more
+// (a stored 500): 200 {"data":[payment...]} with the charges of the tenant (Authorization)
+// on that path whose body carried the reference, oldest first, whatever their keys; an empty
+// list when there is none; 400 without exactly one non-empty reference. The ledger counts
+// executions per key ([Handler.ExecutionsFor]) and per reference
+// ([Handler.ExecutionsByReference]): exactly-once is judged per reference.
+//
 // # Faults
 //
 // Each arriving POST consumes one [Fault]: the next scripted one ([Handler.Script]), else a
@@ -40,7 +48,8 @@
 //   - before-processing faults ([Fault.BeforeProcessing]: 503, 503 with an HTTP-date, 429,
 //     502, connection reset) always apply and execute nothing, even for a key that is
 //     already completed;
-//   - the other faults (slow, drop after commit, 500 after commit, stored 500) only act on a
+//   - the other faults (slow, drop after commit, 500 after commit, stored 500 without a
+//     charge, stored 500 after a charge: the last two look identical to a client) only act on a
 //     request that claims a new key and passes validation. On a replay, a 409, a 422 or a
 //     400 they are consumed without effect and not counted in [Stats].Faults.
 package idemtest

@@ -43,6 +43,11 @@ const (
 	// as the key's result (Stripe-style): every replay of the key is that 500, and the
 	// status endpoint reports completed with response_status 500.
 	FaultStored500
+	// FaultStored500AfterCharge: the payment is executed (a ledger entry, a charge the
+	// search by reference lists), then a 500 is stored as the key's result: every replay of
+	// the key is that 500 and the status endpoint reports completed with response_status
+	// 500. A client cannot tell it from FaultStored500; only a business lookup can.
+	FaultStored500AfterCharge
 
 	numFaults // keep last
 )
@@ -58,6 +63,7 @@ var faultNames = [numFaults]string{
 	FaultSlow:                  "slow",
 	Fault500AfterCommit:        "500-after-commit",
 	FaultStored500:             "stored-500",
+	FaultStored500AfterCharge:  "stored-500-after-charge",
 }
 
 // String returns the fault's short name, such as "drop-after-commit".

@@ -29,14 +29,15 @@ type Stats struct {
 	BadRequests  int           // 400 and 413 answers: key or body invalid, nothing stored
 	StatusChecks int           // status endpoint requests, faulted ones included
 	StatusFaults int           // status checks answered 503 by StatusFaultRate
+	Searches     int           // search-by-reference requests answered
 	Faults       map[Fault]int // faults that took effect, by kind
 }
 
 // String formats s on one line for a demo's summary; faults in declaration order.
 func (s Stats) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "requests=%d executions=%d replays=%d in_progress=%d key_reused=%d bad_requests=%d status_checks=%d status_faults=%d",
-		s.Requests, s.Executions, s.Replays, s.InProgress, s.KeyReused, s.BadRequests, s.StatusChecks, s.StatusFaults)
+	fmt.Fprintf(&b, "requests=%d executions=%d replays=%d in_progress=%d key_reused=%d bad_requests=%d status_checks=%d status_faults=%d searches=%d",
+		s.Requests, s.Executions, s.Replays, s.InProgress, s.KeyReused, s.BadRequests, s.StatusChecks, s.StatusFaults, s.Searches)
 	for f := FaultNone + 1; f < numFaults; f++ {
 		if n := s.Faults[f]; n > 0 {
 			fmt.Fprintf(&b, " %s=%d", f, n)
@@ -70,7 +71,8 @@ func (h *Handler) ExecutionsFor(key string) int {
 	return h.countExecutions(func(e *Execution) bool { return e.Key == key })
 }
 
-// ExecutionsByReference returns how many payments were executed with reference ref.
+// ExecutionsByReference returns how many payments were executed with reference ref, across
+// tenants, paths and keys: the exactly-once oracle per business payment.
 func (h *Handler) ExecutionsByReference(ref string) int {
 	return h.countExecutions(func(e *Execution) bool { return e.Reference == ref })
 }

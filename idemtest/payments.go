@@ -106,7 +106,7 @@ func (h *Handler) servePayment(w http.ResponseWriter, r *http.Request, path stri
 	case Fault500AfterCommit:
 		h.countFault(fault)
 		writeJSON(w, http.StatusInternalServerError, errorBody{Error: "internal"})
-	case FaultStored500:
+	case FaultStored500, FaultStored500AfterCharge:
 		h.countFault(fault)
 		res.write(w, false)
 	default:
@@ -115,12 +115,19 @@ func (h *Handler) servePayment(w http.ResponseWriter, r *http.Request, path stri
 }
 
 // execute runs a validated payment under the claim rec and stores its result: normally a
-// ledger entry and 201; with FaultStored500, no ledger entry and a stored 500.
+// ledger entry and 201; with FaultStored500, no ledger entry and a stored 500; with
+// FaultStored500AfterCharge, a ledger entry and a stored 500.
 func (h *Handler) execute(sc scope, rec *record, req paymentRequest, fault Fault) result {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var res result
-	if fault == FaultStored500 {
+	if fault == FaultStored500 || fault == FaultStored500AfterCharge {
+		if fault == FaultStored500AfterCharge {
+			h.executions = append(h.executions, Execution{
+				ID: "pay_" + strconv.Itoa(len(h.executions)+1), Tenant: sc.tenant, Path: sc.path, Key: sc.key,
+				Reference: req.Reference, Amount: req.Amount, Currency: req.Currency, Customer: req.Customer, At: h.cfg.Now(),
+			})
+		}
 		res = result{
 			status:      http.StatusInternalServerError,
 			contentType: "application/json",

@@ -335,7 +335,7 @@ func TestOnPaymentRunsFirst(t *testing.T) {
 
 func TestRoutes(t *testing.T) {
 	s := newTestServer(t, Config{})
-	wantStatus(t, do(t, s.URL, call{method: http.MethodGet, path: PaymentsPath}), http.StatusMethodNotAllowed)
+	wantStatus(t, do(t, s.URL, call{method: http.MethodPut, path: PaymentsPath}), http.StatusMethodNotAllowed)
 	wantStatus(t, do(t, s.URL, call{path: "/v1/other", key: "k", body: paymentBody(1, "r")}), http.StatusNotFound)
 	wantInt(t, "Attempts", s.Attempts(), 0)
 }

@@ -163,6 +163,7 @@ func NewHandler(cfg Config) *Handler {
 	}
 	for _, p := range cfg.Paths {
 		h.mux.HandleFunc("POST "+p, func(w http.ResponseWriter, r *http.Request) { h.servePayment(w, r, p) })
+		h.mux.HandleFunc("GET "+p, func(w http.ResponseWriter, r *http.Request) { h.serveSearch(w, r, p) })
 		h.mux.HandleFunc("GET "+p+statusSuffix+"{key}", func(w http.ResponseWriter, r *http.Request) { h.serveStatus(w, r, p) })
 	}
 	return h

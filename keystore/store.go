@@ -30,8 +30,9 @@ const (
 	// StateFailed: the operation ended with a permanent failure (validation, auth, key
 	// conflict, or a server answer that must not be retried). Error holds the reason.
 	StateFailed State = "failed"
-	// StateManual: the outcome cannot be learned and the key is too old to resend safely
-	// (past the server's retention window). A person must reconcile it. Never purged.
+	// StateManual: the outcome cannot be learned from the key and it is never resent: the key
+	// is past the server's retention window, or the server stored a 5xx for it (execution
+	// began, effect unknown). A business lookup or a person reconciles it. Never purged.
 	StateManual State = "manual"
 )
 
@@ -95,6 +96,10 @@ type Record struct {
 	Owner      string    `json:"owner,omitempty"`
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
 	Fence      int64     `json:"fence,omitempty"`
+
+	// Note is free text kept from a reconciliation: who resolved a manual record and on what
+	// evidence (a business lookup's answer, an operator's ticket).
+	Note string `json:"note,omitempty"`
 }
 
 // Clone returns a deep copy, so that a backend never shares memory with its callers.

@@ -38,6 +38,7 @@ type childConfig struct {
 	Gen         int    `json:"gen"`
 	BaseURL     string `json:"base_url"`
 	StatusPath  string `json:"status_path"`
+	LookupPath  string `json:"lookup_path"`
 	Store       string `json:"store"`
 	N           int    `json:"n"`
 	Seed        int64  `json:"seed"`
@@ -59,7 +60,7 @@ func childMain(raw string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer store.Close()
-	client, err := newClient(cfg.BaseURL, cfg.StatusPath, store, cfg.Concurrency)
+	client, err := newClient(cfg.BaseURL, cfg.StatusPath, cfg.LookupPath, store, cfg.Concurrency)
 	if err != nil {
 		fmt.Fprintf(stderr, "child %d: %v\n", cfg.Gen, err)
 		return 1
@@ -148,11 +149,9 @@ func (s *sender) pay(ctx context.Context, p payment) {
 		switch {
 		case err == nil:
 			done.OK, done.Status, done.ID = true, res.StatusCode, paymentID(res.Body)
-		case errors.As(err, &oe) && serverFailed(oe) && try < maxTries:
-			// The server stored a failure as this key's final answer (Stripe-style), and
-			// every resend of the key would get it again. Trying the payment again is a
-			// business decision, made here as a new intent with a new key; the ledger
-			// check at the end would catch it if that ever paid twice.
+		case errors.Is(err, idem.ErrNotExecuted) && try < maxTries:
+			// The server stored a 5xx for the key and the search by reference found no
+			// charge: only now is paying again safe, as a new intent (a new key).
 			continue
 		case errors.As(err, &oe):
 			done.Status, done.Pending = oe.LastStatus, !final(err)
@@ -197,10 +196,12 @@ func (s *sender) settle(ctx context.Context, p payment, intent string) (*idem.Re
 }
 
 // final reports whether err is a final answer for the key; anything else leaves the record
-// pending, and the same key must be driven again.
+// pending, and the same key must be driven again. A stored 5xx (ErrStoredServerError) is
+// final for the key but not for the payment: it waits for reconciliation, never resent.
 func final(err error) bool {
 	return errors.Is(err, idem.ErrPermanent) || errors.Is(err, idem.ErrKeyConflict) ||
-		errors.Is(err, idem.ErrKeyExpired) || errors.Is(err, idem.ErrInvalidOperation)
+		errors.Is(err, idem.ErrKeyExpired) || errors.Is(err, idem.ErrInvalidOperation) ||
+		errors.Is(err, idem.ErrStoredServerError) || errors.Is(err, idem.ErrNotExecuted)
 }
 
 // unansweredErr reports a give-up in which the API never answered the key: not an unknown
@@ -208,12 +209,6 @@ func final(err error) bool {
 func unansweredErr(err error) bool {
 	var oe *idem.OperationError
 	return errors.As(err, &oe) && !oe.Unknown && oe.LastStatus == 0
-}
-
-// serverFailed reports a permanent failure the server stored as a 5xx for the key: the
-// payment was not executed, unlike a 4xx, which says the request itself is wrong.
-func serverFailed(oe *idem.OperationError) bool {
-	return errors.Is(oe, idem.ErrPermanent) && oe.LastStatus >= 500
 }
 
 // fromStore reports whether Do answered from the keystore without any network work.

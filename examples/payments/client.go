@@ -21,10 +21,22 @@ const paymentsPath = "/v1/payments"
 
 // newClient is the one idem configuration used by every child and by the parent's final
 // reconciliation, so that they all scope and send keys the same way.
-func newClient(baseURL, statusPath string, store keystore.Store, concurrency int) (*idem.Client, error) {
+//
+// lookupPath, if not empty, is the API's search by reference ("{reference}" is replaced):
+// the business lookup that settles a key the server stored a 5xx for. Without it such a
+// payment waits for reconciliation and is never paid again blindly.
+func newClient(baseURL, statusPath, lookupPath string, store keystore.Store, concurrency int) (*idem.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 2 * concurrency // the default 2 would redial most requests
+	var lookup idem.LookupFunc
+	if lookupPath != "" {
+		var err error
+		if lookup, err = idem.LookupByReference(lookupPath, "reference"); err != nil {
+			return nil, err
+		}
+	}
 	return idem.NewClient(idem.Config{
+		Lookup:     lookup,
 		BaseURL:    baseURL,
 		HTTPClient: &http.Client{Transport: tr},
 		Store:      store,

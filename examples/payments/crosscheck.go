@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,10 +25,16 @@ import (
 // they are lost. NotExecuted payments are pending too, but the client knows the API never
 // executed their key (keystore.Record.NotExecuted), and the oracle does not contradict it:
 // not lost, the same key is resent safely later, but the run did not finish them.
+//
+// A payment whose last record is manual (a stored 5xx that no lookup settled) needs
+// reconciliation: neither lost nor finished, and never paid again blindly.
 type verdict struct {
 	Succeeded, Failed, Pending int
 	ExecutedOnce               int
-	BusinessRetries            int      // extra intents (new keys) after a stored 5xx
+	BusinessRetries            int      // extra intents (new keys) after a key settled as not executed
+	StoredErrors               int      // keys that ended in a stored 5xx
+	ReconciledByLookup         int      // of those, settled by the search by reference
+	NeedsReconciliation        int      // payments whose last key is manual: a person must decide
 	Duplicates                 []string // "pay-7: executed 2 times"
 	Lost                       []string // "pay-9: recorded succeeded, never executed"
 	NotExecuted                []string // "pay-3: key K never executed (budget_exhausted)"
@@ -36,14 +43,14 @@ type verdict struct {
 
 // finalState opens the keystore after the last child, reconciles anything still pending
 // (a last Recover, as an operator would) and returns every record, with what it did.
-func finalState(ctx context.Context, path, baseURL, statusPath string, concurrency int) ([]*keystore.Record, idem.Stats, idem.RecoverReport, error) {
+func finalState(ctx context.Context, path, baseURL, statusPath, lookupPath string, concurrency int) ([]*keystore.Record, idem.Stats, idem.RecoverReport, error) {
 	var total idem.RecoverReport
 	store, err := boltstore.Open(path, nil)
 	if err != nil {
 		return nil, idem.Stats{}, total, err
 	}
 	defer store.Close()
-	client, err := newClient(baseURL, statusPath, store, concurrency)
+	client, err := newClient(baseURL, statusPath, lookupPath, store, concurrency)
 	if err != nil {
 		return nil, idem.Stats{}, total, err
 	}
@@ -115,13 +122,34 @@ func (v *verdict) tallyStates(rs []*keystore.Record) *keystore.Record {
 	}
 	last := rs[len(rs)-1]
 	v.BusinessRetries += len(rs) - 1
+	for _, r := range rs {
+		if storedError(r) {
+			v.StoredErrors++
+			if strings.HasPrefix(r.Note, "lookup:") {
+				v.ReconciledByLookup++
+			}
+		}
+	}
 	switch last.State {
 	case keystore.StateSucceeded:
 		v.Succeeded++
 	case keystore.StateFailed:
 		v.Failed++
+	case keystore.StateManual:
+		v.NeedsReconciliation++
 	}
 	return last
+}
+
+// storedError reports a key that ended in a 5xx the server stored, settled or not.
+func storedError(r *keystore.Record) bool {
+	switch r.Reason {
+	case idem.ReasonStoredServerError:
+		return true
+	case idem.ReasonExecuted, idem.ReasonNotExecuted:
+		return r.LastStatus >= 500
+	}
+	return false
 }
 
 // settlePending files a payment whose last record is not final, after the oracle had its
@@ -129,7 +157,7 @@ func (v *verdict) tallyStates(rs []*keystore.Record) *keystore.Record {
 // not contradicted, is not executed; anything else without a final state is pending, and
 // lost. It returns the reasons the payment is lost, if any.
 func (v *verdict) settlePending(ref string, last *keystore.Record, why []string) []string {
-	if last != nil && last.State.Terminal() {
+	if last != nil && (last.State.Terminal() || last.State == keystore.StateManual) {
 		return why
 	}
 	if notExecuted(last) && len(why) == 0 {
@@ -169,6 +197,12 @@ func checkLedger(payments []payment, recs []*keystore.Record, srv *idemtest.Serv
 	}
 	lost := map[string][]string{} // reference -> reasons
 	succeededKeys := map[string]bool{}
+	manualKeys := map[string]bool{} // a stored 5xx nobody settled: the charge, if any, waits for a person
+	for _, r := range recs {
+		if r.State == keystore.StateManual {
+			manualKeys[r.Key] = true
+		}
+	}
 	lastOf := map[string]*keystore.Record{}
 	for _, p := range payments {
 		rs := groups[p.Index]
@@ -194,7 +228,7 @@ func checkLedger(payments []payment, recs []*keystore.Record, srv *idemtest.Serv
 	}
 	// Every execution must belong to a key idem records as succeeded.
 	for key, ex := range execByKey {
-		if !succeededKeys[key] {
+		if !succeededKeys[key] && !manualKeys[key] {
 			ref := ex[0].Reference
 			lost[ref] = append(lost[ref], fmt.Sprintf("key %s executed as %s, not recorded as succeeded", key, ex[0].ID))
 		}
@@ -232,10 +266,16 @@ func recordID(r *keystore.Record) string {
 // A record known never executed is asked about once, without retries, and a failed ask
 // proves nothing about it: against an unreachable API every key is such a record, and
 // retrying each one would only add seconds per payment to the report.
-func checkTarget(ctx context.Context, payments []payment, recs []*keystore.Record, seen map[int]map[string]bool, baseURL, statusPath string) verdict {
+//
+// When the API offers the search by reference (lookupPath), it is the oracle per business
+// payment: more than one charge with the reference is a duplicate, whatever the keys; a
+// charge idem does not record as succeeded (except under a key waiting for reconciliation)
+// is lost, and so is a recorded payment id the search does not list. Keys that ended in a
+// stored 5xx are not asked about: the status endpoint can only say "completed 500".
+func checkTarget(ctx context.Context, payments []payment, recs []*keystore.Record, seen map[int]map[string]bool, baseURL, statusPath, lookupPath string) verdict {
 	var v verdict
 	groups := byPayment(recs)
-	sc := &statusClient{base: strings.TrimRight(baseURL, "/"), path: statusPath}
+	sc := &statusClient{base: strings.TrimRight(baseURL, "/"), path: statusPath, search: lookupPath}
 	for _, p := range payments {
 		rs := groups[p.Index]
 		last := v.tallyStates(rs)
@@ -246,6 +286,12 @@ func checkTarget(ctx context.Context, payments []payment, recs []*keystore.Recor
 		completed := 0
 		var why []string
 		for _, r := range rs {
+			if storedError(r) {
+				if r.State == keystore.StateSucceeded {
+					ids[recordID(r)] = true
+				}
+				continue
+			}
 			tries := statusTries
 			if notExecuted(r) {
 				tries = 1
@@ -273,8 +319,35 @@ func checkTarget(ctx context.Context, payments []payment, recs []*keystore.Recor
 		}
 		why = v.settlePending(p.ref(), last, why)
 		delete(ids, "")
-		if completed == 1 && len(ids) == 1 {
-			v.ExecutedOnce++
+		charges, searchErr := sc.searchRef(ctx, p.ref())
+		switch {
+		case searchErr == nil:
+			found := map[string]bool{}
+			for _, id := range charges {
+				found[id] = true
+			}
+			if len(charges) == 1 {
+				v.ExecutedOnce++
+			}
+			if len(charges) > 1 {
+				v.Duplicates = append(v.Duplicates, fmt.Sprintf("%s: charged %d times (search by reference: %s)",
+					p.ref(), len(charges), strings.Join(charges, ", ")))
+			}
+			for id := range ids {
+				if !found[id] {
+					why = append(why, fmt.Sprintf("payment id %s not listed by the search by reference", id))
+				}
+			}
+			if len(charges) > 0 && last != nil && last.State != keystore.StateSucceeded && last.State != keystore.StateManual {
+				why = append(why, fmt.Sprintf("charged as %s, recorded %s", charges[0], last.State))
+			}
+		case lookupPath != "" && !errors.Is(searchErr, errNoSearch) && !allNotExecuted(rs):
+			// A payment the API never executed needs no search; any other does.
+			why = append(why, fmt.Sprintf("search by reference: %v", searchErr))
+		default: // no search endpoint: the status endpoint's word per key
+			if completed == 1 && len(ids) == 1 {
+				v.ExecutedOnce++
+			}
 		}
 		if len(ids) > 1 || completed > 1 {
 			v.Duplicates = append(v.Duplicates, fmt.Sprintf("%s: %d payment ids, %d keys completed", p.ref(), len(ids), completed))
@@ -295,8 +368,10 @@ const statusTries = 10
 // unreachable API costs one refused connection per key, not seconds.
 type statusClient struct {
 	base, path string
+	search     string // the search by reference path, "" if the API has none
 	http       http.Client
 	down       bool
+	noSearch   bool // the API answered 400, 404, 405 or 501 to a search: it has none
 }
 
 func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.Status, error) {

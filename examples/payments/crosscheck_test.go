@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
 )
@@ -19,7 +20,7 @@ import (
 func TestCheckLedgerCatchesDuplicatesAndLosses(t *testing.T) {
 	srv := idemtest.NewServer(idemtest.Config{})
 	defer srv.Close()
-	payments := generate(6, 1)
+	payments := generate(7, 1)
 	post := func(p payment, key string) []byte {
 		req, err := http.NewRequest(http.MethodPost, srv.URL+paymentsPath, bytes.NewReader(p.body()))
 		require.NoError(t, err)
@@ -52,12 +53,20 @@ func TestCheckLedgerCatchesDuplicatesAndLosses(t *testing.T) {
 	recs = append(recs, rec(payments[2], 1, "k2", keystore.StateSucceeded, []byte(`{"id":"pay_999"}`)))
 	// pay-3: still pending.
 	recs = append(recs, rec(payments[3], 1, "k3", keystore.StatePending, nil))
-	// pay-4: a stored 5xx on the first key, then succeeded with a new key: fine.
-	recs = append(recs, rec(payments[4], 1, "k4", keystore.StateFailed, nil),
-		rec(payments[4], 2, "k4b", keystore.StateSucceeded, post(payments[4], "k4b")))
+	// pay-4: a stored 5xx on the first key settled as not executed by the lookup, then
+	// succeeded with a new key: fine.
+	k4 := rec(payments[4], 1, "k4", keystore.StateFailed, nil)
+	k4.Reason, k4.LastStatus, k4.Note = idem.ReasonNotExecuted, 500, "lookup: no payment"
+	recs = append(recs, k4, rec(payments[4], 2, "k4b", keystore.StateSucceeded, post(payments[4], "k4b")))
 	// pay-5: executed, but recorded failed.
 	post(payments[5], "k5")
 	recs = append(recs, rec(payments[5], 1, "k5", keystore.StateFailed, nil))
+	// pay-6: executed, then the key stored a 5xx nobody settled: needs reconciliation, the
+	// execution is not a loss and nothing was paid again.
+	post(payments[6], "k6")
+	k6 := rec(payments[6], 1, "k6", keystore.StateManual, nil)
+	k6.Reason, k6.LastStatus = idem.ReasonStoredServerError, 500
+	recs = append(recs, k6)
 
 	v := checkLedger(payments, recs, srv)
 	assert.Equal(t, []string{"pay-1: executed 2 times"}, v.Duplicates)
@@ -75,7 +84,10 @@ func TestCheckLedgerCatchesDuplicatesAndLosses(t *testing.T) {
 	assert.Equal(t, 1, v.Failed)
 	assert.Equal(t, 1, v.Pending)
 	assert.Equal(t, 1, v.BusinessRetries)
-	assert.Equal(t, 3, v.ExecutedOnce) // pay-0, pay-4 and pay-5, by the ledger
+	assert.Equal(t, 4, v.ExecutedOnce) // pay-0, pay-4, pay-5 and pay-6, by the ledger
+	assert.Equal(t, 2, v.StoredErrors)
+	assert.Equal(t, 1, v.ReconciledByLookup)
+	assert.Equal(t, 1, v.NeedsReconciliation)
 }
 
 // TestNotExecutedIsNotLost: a pending record the client knows was never executed is not a

@@ -8,8 +8,14 @@
 // processes of this same program. Each child reopens the bbolt keystore, runs
 // Client.Recover for what its killed predecessor left pending, then pays every payment not
 // finished yet. The server's ledger lives in the parent, so it survives every crash and
-// serves as the oracle at the end. With -target the API is external and the status
-// endpoint is the oracle instead.
+// serves as the oracle at the end, counted per business payment (reference), whatever the
+// keys. With -target the API is external and its search by reference (when it has one) and
+// status endpoint are the oracle instead. -serve ADDR serves the same fault-injecting API
+// standalone, for a -target run from another process.
+//
+// A key the server stored a 5xx for is an unknown outcome: the search by reference (-lookup)
+// settles it (charge found: succeeded; none: a new intent pays), and without a lookup it is
+// reported as needing reconciliation, never paid again blindly.
 package main
 
 import (
@@ -21,6 +27,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem/idemtest"
@@ -44,6 +51,7 @@ type options struct {
 	store                   string
 	json                    bool
 	target, statusPath      string
+	lookupPath, serve       string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -59,6 +67,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object instead of the table")
 	fs.StringVar(&o.target, "target", "", "base URL of an external API with the same contract (no embedded server)")
 	fs.StringVar(&o.statusPath, "status-path", "/v1/payments/operations/{key}", "status endpoint path; {key} is replaced by the key")
+	fs.StringVar(&o.lookupPath, "lookup", "/v1/payments?reference={reference}",
+		"search by reference that settles a stored 5xx ({reference} is replaced); empty: none, such payments need reconciliation")
+	fs.StringVar(&o.serve, "serve", "", "serve the fault-injecting API on this address (e.g. 127.0.0.1:8080) until interrupted, for -target")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -70,6 +81,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if err := checkRates(fs); err != nil {
 		return o, err
+	}
+	if o.lookupPath != "" && !strings.Contains(o.lookupPath, "{reference}") {
+		return o, fmt.Errorf("-lookup must contain {reference}, got %q", o.lookupPath)
+	}
+	if o.serve != "" && o.target != "" {
+		return o, errors.New("-serve and -target exclude each other: -serve runs the API, -target calls one")
 	}
 	if o.target != "" {
 		u, err := url.Parse(o.target)
@@ -108,6 +125,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "payments:", err)
 		return 2
 	}
+	if o.serve != "" {
+		return serve(o, stdout, stderr)
+	}
 	start := time.Now()
 	storePath, cleanup, err := prepareStore(o.store)
 	if err != nil {
@@ -119,14 +139,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	baseURL := o.target
 	var srv *idemtest.Server
 	if baseURL == "" {
-		srv = idemtest.NewServer(idemtest.Config{
-			FaultRate:       o.faultRate,
-			Seed:            o.seed,
-			Faults:          idemtest.AllFaults(),
-			StatusFaultRate: 0.05,
-			SlowDelay:       300 * time.Millisecond, // > the 150ms attempt timeout: an unknown outcome
-			RetryAfter:      1,                      // seconds; real waits, so throttling shows
-		})
+		srv = idemtest.NewServer(serverConfig(o))
 		defer srv.Close()
 		baseURL = srv.URL
 	}
@@ -139,12 +152,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if srv == nil {
 			faults = "faults up to the API"
 		}
-		fmt.Fprintf(stdout, "idem payments demo: %d payments, concurrency %d, %s, seed %d, %d crashes requested, API %s\n",
+		fmt.Fprintf(stdout, "idem payments demo: %d payments, concurrency %d, %s, seed %d, %d crashes requested\nAPI %s\n",
 			o.n, o.concurrency, faults, o.seed, o.crashes, baseURL)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
 	defer cancel()
-	cfg := childConfig{BaseURL: baseURL, StatusPath: o.statusPath, Store: storePath,
+	cfg := childConfig{BaseURL: baseURL, StatusPath: o.statusPath, LookupPath: o.lookupPath, Store: storePath,
 		N: o.n, Seed: o.seed, Concurrency: o.concurrency}
 	prog.start()
 	err = runChildren(ctx, cfg, killPoints(o.n, o.crashes, o.concurrency, o.seed), t, prog)
@@ -157,7 +170,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "payments:", msg)
 	}
 
-	recs, parentStats, rep, err := finalState(ctx, storePath, baseURL, o.statusPath, o.concurrency)
+	recs, parentStats, rep, err := finalState(ctx, storePath, baseURL, o.statusPath, o.lookupPath, o.concurrency)
 	if err != nil {
 		fmt.Fprintln(stderr, "payments: final reconciliation:", err)
 		return 1
@@ -173,7 +186,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		s.addServer(srv.Stats())
 	} else {
 		s.Mode = "target"
-		s.addVerdict(checkTarget(ctx, payments, recs, t.ids, baseURL, o.statusPath))
+		s.addVerdict(checkTarget(ctx, payments, recs, t.ids, baseURL, o.statusPath, o.lookupPath))
 	}
 	t.mu.Lock()
 	for _, st := range t.stats {
@@ -192,6 +205,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	code := 0
 	if s.Duplicates > 0 || s.Lost > 0 {
+		code = 1
+	}
+	if s.NeedsReconciliation > 0 {
+		// Not lost and never paid twice, but not finished: a stored 5xx no lookup settled.
+		how := "the search by reference could not tell"
+		if o.lookupPath == "" {
+			how = "no search by reference (-lookup) was given"
+		}
+		fmt.Fprintf(stderr, "payments: %d of %d payments need reconciliation: the server stored a 5xx for their key and %s; they were not paid again\n",
+			s.NeedsReconciliation, s.Intents, how)
 		code = 1
 	}
 	if s.NotExecuted > 0 {

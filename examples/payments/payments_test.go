@@ -76,6 +76,38 @@ func TestCrashesLoseAndDuplicateNothing(t *testing.T) {
 	assert.LessOrEqual(t, s.Attempts, int64(*s.ServerRequests+16*s.Crashes))
 }
 
+// Stored 5xx, with and without the charge, go through the search by reference: a charge
+// found is a success, none gives a new intent; no payment is charged twice.
+func TestStoredServerErrorsGoThroughLookup(t *testing.T) {
+	s, code := runJSON(t, "-n", "150", "-crashes", "1", "-seed", "4", "-fault-rate", "0.5")
+	assert.Equal(t, 0, code)
+	assert.Zero(t, s.Duplicates, s.DuplicateDetails)
+	assert.Zero(t, s.Lost, s.LostDetails)
+	assert.Positive(t, s.StoredErrors)
+	assert.Equal(t, s.StoredErrors, s.ReconciledByLookup)
+	assert.Zero(t, s.NeedsReconciliation)
+	assert.Positive(t, s.BusinessRetries, "some stored 500s charged nothing: paid under a new intent")
+	assert.Less(t, s.BusinessRetries, s.StoredErrors, "some stored 500s had charged: no new intent")
+	assert.Equal(t, invalidCount(150, 4), s.Failed)
+	assert.Equal(t, s.Succeeded, s.ExecutedOnce)
+	assert.Equal(t, s.Succeeded, *s.ServerExecutions)
+}
+
+// Without a lookup a stored 5xx is never paid again: the payment needs reconciliation, and
+// the run says so with a non-zero exit.
+func TestWithoutLookupNeedsReconciliation(t *testing.T) {
+	s, code, stderr := runJSONStderr(t, "-n", "150", "-crashes", "0", "-seed", "4", "-fault-rate", "0.5", "-lookup", "")
+	assert.Equal(t, 1, code)
+	assert.Zero(t, s.Duplicates, s.DuplicateDetails)
+	assert.Zero(t, s.Lost, s.LostDetails)
+	assert.Positive(t, s.NeedsReconciliation)
+	assert.Equal(t, s.StoredErrors, s.NeedsReconciliation)
+	assert.Zero(t, s.ReconciledByLookup)
+	assert.Zero(t, s.BusinessRetries, "never paid again blindly")
+	assert.Equal(t, 150, s.Succeeded+s.Failed+s.NeedsReconciliation)
+	assert.Contains(t, stderr, fmt.Sprintf("payments: %d of 150 payments need reconciliation", s.NeedsReconciliation))
+}
+
 // TestTarget runs against an API the program does not own: no ledger for the program, but
 // this test holds the server and checks its ledger too.
 func TestTarget(t *testing.T) {
@@ -90,6 +122,8 @@ func TestTarget(t *testing.T) {
 	assert.Nil(t, s.ServerRequests)
 	assert.Equal(t, invalidCount(60, 5), s.Failed)
 	assert.Equal(t, s.Succeeded, s.ExecutedOnce)
+	assert.Equal(t, s.StoredErrors, s.ReconciledByLookup, "the API's search settles every stored 5xx")
+	assert.Zero(t, s.NeedsReconciliation)
 	for _, p := range generate(60, 5) {
 		want := 1
 		if p.Invalid {
@@ -114,6 +148,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-fault-rate", "-inf"}, "-fault-rate must be a number within 0..1, got -Inf"},
 		{[]string{"-target", "ftp://example.com"}, "-target must be an absolute http:// or https:// URL"},
 		{[]string{"-target", "localhost:8080"}, "-target must be an absolute http:// or https:// URL"},
+		{[]string{"-lookup", "/v1/payments?reference="}, "-lookup must contain {reference}"},
+		{[]string{"-serve", "127.0.0.1:0", "-target", "http://x"}, "-serve and -target exclude each other"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer
@@ -191,7 +227,7 @@ func TestUnreachableTarget(t *testing.T) {
 	// The table says the same.
 	var stdout, errOut bytes.Buffer
 	assert.Equal(t, 1, run([]string{"-target", target, "-n", "3", "-crashes", "0"}, &stdout, &errOut))
-	assert.Contains(t, stdout.String(), "not executed (still pending)")
+	assert.Contains(t, stdout.String(), "not executed (pending)")
 	assert.NotContains(t, stdout.String(), "LOST")
 	assert.Contains(t, errOut.String(), "never answered (unreachable?)")
 }

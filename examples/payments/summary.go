@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
@@ -34,7 +35,13 @@ type summary struct {
 	FinalFailures   int64 `json:"final_failures"` // calls that gave up without a result
 	BudgetDenied    int64 `json:"budget_denied"`
 
-	BusinessRetries  int     `json:"business_retries"`  // new keys after a stored 5xx
+	// Keys the server stored a 5xx for, those the search by reference settled, and payments
+	// still waiting for a person (never paid again blindly).
+	StoredErrors        int `json:"stored_errors"`
+	ReconciledByLookup  int `json:"reconciled_by_lookup"`
+	NeedsReconciliation int `json:"needs_reconciliation"`
+
+	BusinessRetries  int     `json:"business_retries"`  // new intents after a key settled as not executed
 	Crashes          int     `json:"crashes"`           // SIGKILLs that interrupted a sender
 	CrashesRequested int     `json:"crashes_requested"` // -crashes
 	Children         int     `json:"children"`
@@ -77,6 +84,7 @@ func (s *summary) addVerdict(v verdict) {
 	s.Duplicates, s.DuplicateDetails = len(v.Duplicates), v.Duplicates
 	s.Lost, s.LostDetails = len(v.Lost), v.Lost
 	s.NotExecuted, s.NotExecutedDetails, s.unanswered = len(v.NotExecuted), v.NotExecuted, v.Unanswered
+	s.StoredErrors, s.ReconciledByLookup, s.NeedsReconciliation = v.StoredErrors, v.ReconciledByLookup, v.NeedsReconciliation
 }
 
 func (s *summary) addServer(st idemtest.Stats) {
@@ -103,25 +111,30 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 		return enc.Encode(s)
 	}
 	fmt.Fprintln(w)
+	// Every row fits in 100 columns: 37 for name and value, the rest for the note.
 	row := func(name string, v any, note string) {
-		fmt.Fprintf(w, "  %-28s %12v   %s\n", name, v, note)
+		fmt.Fprintf(w, "  %-24s %8v  %s\n", name, v, note)
 	}
 	row("intents", s.Intents, fmt.Sprintf("payments, %d invalid on purpose (amount 0)", s.Invalid))
 	row("succeeded", s.Succeeded, "")
 	row("failed permanently", s.Failed, "4xx validation errors fail at once, never retried")
 	if s.NotExecuted > 0 {
-		row("not executed (still pending)", s.NotExecuted, "the API never executed them: not lost, resent with the same key later")
+		row("not executed (pending)", s.NotExecuted, "the API never executed them: resent with the same key later")
 	}
 	if s.Pending > 0 {
 		row("still pending", s.Pending, "no final state, may have executed: counted as lost")
 	}
-	executed := "the ledger shows one execution"
+	executed := "one charge per reference in the server's ledger"
 	if s.Mode == "target" {
-		executed = "one payment id, one completed key (status endpoint)"
+		executed = "one charge per reference (search), else one completed key"
 	}
 	row("executed exactly once", s.ExecutedOnce, executed)
-	row("duplicates", s.Duplicates, "must be 0")
+	row("duplicates", s.Duplicates, "references charged more than once, whatever the keys: 0")
 	row("lost", s.Lost, "must be 0")
+	row("stored_errors", s.StoredErrors, "keys the server stored a 5xx for: effect unknown, not resent")
+	row("reconciled_by_lookup", s.ReconciledByLookup, "of those, settled by the search by reference (-lookup)")
+	row("needs_reconciliation", s.NeedsReconciliation, "payments a stored 5xx left unsettled: never paid again blindly")
+	row("new intents", s.BusinessRetries, "new keys, only after the search found no charge")
 	serverNote := func(what string, v *int) string {
 		if v == nil {
 			return ""
@@ -130,33 +143,32 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	}
 	attempts := "requests idem started, refused connections included"
 	if s.ServerRequests != nil {
-		attempts += "; " + serverNote("POSTs", s.ServerRequests)
+		attempts = "requests idem started; " + serverNote("POSTs", s.ServerRequests)
 	}
 	row("attempts", s.Attempts, attempts)
 	row("retries", s.Retries, "resends scheduled, same key and same body")
 	row("status checks", s.StatusChecks, serverNote("status GETs", s.ServerStatusChecks))
-	row("replays", s.Replays, "answers marked Idempotent-Replayed (status checks come first)")
+	row("replays", s.Replays, "answers marked Idempotent-Replayed")
 	row("throttled waits", s.ThrottledWaits, "waits honouring Retry-After")
-	row("unknown outcomes resolved", s.UnknownResolved,
-		fmt.Sprintf("by the status endpoint, of %d unknown: attempts (timeouts, resets, 5xx) and pending records Do or Recover resumed", s.UnknownOutcomes))
-	row("calls that gave up", s.FinalFailures, "Do/Recover calls that ended without a result, any reason; the demo drives a pending key again")
-	row("new keys after a stored 5xx", s.BusinessRetries, "the server executed nothing for the old key")
+	row("unknown resolved", s.UnknownResolved,
+		fmt.Sprintf("by the status endpoint, of %d unknown (timeout, reset, 5xx)", s.UnknownOutcomes))
+	row("calls that gave up", s.FinalFailures, "ended without a result, any reason; pending keys go again")
 	crashes := fmt.Sprintf("SIGKILLs mid-run; %d child processes", s.Children)
 	if s.Crashes != s.CrashesRequested {
 		crashes = fmt.Sprintf("SIGKILLs mid-run, of %d requested; %d child processes", s.CrashesRequested, s.Children)
 	}
 	row("crashes", s.Crashes, crashes)
-	row("records recovered", s.Recovered, fmt.Sprintf("of %d pending found by Recover (at each restart, then once more at the end)", s.PendingFound))
-	row("latency p50 / p99 (ms)", fmt.Sprintf("%.1f / %.1f", s.P50, s.P99),
-		fmt.Sprintf("over %d calls that completed in a child (killed children's calls are not timed)", s.Calls))
+	row("records recovered", s.Recovered, fmt.Sprintf("of %d pending found by Recover (restarts, then at the end)", s.PendingFound))
+	row("latency p50/p99 ms", fmt.Sprintf("%.1f/%.1f", s.P50, s.P99),
+		fmt.Sprintf("over %d calls timed in a child", s.Calls))
 	fmt.Fprintln(w)
 	if s.serverStatsString != "" {
-		fmt.Fprintf(w, "server: %s\n", s.serverStatsString)
+		fmt.Fprintln(w, wrap("server: "+s.serverStatsString, 100))
 	}
 	if s.Crashes > 0 && s.ServerRequests != nil {
 		fmt.Fprintf(w, "client counters are each child's last report (after every call, and every %s):\n"+
-			"a killed child's last attempts may go unreported, and an attempt counted just before a kill may\n"+
-			"never reach the server, so the server's counts may differ from them by a few either way.\n", statsEvery)
+			"a killed child's last attempts may go unreported, and an attempt counted just before a\n"+
+			"kill may never reach the server, so the server's counts may differ by a few either way.\n", statsEvery)
 	}
 	for _, d := range s.DuplicateDetails {
 		fmt.Fprintf(w, "DUPLICATE %s\n", d)
@@ -166,4 +178,22 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	}
 	fmt.Fprintf(w, "wall time %.1fs\n", float64(s.WallMS)/1000)
 	return nil
+}
+
+// wrap breaks text at spaces so that no line is longer than width (a longer word stays whole).
+func wrap(text string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, word := range strings.Fields(text) {
+		if i > 0 && n+1+len(word) > width {
+			b.WriteString("\n  ")
+			n = 2
+		} else if i > 0 {
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(word)
+		n += len(word)
+	}
+	return b.String()
 }

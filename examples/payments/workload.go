@@ -9,9 +9,10 @@ import (
 )
 
 // maxTries bounds the business-level tries of one payment. A try is one intent with its own
-// idempotency key; a new try is made only when the server stored a 5xx for the previous key
-// (idemtest's FaultStored500: the payment failed and was not executed, and every resend of
-// that key would get the same 500). 0.033^5 makes five failed tries practically impossible.
+// idempotency key; a new try is made only after the previous key was settled as not
+// executed (the server stored a 5xx for it, and the search by reference found no charge:
+// idem.ErrNotExecuted). A stored 5xx whose charge the search finds is a success, never a
+// new try.
 const maxTries = 5
 
 // payment is one payment of the workload, identical in every process that generates it.

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// The -target oracle per business payment: the API's own search by reference.
+
+// errNoSearch: the API offers no search by reference.
+var errNoSearch = errors.New("no search by reference")
+
+// searchRef lists the ids of the tenant's charges with reference ref, oldest first.
+func (c *statusClient) searchRef(ctx context.Context, ref string) ([]string, error) {
+	if c.search == "" || c.noSearch {
+		return nil, errNoSearch
+	}
+	if c.down {
+		return nil, errors.New("the API is unreachable")
+	}
+	target := c.base + strings.ReplaceAll(c.search, "{reference}", url.QueryEscape(ref))
+	var last error
+	transportOnly := true
+	for try := 0; try < statusTries; try++ {
+		if try > 0 {
+			time.Sleep(time.Duration(try) * 50 * time.Millisecond)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		req.Header.Set("Accept", "application/json")
+		resp, err := c.http.Do(req)
+		if err != nil {
+			last = err
+			continue
+		}
+		transportOnly = false
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			last = err
+			continue
+		case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotFound ||
+			resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented:
+			c.noSearch = true
+			return nil, errNoSearch
+		case resp.StatusCode != http.StatusOK:
+			last = fmt.Errorf("HTTP %d", resp.StatusCode)
+			continue
+		}
+		var list struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(body, &list); err != nil || list.Data == nil {
+			return nil, fmt.Errorf("no data list in %.80q", body)
+		}
+		ids := make([]string, len(list.Data))
+		for i, d := range list.Data {
+			ids[i] = d.ID
+		}
+		return ids, nil
+	}
+	if transportOnly {
+		c.down = true // unreachable: later payments get one try each
+	}
+	return nil, last
+}
+
+// allNotExecuted reports whether every record of a payment is known never executed.
+func allNotExecuted(rs []*keystore.Record) bool {
+	for _, r := range rs {
+		if !notExecuted(r) {
+			return false
+		}
+	}
+	return true
+}

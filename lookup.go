@@ -1,0 +1,109 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// getter builds LookupRequest.Get for rec: GET with the operation's headers (header, or the
+// persisted ones) and Config.Credentials, no redirects, bounded by the client's
+// AttemptTimeout.
+func (c *Client) getter(rec *keystore.Record, header http.Header) func(context.Context, string) (int, []byte, error) {
+	if header == nil {
+		header = rec.Request.Header
+	}
+	return func(ctx context.Context, path string) (int, []byte, error) {
+		target, err := c.resolveURL(path)
+		if err != nil {
+			return 0, nil, err
+		}
+		ctx, cancel := context.WithTimeout(ctx, c.policy.AttemptTimeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return 0, nil, err
+		}
+		for k, vs := range header {
+			if !strings.EqualFold(k, "Content-Type") && !strings.EqualFold(k, "Content-Length") &&
+				!strings.EqualFold(k, c.cfg.KeyHeader) {
+				req.Header[k] = vs
+			}
+		}
+		req.Header.Set("Accept", "application/json")
+		if c.cfg.Credentials != nil {
+			if err := c.cfg.Credentials(req); err != nil {
+				return 0, nil, fmt.Errorf("idem: credentials: %w", err)
+			}
+		}
+		resp, err := c.statusHTTP.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxStatusBody))
+		return resp.StatusCode, body, err
+	}
+}
+
+// ReferenceField is the request body member LookupByReference reads by default.
+const ReferenceField = "reference"
+
+// LookupByReference returns a LookupFunc for APIs that list payments by the caller's
+// reference, the convention of idemtest and of Stripe's search by metadata:
+// GET path with "{reference}" replaced by the query-escaped reference, answering
+// 200 {"data":[payment, ...]} (tenant-scoped, oldest first).
+//
+// The reference is the top-level JSON string member field of the record's request body
+// ("" means ReferenceField). A non-empty list means executed, with the first payment as the
+// record's answer (status 200); an empty list means not executed; anything else (another
+// status, a body it cannot read, a request without a reference) is VerdictUnknown. Use it
+// only when the search is consistent with the payments it lists: a search that lags would
+// make a charge look absent.
+//
+// The error matches ErrInvalidConfig when path has no "{reference}".
+func LookupByReference(path, field string) (LookupFunc, error) {
+	if !strings.Contains(path, "{reference}") {
+		return nil, fmt.Errorf("%w: lookup path %q has no {reference} placeholder", ErrInvalidConfig, path)
+	}
+	if field == "" {
+		field = ReferenceField
+	}
+	return func(ctx context.Context, req LookupRequest) (Resolution, error) {
+		var body map[string]json.RawMessage
+		var ref string
+		if json.Unmarshal(req.Record.Request.Body, &body) != nil ||
+			json.Unmarshal(body[field], &ref) != nil || ref == "" {
+			return Resolution{}, fmt.Errorf("the request body has no %q string to look up", field)
+		}
+		status, b, err := req.Get(ctx, strings.ReplaceAll(path, "{reference}", url.QueryEscape(ref)))
+		if err != nil {
+			return Resolution{}, err
+		}
+		if status != http.StatusOK {
+			return Resolution{}, fmt.Errorf("search by reference answered HTTP %d", status)
+		}
+		var list struct {
+			Data []json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal(b, &list); err != nil || list.Data == nil {
+			return Resolution{}, errors.New(`search by reference: no "data" list in the answer`)
+		}
+		if len(list.Data) == 0 {
+			return Resolution{Verdict: VerdictNotExecuted, Note: fmt.Sprintf("lookup: no payment with %s %q", field, ref)}, nil
+		}
+		return Resolution{
+			Verdict: VerdictExecuted,
+			Response: &keystore.Response{Status: http.StatusOK,
+				Header: http.Header{"Content-Type": {"application/json"}}, Body: list.Data[0]},
+			Note: fmt.Sprintf("lookup: %d payment(s) with %s %q", len(list.Data), field, ref),
+		}, nil
+	}, nil
+}

@@ -1,0 +1,282 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keystore"
+)
+
+const searchPath = "/v1/payments?reference={reference}"
+
+func withReferenceLookup(t *testing.T) func(*Config) {
+	lk, err := LookupByReference(searchPath, "")
+	require.NoError(t, err)
+	return func(c *Config) { c.Lookup = lk }
+}
+
+// A stored 500 goes through the business lookup: a charge found settles the record as
+// succeeded with that charge; none settles it as not executed, and only then does a new
+// intent pay. The ledger per reference is the oracle.
+func TestLookupSettlesStoredServerError(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fault    idemtest.Fault
+		executed bool
+	}{
+		{"charged then stored 500: found", idemtest.FaultStored500AfterCharge, true},
+		{"stored 500 without charge: not executed", idemtest.FaultStored500, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stored, resolved []string
+			e := newEnv(t, idemtest.Config{}, func(c *Config) {
+				withReferenceLookup(t)(c)
+				c.Hooks.OnStoredServerError = func(ev StoredServerErrorEvent) {
+					stored = append(stored, ev.Key+" "+string(ev.Source))
+				}
+				c.Hooks.OnResolved = func(ev ResolvedEvent) {
+					require.True(t, ev.ByLookup)
+					require.Equal(t, tc.executed, ev.Executed)
+					resolved = append(resolved, ev.Key)
+				}
+			})
+			e.srv.Script(tc.fault)
+			ctx := context.Background()
+			op := payment(700, "order-1", WithIntent("order-1"))
+			res, err := e.c.Do(ctx, op)
+			assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()), "the stored 500's key is never resent")
+			assert.Equal(t, []string{op.Key() + " status"}, stored, "the status endpoint reported the stored 500")
+			assert.Equal(t, []string{op.Key()}, resolved)
+			rec := e.record(op.Key())
+			assert.Equal(t, http.StatusInternalServerError, rec.LastStatus)
+			assert.True(t, strings.HasPrefix(rec.Note, "lookup: "), rec.Note)
+			st := e.c.Stats()
+			assert.Equal(t, int64(1), st.StoredServerErrors)
+			assert.Equal(t, int64(1), st.Lookups)
+			assert.Equal(t, int64(1), st.ResolvedByLookup)
+
+			if tc.executed {
+				require.NoError(t, err)
+				assert.Equal(t, SourceLookup, res.Source)
+				assert.Equal(t, "pay_1", jsonID(t, res.Body))
+				assert.Equal(t, keystore.StateSucceeded, rec.State)
+				assert.Equal(t, ReasonExecuted, rec.Reason)
+				assert.Equal(t, res.Body, rec.Response.Body)
+				// Do of the same intent answers from the record, nothing sent.
+				again, err := e.c.Do(ctx, payment(700, "order-1", WithIntent("order-1")))
+				require.NoError(t, err)
+				assert.Equal(t, SourceStore, again.Source)
+				assert.Equal(t, res.Body, again.Body)
+				assert.Equal(t, 1, e.srv.Attempts())
+				assert.Equal(t, 1, e.srv.ExecutionsByReference("order-1"))
+				return
+			}
+			require.ErrorIs(t, err, ErrNotExecuted)
+			assert.NotErrorIs(t, err, ErrOutcomeUnknown, "the lookup answered")
+			assert.Equal(t, keystore.StateFailed, rec.State)
+			assert.Equal(t, ReasonNotExecuted, rec.Reason)
+			assert.Equal(t, http.StatusInternalServerError, rec.Response.Status, "the stored answer is kept")
+			_, err = e.c.Do(ctx, payment(700, "order-1", WithIntent("order-1")))
+			require.ErrorIs(t, err, ErrNotExecuted)
+			assert.True(t, opErr(t, err).Stored)
+			// Only now does the application pay again, under a new intent (a new key).
+			res, err = e.c.Do(ctx, payment(700, "order-1", WithIntent("order-1#2")))
+			require.NoError(t, err)
+			assert.Equal(t, SourceResponse, res.Source)
+			assert.NotEqual(t, op.Key(), res.Key)
+			assert.Equal(t, 1, e.srv.ExecutionsByReference("order-1"), "charged exactly once per reference")
+		})
+	}
+}
+
+// A lookup that cannot tell leaves the record manual; Recover asks again later and settles it.
+func TestLookupInconclusiveThenRecover(t *testing.T) {
+	var verdict atomic.Int64 // a Verdict
+	var asked atomic.Int64
+	e := newEnv(t, idemtest.Config{}, func(c *Config) {
+		c.Lookup = func(ctx context.Context, req LookupRequest) (Resolution, error) {
+			asked.Add(1)
+			return Resolution{Verdict: Verdict(verdict.Load()), Note: "ticket 42",
+				Response: &keystore.Response{Status: 200, Body: []byte(`{"id":"pay_1"}`)}}, nil
+		}
+	})
+	e.srv.Script(idemtest.FaultStored500AfterCharge)
+	ctx := context.Background()
+	op := payment(5, "order-9")
+	_, err := e.c.Do(ctx, op)
+	require.ErrorIs(t, err, ErrStoredServerError)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.Equal(t, keystore.StateManual, e.record(op.Key()).State)
+	assert.Equal(t, int64(1), asked.Load())
+
+	verdict.Store(int64(VerdictExecuted))
+	var got []Reconciled
+	rep, err := e.c.Recover(ctx, func(r Reconciled) { got = append(got, r) })
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Resolved)
+	assert.Equal(t, 0, rep.Pending)
+	require.Len(t, got, 1)
+	require.NoError(t, got[0].Err)
+	assert.Equal(t, SourceLookup, got[0].Result.Source)
+	rec := e.record(op.Key())
+	assert.Equal(t, keystore.StateSucceeded, rec.State)
+	assert.Equal(t, "ticket 42", rec.Note)
+	assert.Equal(t, `{"id":"pay_1"}`, string(rec.Response.Body))
+	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()), "Recover never resends a stored 5xx")
+	assert.Equal(t, int64(2), asked.Load())
+
+	// Settled records are not asked about again.
+	rep, err = e.c.Recover(ctx, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 0, rep.Resolved)
+	assert.Equal(t, int64(2), asked.Load())
+}
+
+// A key past KeyTTL with an unknown outcome is manual; the lookup settles it too.
+func TestLookupSettlesExpiredKey(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, func(c *Config) {
+		c.StatusURL = ""
+		withReferenceLookup(t)(c)
+	})
+	e.srv.Script(idemtest.Fault502BeforeProcessing)
+	ctx := context.Background()
+	op := payment(5, "order-exp", WithIntent("order-exp"))
+	_, err := e.c.Do(ctx, op, WithMaxAttempts(1))
+	require.ErrorIs(t, err, ErrExhausted)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	e.clock.Advance(DefaultKeyTTL + time.Minute)
+	_, err = e.c.Do(ctx, payment(5, "order-exp", WithIntent("order-exp")))
+	require.ErrorIs(t, err, ErrNotExecuted)
+	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()), "an expired key is never resent")
+	rec := e.record(op.Key())
+	assert.Equal(t, keystore.StateFailed, rec.State)
+	assert.Equal(t, ReasonNotExecuted, rec.Reason)
+	assert.Equal(t, `lookup: no payment with reference "order-exp"`, rec.Note)
+	assert.Equal(t, int64(1), e.c.Stats().KeyExpired)
+}
+
+// Client.Resolve: the application's or an operator's verdict, persisted; refused for a
+// record that is not manual.
+func TestResolve(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, nil)
+	ctx := context.Background()
+	e.srv.Script(idemtest.FaultStored500, idemtest.FaultStored500AfterCharge)
+	lost := payment(1, "r-lost")
+	paid := payment(2, "r-paid")
+	_, err := e.c.Do(ctx, lost)
+	require.ErrorIs(t, err, ErrStoredServerError)
+	_, err = e.c.Do(ctx, paid)
+	require.ErrorIs(t, err, ErrStoredServerError)
+
+	// Bad verdicts and unknown keys are refused before anything is read or written.
+	_, err = e.c.Resolve(ctx, "", lost.Key(), Resolution{})
+	require.ErrorIs(t, err, ErrInvalidOperation)
+	_, err = e.c.Resolve(ctx, "", lost.Key(), Resolution{Verdict: VerdictExecuted, Response: &keystore.Response{Status: 42}})
+	require.ErrorIs(t, err, ErrInvalidOperation)
+	_, err = e.c.Resolve(ctx, "", "no-such-key", Resolution{Verdict: VerdictNotExecuted})
+	require.ErrorIs(t, err, keystore.ErrNotFound)
+	assert.Equal(t, keystore.StateManual, e.record(lost.Key()).State)
+
+	rec, err := e.c.Resolve(ctx, "", lost.Key(), Resolution{Verdict: VerdictNotExecuted, Note: "ops: no charge in the dashboard"})
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StateFailed, rec.State)
+	stored := e.record(lost.Key())
+	assert.Equal(t, rec, stored, "persisted before returning")
+	assert.Equal(t, "ops: no charge in the dashboard", stored.Note)
+	_, err = e.c.Do(ctx, lost)
+	require.ErrorIs(t, err, ErrNotExecuted)
+	assert.Equal(t, "resolved as not executed: ops: no charge in the dashboard", opErr(t, err).Cause.Error())
+
+	rec, err = e.c.Resolve(ctx, "", paid.Key(), Resolution{Verdict: VerdictExecuted, Note: "ops: pay_1",
+		Response: &keystore.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)}})
+	require.NoError(t, err)
+	assert.Equal(t, ReasonExecuted, rec.Reason)
+	res, err := e.c.Do(ctx, paid)
+	require.NoError(t, err)
+	assert.Equal(t, SourceStore, res.Source)
+	assert.Equal(t, 201, res.StatusCode)
+	assert.Equal(t, `{"id":"pay_1"}`, string(res.Body))
+	assert.Equal(t, int64(2), e.c.Stats().ResolvedByCaller)
+
+	// Not manual any more: refused, nothing written.
+	_, err = e.c.Resolve(ctx, "", paid.Key(), Resolution{Verdict: VerdictNotExecuted})
+	require.ErrorIs(t, err, ErrNotManual)
+	assert.Equal(t, keystore.StateSucceeded, opErrState(t, e, paid.Key()))
+	ok := payment(3, "r-ok")
+	_, err = e.c.Do(ctx, ok)
+	require.NoError(t, err)
+	_, err = e.c.Resolve(ctx, "", ok.Key(), Resolution{Verdict: VerdictNotExecuted})
+	oe := opErr(t, err)
+	assert.ErrorIs(t, oe, ErrNotManual)
+	assert.Equal(t, ok.Key(), oe.Key)
+	assert.Equal(t, 3, e.srv.Attempts(), "Resolve never sends")
+}
+
+func opErrState(t *testing.T, e *env, key string) keystore.State {
+	t.Helper()
+	return e.record(key).State
+}
+
+// LookupByReference refuses a path without the placeholder and is inconclusive on an
+// answer it cannot read.
+func TestLookupByReferenceAnswers(t *testing.T) {
+	_, err := LookupByReference("/v1/payments", "")
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	lk, err := LookupByReference("/search?ref={reference}", "order")
+	require.NoError(t, err)
+	rec := &keystore.Record{Request: keystore.Request{Body: []byte(`{"order":"a b&c"}`)}}
+	for _, tc := range []struct {
+		name    string
+		status  int
+		body    string
+		want    Verdict
+		wantErr bool
+	}{
+		{"found", 200, `{"data":[{"id":"p1"},{"id":"p2"}]}`, VerdictExecuted, false},
+		{"none", 200, `{"data":[]}`, VerdictNotExecuted, false},
+		{"no data member", 200, `{"items":[]}`, VerdictUnknown, true},
+		{"null data", 200, `{"data":null}`, VerdictUnknown, true},
+		{"not JSON", 200, `<html>`, VerdictUnknown, true},
+		{"404: no search endpoint", 404, `{"data":[]}`, VerdictUnknown, true},
+		{"500", 500, `{"data":[]}`, VerdictUnknown, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked string
+			r, err := lk(context.Background(), LookupRequest{Record: rec, Get: func(_ context.Context, path string) (int, []byte, error) {
+				asked = path
+				return tc.status, []byte(tc.body), nil
+			}})
+			assert.Equal(t, "/search?ref=a+b%26c", asked)
+			assert.Equal(t, tc.want, r.Verdict)
+			assert.Equal(t, tc.wantErr, err != nil, "error %v", err)
+			if tc.want == VerdictExecuted {
+				assert.Equal(t, `{"id":"p1"}`, string(r.Response.Body))
+				assert.Equal(t, `lookup: 2 payment(s) with order "a b&c"`, r.Note)
+			}
+		})
+	}
+	_, err = lk(context.Background(), LookupRequest{Record: &keystore.Record{Request: keystore.Request{Body: []byte(`{}`)}},
+		Get: func(context.Context, string) (int, []byte, error) {
+			t.Fatal("no reference: nothing to ask")
+			return 0, nil, nil
+		}})
+	require.Error(t, err)
+}
+
+func jsonID(t *testing.T, body []byte) string {
+	t.Helper()
+	var v struct {
+		ID string `json:"id"`
+	}
+	require.NoError(t, json.Unmarshal(body, &v))
+	return v.ID
+}

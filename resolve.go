@@ -1,0 +1,174 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// Business reconciliation. A key answers for one request; when it can tell no more (the
+// server stored a 5xx for it, or it is older than KeyTTL with an unknown outcome) the record
+// is manual, and only the application's knowledge of its business intent can settle it: a
+// search by the caller's reference (order id), or a person. The verdict is persisted here.
+
+// Verdict is what a business lookup or an operator knows about a manual record's intent.
+type Verdict int
+
+const (
+	// VerdictUnknown: the lookup could not tell (no answer, an answer it cannot read). The
+	// record stays manual.
+	VerdictUnknown Verdict = iota
+	// VerdictExecuted: the intent took effect (a charge with the reference exists). The
+	// record becomes succeeded with Resolution.Response as its answer.
+	VerdictExecuted
+	// VerdictNotExecuted: the intent did not take effect. The record becomes failed with
+	// Reason ReasonNotExecuted; Do returns ErrNotExecuted, and only then may the application
+	// start a new intent (a new intent name, hence a new key) for the same business payment.
+	VerdictNotExecuted
+)
+
+var verdictNames = [...]string{"unknown", "executed", "not_executed"}
+
+// String returns "unknown", "executed" or "not_executed".
+func (v Verdict) String() string {
+	if v >= 0 && int(v) < len(verdictNames) {
+		return verdictNames[v]
+	}
+	return fmt.Sprintf("verdict(%d)", int(v))
+}
+
+// Resolution settles a manual record.
+type Resolution struct {
+	Verdict Verdict
+	// Response is the answer found for VerdictExecuted (the charge the search returned); it
+	// becomes the record's answer and what Do returns for the intent from then on. Nil means
+	// an empty 200 answer. Ignored for VerdictNotExecuted (the stored answer is kept).
+	Response *keystore.Response
+	// Note is kept on the record (keystore.Record.Note): who decided and on what evidence.
+	Note string
+}
+
+// LookupRequest is what a LookupFunc is asked about.
+type LookupRequest struct {
+	// Record is a copy of the manual record: its Request (method, URL, body without
+	// credentials) says which business intent to look for.
+	Record *keystore.Record
+	// Get sends GET path (relative to Config.BaseURL, or absolute) with the operation's
+	// headers, Config.Credentials and "Accept: application/json", never following redirects,
+	// bounded by Policy.AttemptTimeout, and returns the status and up to 4 MiB of body.
+	Get func(ctx context.Context, path string) (status int, body []byte, err error)
+}
+
+// LookupFunc asks the API about a manual record's business intent (see Config.Lookup). It
+// must answer VerdictNotExecuted only when the API's answer proves that nothing took effect
+// (a search that is consistent with the payments it lists); when in doubt, VerdictUnknown.
+// An error counts as VerdictUnknown. It may be called from several goroutines at once (Do
+// calls, Recover's workers), so it must be safe for that.
+type LookupFunc func(ctx context.Context, req LookupRequest) (Resolution, error)
+
+// Resolve settles the manual record (scope, key) with the application's or an operator's
+// own verdict, persists it, and returns the record as persisted. VerdictExecuted makes the
+// record succeeded (r.Response becomes its answer, Reason ReasonExecuted); VerdictNotExecuted
+// makes it failed (Reason ReasonNotExecuted, Do then returns ErrNotExecuted). r.Note is kept
+// on the record. Resolve waits for any call of this client holding the key.
+//
+// Errors: ErrInvalidOperation for VerdictUnknown or a response status outside 100..599;
+// keystore.ErrNotFound when there is no such record; an *OperationError matching
+// ErrNotManual when the record is not manual (pending, succeeded or failed: nothing is
+// written); ErrCanceled when ctx ends while waiting; a keystore error when the write fails.
+func (c *Client) Resolve(ctx context.Context, scope, key string, r Resolution) (*keystore.Record, error) {
+	if r.Verdict != VerdictExecuted && r.Verdict != VerdictNotExecuted {
+		return nil, fmt.Errorf("%w: a resolution needs VerdictExecuted or VerdictNotExecuted, got %s", ErrInvalidOperation, r.Verdict)
+	}
+	if r.Response != nil && (r.Response.Status < 100 || r.Response.Status > 599) {
+		return nil, fmt.Errorf("%w: resolution response status %d", ErrInvalidOperation, r.Response.Status)
+	}
+	unlock, _, err := c.locks.lock(ctx, keyLockName(scope, key))
+	if err != nil {
+		return nil, &OperationError{Key: key, Scope: scope, Kind: ErrCanceled, Cause: err}
+	}
+	defer unlock()
+	rec, err := c.get(ctx, scope, key)
+	if err != nil {
+		return nil, fmt.Errorf("idem: resolving key %q: %w", key, err)
+	}
+	if rec.State != keystore.StateManual {
+		return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrNotManual,
+			LastStatus: rec.LastStatus, Stored: true, Cause: fmt.Errorf("record is %s", rec.State)}
+	}
+	if err := c.settle(ctx, rec, r); err != nil {
+		return nil, err
+	}
+	c.onResolved(rec, r.Verdict == VerdictExecuted, false)
+	return rec.Clone(), nil
+}
+
+// settle applies a verdict to a manual record and persists it.
+func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution) error {
+	next := rec.Clone()
+	next.Note, next.NotExecuted, next.UpdatedAt = r.Note, false, c.cfg.Now()
+	if r.Verdict == VerdictExecuted {
+		next.State, next.Reason = keystore.StateSucceeded, ReasonExecuted
+		next.Response = &keystore.Response{Status: http.StatusOK}
+		if r.Response != nil {
+			next.Response = &keystore.Response{Status: r.Response.Status, Header: r.Response.Header.Clone(),
+				Body: append([]byte(nil), r.Response.Body...)}
+		}
+	} else {
+		next.State, next.Reason = keystore.StateFailed, ReasonNotExecuted
+	}
+	if err := c.store.Update(context.WithoutCancel(ctx), next); err != nil {
+		return fmt.Errorf("idem: persisting the resolution of key %q: %w", rec.Key, err)
+	}
+	*rec = *next
+	return nil
+}
+
+// businessLookup asks Config.Lookup about a manual record waiting for reconciliation and persists a
+// conclusive answer. ok is false when there is no lookup, it could not tell, or the verdict
+// could not be persisted: the record stays manual and the caller keeps its own error.
+func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, header http.Header, stop error) (*Result, error, bool) {
+	if c.cfg.Lookup == nil || rec.State != keystore.StateManual ||
+		(rec.Reason != ReasonStoredServerError && rec.Reason != reasonKeyExpired) {
+		return nil, nil, false
+	}
+	c.stats.lookups.Add(1)
+	r, err := c.cfg.Lookup(ctx, LookupRequest{Record: rec.Clone(), Get: c.getter(rec, header)})
+	if err == nil && r.Verdict != VerdictExecuted && r.Verdict != VerdictNotExecuted {
+		err = errors.New("the lookup could not tell")
+	}
+	if err == nil && r.Response != nil && (r.Response.Status < 100 || r.Response.Status > 599) {
+		err = fmt.Errorf("the lookup returned response status %d", r.Response.Status)
+	}
+	if err != nil {
+		c.warn("business lookup inconclusive; the record stays manual", rec, err)
+		return nil, nil, false
+	}
+	if r.Note == "" {
+		r.Note = "lookup: " + r.Verdict.String()
+	}
+	if err := c.settle(ctx, rec, r); err != nil {
+		c.warn("recording the business lookup's verdict", rec, err)
+		return nil, nil, false
+	}
+	c.onResolved(rec, r.Verdict == VerdictExecuted, true)
+	return c.resolvedOutcome(rec, stop)
+}
+
+// resolvedOutcome is what Do returns right after a record was settled.
+func (c *Client) resolvedOutcome(rec *keystore.Record, stop error) (*Result, error, bool) {
+	if rec.State == keystore.StateSucceeded {
+		return &Result{Key: rec.Key, StatusCode: rec.Response.Status, Header: rec.Response.Header,
+			Body: rec.Response.Body, Source: SourceLookup}, nil, true
+	}
+	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrNotExecuted,
+		LastStatus: rec.LastStatus, Cause: fmt.Errorf("resolved as not executed: %s", rec.Note)}
+	var prev *OperationError
+	if errors.As(stop, &prev) {
+		e.Attempts, e.Response, e.Stored = prev.Attempts, prev.Response, prev.Stored
+	}
+	return nil, e, true
+}
