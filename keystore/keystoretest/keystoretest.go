@@ -127,6 +127,8 @@ func completed(rec *keystore.Record, state keystore.State, at time.Time) *keysto
 	c.Attempts = 3
 	c.LastStatus = 201
 	c.Error = "first attempt: connection reset after write"
+	c.Reason = "executed"
+	c.Note = "found by reference order-42 (ticket OPS-7)"
 	c.Response = &keystore.Response{
 		Status: 201,
 		Header: http.Header{"Content-Type": {"application/json"}, "Request-Id": {"req_1"}},
@@ -207,6 +209,12 @@ func Diff(want, got *keystore.Record) string {
 		return fmt.Sprintf("Attempts: want %d, got %d", want.Attempts, got.Attempts)
 	case want.LastStatus != got.LastStatus:
 		return fmt.Sprintf("LastStatus: want %d, got %d", want.LastStatus, got.LastStatus)
+	case want.Reason != got.Reason:
+		return fmt.Sprintf("Reason: want %q, got %q", want.Reason, got.Reason)
+	case want.NotExecuted != got.NotExecuted:
+		return fmt.Sprintf("NotExecuted: want %v, got %v", want.NotExecuted, got.NotExecuted)
+	case want.Note != got.Note:
+		return fmt.Sprintf("Note: want %q, got %q", want.Note, got.Note)
 	case want.Error != got.Error:
 		return fmt.Sprintf("Error: want %q, got %q", want.Error, got.Error)
 	case !want.CreatedAt.Equal(got.CreatedAt):

@@ -19,7 +19,7 @@ import (
 const columns = `tenant, key, intent, fingerprint, method, url, request_header, request_body,
 	state, attempts, last_status, reason, not_executed, error,
 	response_status, response_header, response_body, created_ns, updated_ns,
-	owner, lease_until_ns, fence`
+	owner, lease_until_ns, fence, note`
 
 // qualified is columns prefixed with the table alias r, for statements that join.
 var qualified = "r." + strings.Join(strings.Split(strings.Join(strings.Fields(columns), " "), ", "), ", r.")
@@ -40,6 +40,7 @@ type row struct {
 	owner                    *string
 	leaseUntilNs             *int64
 	fence                    int64
+	note                     string
 }
 
 // nanos converts t to Unix nanoseconds: math.MinInt64 for the zero time, an error wrapping
@@ -76,7 +77,7 @@ func encode(rec *keystore.Record, secret []string) (*row, *keystore.Record, erro
 		fingerprint: s.Fingerprint, method: s.Request.Method, url: s.Request.URL,
 		reqBody: nonNil(s.Request.Body), state: string(s.State),
 		attempts: int64(s.Attempts), lastStatus: int64(s.LastStatus), reason: s.Reason,
-		notExecuted: s.NotExecuted, errText: s.Error, fence: s.Fence,
+		notExecuted: s.NotExecuted, errText: s.Error, fence: s.Fence, note: s.Note,
 	}
 	if s.Intent != "" {
 		r.intent = []byte(s.Intent)
@@ -123,7 +124,7 @@ func nonNil(b []byte) []byte {
 func checkText(r *keystore.Record) error {
 	for name, s := range map[string]string{
 		"fingerprint": r.Fingerprint, "method": r.Request.Method, "url": r.Request.URL,
-		"reason": r.Reason, "error": r.Error, "owner": r.Owner,
+		"reason": r.Reason, "error": r.Error, "owner": r.Owner, "note": r.Note,
 	} {
 		if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
 			return fmt.Errorf("%s is not valid UTF-8 without NUL bytes", name)
@@ -157,7 +158,7 @@ func (r *row) args() []any {
 	return []any{r.tenant, r.key, r.intent, r.fingerprint, r.method, r.url, r.reqHeader, r.reqBody,
 		r.state, r.attempts, r.lastStatus, r.reason, r.notExecuted, r.errText,
 		r.respStatus, r.respHeader, r.respBody, r.createdNs, r.updatedNs,
-		r.owner, r.leaseUntilNs, r.fence}
+		r.owner, r.leaseUntilNs, r.fence, r.note}
 }
 
 // scanRecord reads one row selected with columns.
@@ -166,7 +167,7 @@ func scanRecord(s pgx.Row) (*keystore.Record, error) {
 	err := s.Scan(&r.tenant, &r.key, &r.intent, &r.fingerprint, &r.method, &r.url, &r.reqHeader, &r.reqBody,
 		&r.state, &r.attempts, &r.lastStatus, &r.reason, &r.notExecuted, &r.errText,
 		&r.respStatus, &r.respHeader, &r.respBody, &r.createdNs, &r.updatedNs,
-		&r.owner, &r.leaseUntilNs, &r.fence)
+		&r.owner, &r.leaseUntilNs, &r.fence, &r.note)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +177,7 @@ func scanRecord(s pgx.Row) (*keystore.Record, error) {
 		Request:     keystore.Request{Method: r.method, URL: r.url, Body: r.reqBody},
 		State:       keystore.State(r.state), Attempts: int(r.attempts), LastStatus: int(r.lastStatus),
 		Reason: r.reason, NotExecuted: r.notExecuted, Error: r.errText,
-		CreatedAt: fromNanos(r.createdNs), UpdatedAt: fromNanos(r.updatedNs), Fence: r.fence,
+		CreatedAt: fromNanos(r.createdNs), UpdatedAt: fromNanos(r.updatedNs), Fence: r.fence, Note: r.note,
 	}
 	if err := unmarshalHeader(r.reqHeader, &rec.Request.Header); err != nil {
 		return nil, err

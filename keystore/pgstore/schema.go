@@ -61,6 +61,7 @@ CREATE TABLE idem_records (
 	owner           text,
 	lease_until_ns  bigint,
 	fence           bigint  NOT NULL CHECK (fence >= 0),
+	note            text    NOT NULL,
 	PRIMARY KEY (tenant, key)
 );
 CREATE UNIQUE INDEX idem_records_intent ON idem_records (tenant, intent) WHERE intent IS NOT NULL;

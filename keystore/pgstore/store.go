@@ -89,7 +89,7 @@ func (s *Store) Create(ctx context.Context, rec *keystore.Record) error {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, `INSERT INTO idem_records (`+columns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
 		ON CONFLICT DO NOTHING`, r.args()...)
 	if err != nil {
 		return dbErr(ctx, "create", err)
@@ -154,13 +154,13 @@ func (s *Store) Update(ctx context.Context, rec *keystore.Record) error {
 		method = $6, url = $7, request_header = $8, request_body = $9, state = $10,
 		attempts = $11, last_status = $12, reason = $13, not_executed = $14, error = $15,
 		response_status = $16, response_header = $17, response_body = $18,
-		created_ns = $19, updated_ns = $20
+		created_ns = $19, updated_ns = $20, note = $21
 		WHERE tenant = $1 AND key = $2 AND fence = $3
 		AND intent IS NOT DISTINCT FROM $4 AND fingerprint = $5`,
 		r.tenant, r.key, r.fence, r.intent, r.fingerprint,
 		r.method, r.url, r.reqHeader, r.reqBody, r.state,
 		r.attempts, r.lastStatus, r.reason, r.notExecuted, r.errText,
-		r.respStatus, r.respHeader, r.respBody, r.createdNs, r.updatedNs)
+		r.respStatus, r.respHeader, r.respBody, r.createdNs, r.updatedNs, r.note)
 	if err != nil {
 		return dbErr(ctx, "update", err)
 	}
