@@ -1,0 +1,3 @@
+package pgserver
+
+import _ "github.com/jackc/pgx/v5/pgxpool"
