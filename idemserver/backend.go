@@ -33,7 +33,7 @@ type Response struct {
 
 // Record is what a backend holds for a key.
 type Record struct {
-	Fingerprint   []byte
+	Fingerprint   []byte // nil for a processing record whose claim is not committed yet (pgserver)
 	State         State
 	Response      *Response // set when StateCompleted
 	RecoveryPoint string    // the last Checkpoint of a processing record, "" before any
@@ -61,7 +61,9 @@ type Backend interface {
 	// that prevents it (nil Claim). Rules, in order:
 	//   - no record, or a completed record whose ExpiresAt <= Now (Claim.ExpiredReuse true):
 	//     claimed;
-	//   - a record with another fingerprint: returned, not claimed;
+	//   - a record with another fingerprint: returned, not claimed (a backend that cannot
+	//     see the fingerprint of an uncommitted claim returns it as processing with a nil
+	//     Fingerprint: 409 now, 422 once it is stored);
 	//   - a completed record: returned (replay);
 	//   - a processing record held by a live request: returned (in progress);
 	//   - a processing record whose owner is gone and LockedUntil <= Now: claimed again

@@ -87,7 +87,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			break
 		}
 		switch {
-		case !bytes.Equal(rec.Fingerprint, fp):
+		case rec.Fingerprint != nil && !bytes.Equal(rec.Fingerprint, fp):
 			m.event(Event{Kind: EventPayloadConflict, Scope: scope, Status: http.StatusUnprocessableEntity})
 			writeProblem(w, Problem{Type: ProblemKeyReused, Title: "Idempotency-Key reused with another request", Status: http.StatusUnprocessableEntity,
 				Detail: "this key was used with a different method, route or body; use a new key for a new request", Code: CodeKeyReused})

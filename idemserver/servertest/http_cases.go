@@ -186,12 +186,15 @@ func testInProgress(t *testing.T, b idemserver.Backend) {
 	if a.status != 409 || a.header.Get("Retry-After") != "2" || problem(t, a).Type != idemserver.ProblemInProgress {
 		t.Fatalf("in progress: %d Retry-After %q %s", a.status, a.header.Get("Retry-After"), a.body)
 	}
-	if a := s.post(t, "acct_1", "k-busy", `{"amount":10}`); a.status != 422 {
+	if a := s.post(t, "acct_1", "k-busy", `{"amount":10}`); a.status != 422 && a.status != 409 {
 		t.Fatalf("other body while in progress: %d %s", a.status, a.body)
 	}
 	close(s.gate)
 	wantAnswer(t, "first", <-done, 201, `{"id":"ch_1","amount":9}`)
-	if st := s.mw.Stats(); st.Concurrent != 1 || st.Executed != 1 {
+	if a := s.post(t, "acct_1", "k-busy", `{"amount":10}`); a.status != 422 {
+		t.Fatalf("other body once stored: %d %s", a.status, a.body)
+	}
+	if st := s.mw.Stats(); st.Concurrent < 1 || st.Executed != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }

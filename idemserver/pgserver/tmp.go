@@ -1,3 +1,0 @@
-package pgserver
-
-import _ "github.com/jackc/pgx/v5/pgxpool"
