@@ -121,7 +121,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 // execute runs next under the claim, then stores (or not) and sends its answer.
 func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, claim Claim) {
-	ex := &execution{m: m, claim: claim, scope: scope, begun: !m.cfg.ExplicitBegin, point: claim.RecoveryPoint()}
+	// A resumed claim has committed work: its answer is stored whatever the handler says.
+	ex := &execution{m: m, claim: claim, scope: scope, begun: !m.cfg.ExplicitBegin, point: claim.RecoveryPoint(), checkpoint: claim.RecoveryPoint() != ""}
 	ctx := claim.Context(withExecution(r.Context(), ex))
 	rec := newRecorder()
 	finished := false
