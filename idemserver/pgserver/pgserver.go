@@ -161,19 +161,41 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
+	// One round trip: the insert runs only under the key's lock (a fresh key is claimed
+	// here); then the lock again (re-entrant: true if held) and the row, each statement with
+	// its own snapshot, so the row read after the lock includes every commit before it.
+	c := &claim{b: b, scope: s, tx: tx, owner: newOwner()}
+	lock := lockID(s)
+	lockedUntil := req.Now.Add(req.Lease)
+	batch := &pgx.Batch{}
+	batch.Queue(`INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at, locked_until)
+		SELECT $1, $2, $3, $4, 1, $5, $6, $7 WHERE pg_try_advisory_xact_lock($8)
+		ON CONFLICT (tenant, operation, key) DO NOTHING`, s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil, lock)
+	batch.Queue("SELECT pg_try_advisory_xact_lock($1)", lock)
+	batch.Queue(selectRow+" FOR UPDATE", s.Tenant, s.Operation, s.Key)
+	br := tx.SendBatch(ctx, batch)
+	inserted, err := br.Exec()
 	var got bool
-	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", lockID(s)).Scan(&got); err != nil {
+	if err == nil {
+		err = br.QueryRow().Scan(&got)
+	}
+	var cur *row
+	if err == nil {
+		cur, err = scanRow(br.QueryRow())
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
+	}
+	if inserted.RowsAffected() == 1 {
+		keep = true
+		return c, nil, nil
 	}
 	if !got { // another transaction holds the key: in progress, fingerprint not visible yet
 		return nil, &idemserver.Record{State: idemserver.StateProcessing}, nil
 	}
-	cur, err := scanRow(tx.QueryRow(ctx, selectRow+" FOR UPDATE", s.Tenant, s.Operation, s.Key))
-	if err != nil {
-		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
-	}
-	c := &claim{b: b, scope: s, tx: tx, owner: newOwner()}
-	lockedUntil := req.Now.Add(req.Lease)
 	switch {
 	case cur == nil:
 		_, err = tx.Exec(ctx, `INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at, locked_until)
