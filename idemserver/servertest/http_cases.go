@@ -1,6 +1,7 @@
 package servertest
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync"
@@ -301,4 +302,30 @@ func postMany(t *testing.T, s *server, n int) []answer {
 	close(start)
 	wg.Wait()
 	return answers
+}
+
+func testWaitTimeout(t *testing.T, b idemserver.Backend) {
+	var s *server
+	var sleeps int
+	s = newServer(t, b, func(c *idemserver.Config) {
+		c.Wait, c.WaitPoll = 2*time.Second, 500*time.Millisecond
+		c.Sleep = func(ctx context.Context, d time.Duration) error { // the injected clock moves instead
+			sleeps++
+			s.clock.Advance(d)
+			return ctx.Err()
+		}
+	}, nil)
+	s.gate, s.entry = make(chan struct{}), make(chan struct{}, 1)
+	done := make(chan answer)
+	go func() { done <- s.post(t, "acct_1", "k-wait", `{"amount":5}`) }()
+	<-s.entry
+	a := s.post(t, "acct_1", "k-wait", `{"amount":5}`)
+	if a.status != 409 || a.header.Get("Retry-After") != "1" || sleeps != 4 {
+		t.Fatalf("after waiting: %d Retry-After %q, %d sleeps (want 409, 1, 4)", a.status, a.header.Get("Retry-After"), sleeps)
+	}
+	close(s.gate)
+	wantAnswer(t, "first", <-done, 201, `{"id":"ch_1","amount":5}`)
+	if st := s.mw.Stats(); st.Concurrent != 1 || st.InProgressTimeouts != 1 || st.Executed != 1 {
+		t.Fatalf("stats %+v", st)
+	}
 }

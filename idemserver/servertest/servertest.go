@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) idemserver.Backend) {
 		{"RetentionHTTP", testRetention},
 		{"Concurrent100", testConcurrent100},
 		{"Concurrent100Wait", testConcurrent100Wait},
+		{"WaitTimeout", testWaitTimeout},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open(t)) })
