@@ -273,4 +273,3 @@ func (s *supervisor) result() (map[string]int, int, int) {
 	defer s.mu.Unlock()
 	return s.kills, s.starts, s.shot
 }
-
