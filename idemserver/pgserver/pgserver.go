@@ -12,8 +12,14 @@
 // before it.
 //
 // Each request in flight holds one pool connection until its answer commits: size the pool
-// for the executions you want in parallel. A handler whose statement may fail (a unique
-// violation it expects) must run it in a savepoint (tx.Begin) so the transaction stays usable.
+// for the executions you want in parallel. The handler never commits or rolls back the claim's
+// transaction itself (the middleware does, with the answer); a statement that may fail (a
+// unique violation it expects) runs in a savepoint (tx.Begin) so the transaction stays usable.
+// A handler that ends with the transaction aborted gets 503 and nothing is stored.
+//
+// Round trips per fresh key: BEGIN; one pipelined batch (the conditional insert under the
+// advisory lock, the lock, the row); the handler's own statements; one pipelined batch (the
+// answer, guarded so that it fails unless the claim still owns the row, and COMMIT).
 //
 // # Recovery points (calls to third parties)
 //
@@ -151,20 +157,28 @@ func scanRow(r pgx.Row) (*row, error) {
 // Claim implements idemserver.Backend.
 func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idemserver.Claim, *idemserver.Record, error) {
 	s := req.Scope
-	tx, err := b.pool.Begin(ctx)
+	// The claim holds its pool connection until it ends, so that its phases (Checkpoint)
+	// and its final write and COMMIT share one connection.
+	pc, err := b.pool.Acquire(ctx)
 	if err != nil {
+		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
+	}
+	tx, err := pc.Begin(ctx)
+	if err != nil {
+		pc.Release()
 		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
 	}
 	keep := false
 	defer func() {
 		if !keep {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
+			pc.Release()
 		}
 	}()
 	// One round trip: the insert runs only under the key's lock (a fresh key is claimed
 	// here); then the lock again (re-entrant: true if held) and the row, each statement with
 	// its own snapshot, so the row read after the lock includes every commit before it.
-	c := &claim{b: b, scope: s, tx: tx, owner: newOwner()}
+	c := &claim{b: b, scope: s, pc: pc, tx: tx, owner: newOwner()}
 	lock := lockID(s)
 	lockedUntil := req.Now.Add(req.Lease)
 	batch := &pgx.Batch{}
