@@ -65,7 +65,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				Detail: fmt.Sprintf("at most %d bytes", m.cfg.MaxBodyBytes)})
 			return
 		}
-		writeProblem(w, Problem{Type: ProblemKeyInvalid, Title: "Request body unreadable", Status: http.StatusBadRequest})
+		writeProblem(w, Problem{Type: ProblemBodyUnreadable, Title: "Request body unreadable", Status: http.StatusBadRequest})
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))

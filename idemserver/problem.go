@@ -21,6 +21,8 @@ const (
 	ProblemUnauthorized = "https://idemkit.dev/problems/unauthorized"
 	// ProblemBodyTooLarge: 413, the request body exceeds Config.MaxBodyBytes.
 	ProblemBodyTooLarge = "https://idemkit.dev/problems/body-too-large"
+	// ProblemBodyUnreadable: 400, the request body could not be read.
+	ProblemBodyUnreadable = "https://idemkit.dev/problems/body-unreadable"
 	// ProblemUnavailable: 503, the backend failed; nothing was stored or executed.
 	ProblemUnavailable = "https://idemkit.dev/problems/idempotency-store-unavailable"
 )

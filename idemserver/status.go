@@ -23,7 +23,7 @@ type statusHandler struct {
 // e.g. "POST /v1/payments"), in the convention of idem's client (DecodeStatus):
 // 200 {"status":"completed","response_status":N,"response_body":B},
 // 202 {"status":"processing"} with Retry-After, 404 {"status":"not_found"}. B is the stored
-// body when it is JSON, else the body as a JSON string. The tenant comes from Config.Tenant
+// body when it is JSON, else the body as a JSON string; an empty body has no response_body. The tenant comes from Config.Tenant
 // (401 when it fails), so one tenant never learns of another's keys. key extracts the raw key
 // (sf-string or token) from the request; nil means the path value "key" (a ServeMux pattern
 // such as "GET /v1/payments/operations/{key}"), else the key header. A missing or invalid key
@@ -62,8 +62,11 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", h.m.retryAfter())
 		writeJSON(w, http.StatusAccepted, statusBody{Status: "processing"})
 	default:
-		body := json.RawMessage(rec.Response.Body)
-		if len(body) == 0 || !json.Valid(body) {
+		var body json.RawMessage // an empty stored body: no response_body member
+		switch {
+		case json.Valid(rec.Response.Body):
+			body = rec.Response.Body
+		case len(rec.Response.Body) > 0:
 			body, _ = json.Marshal(string(rec.Response.Body))
 		}
 		writeJSON(w, http.StatusOK, statusBody{Status: "completed", ResponseStatus: rec.Response.Status, ResponseBody: body})
