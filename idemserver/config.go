@@ -12,8 +12,12 @@ import (
 const (
 	// DefaultRetention is how long a stored answer is replayed: 24 h, as Stripe keeps keys.
 	DefaultRetention = 24 * time.Hour
-	// DefaultLease is how long a checkpointed processing record stays locked to its owner.
-	DefaultLease = 5 * time.Minute
+	// DefaultLease is how long a checkpointed record whose owner is gone stays locked before
+	// another request may resume it: 90 s, as in Brandur Leach's Stripe-like keys design. Both
+	// backends know when an owner is gone (pgserver: its advisory lock; memory: its claim), so
+	// the lease is a cool-down that lets a third-party call the dead owner made settle before
+	// the resumed phase repeats it.
+	DefaultLease = 90 * time.Second
 	// DefaultRetryAfter is the Retry-After sent with 409 and 202 answers.
 	DefaultRetryAfter = time.Second
 	// DefaultMaxBodyBytes bounds the request body read for the fingerprint: 1 MiB.
@@ -59,7 +63,8 @@ type Config struct {
 	StoredHeaders []string
 	// Retention is how long a stored answer is kept and replayed; 0 means DefaultRetention.
 	Retention time.Duration
-	// Lease is how long a checkpointed processing record stays locked; 0 means DefaultLease.
+	// Lease is how long a checkpointed record whose owner is gone stays locked before a
+	// request with the key resumes it (see Checkpoint); 0 means DefaultLease.
 	Lease time.Duration
 	// RetryAfter is sent (whole seconds, rounded up) with 409 and 202; 0 means
 	// DefaultRetryAfter.

@@ -40,6 +40,16 @@
 // reads by default: 200 {"status":"completed","response_status":N,"response_body":...},
 // 202 {"status":"processing"} with Retry-After, 404 {"status":"not_found"}.
 //
+// The handler's answer is buffered in memory until it is stored, and only then sent: nothing
+// reaches a client before the backend holds it. Handlers that stream (http.Flusher) are not
+// supported behind the middleware.
+//
+// # Recovery points
+//
+// A handler that calls a third party mid-request splits its work into phases with
+// Checkpoint(r, point) and resumes from RecoveryPoint(r) after a crash; see pgserver's
+// documentation for the pattern.
+//
 // Credentials are never stored: Authorization, Cookie, Proxy-Authorization, Set-Cookie and
 // WWW-Authenticate cannot be allow-listed.
 package idemserver
