@@ -1,8 +1,11 @@
 package idemserver_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +53,40 @@ func TestParseKey(t *testing.T) {
 		if _, err := idemserver.ParseKey(bad); !errors.Is(err, idemserver.ErrInvalidKey) {
 			t.Errorf("ParseKey(%q) = %v, want ErrInvalidKey", bad, err)
 		}
+	}
+}
+
+func TestPurgeEvery(t *testing.T) {
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	mem := idemserver.NewMemory()
+	mw, err := idemserver.New(idemserver.Config{Backend: mem, Tenant: func(*http.Request) (string, error) { return "t", nil },
+		Now: func() time.Time { return clock }, Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+	for _, k := range []string{"a", "b", "c"} {
+		req := httptest.NewRequest(http.MethodPost, "/pay", nil)
+		req.Header.Set("Idempotency-Key", k)
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	clock = clock.Add(time.Hour) // before PurgeEvery starts: no race on clock
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mw.PurgeEvery(ctx, time.Millisecond, 2, nil) }()
+	for give := time.Now().Add(10 * time.Second); mw.Stats().Purged < 3; runtime.Gosched() {
+		if time.Now().After(give) {
+			t.Fatalf("PurgeEvery purged %d of 3 in 10 s", mw.Stats().Purged)
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("PurgeEvery = %v", err)
+	}
+	if n := mem.Len(); n != 0 || mw.Stats().Purged != 3 {
+		t.Fatalf("records left %d, purged %d", n, mw.Stats().Purged)
+	}
+	if err := mw.PurgeEvery(ctx, 0, 1, nil); !errors.Is(err, idemserver.ErrInvalidConfig) {
+		t.Fatalf("PurgeEvery(0) = %v", err)
 	}
 }

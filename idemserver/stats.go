@@ -34,10 +34,18 @@ type Event struct {
 	Err    error // for EventStoreError
 }
 
-// Stats are the middleware's counters since New.
+// Stats are the middleware's counters since New, one per EventKind plus Purged.
 type Stats struct {
-	Executed, NotExecuted, Replays, PayloadConflicts, Concurrent     int64
-	ExpiredReuse, InProgressTimeouts, Takeovers, StoreErrors, Purged int64
+	Executed           int64 // answers stored after execution (EventExecuted)
+	NotExecuted        int64 // answers sent but not stored: given before execution began
+	Replays            int64 // stored answers replayed
+	PayloadConflicts   int64 // 422: a key reused with another request (should be zero)
+	Concurrent         int64 // requests that found their key in progress (409 or a wait)
+	ExpiredReuse       int64 // keys executed again after their stored answer expired
+	InProgressTimeouts int64 // waits (Config.Wait) that ended with the key still in progress
+	Takeovers          int64 // checkpointed keys resumed after their owner was gone
+	StoreErrors        int64 // backend failures answered 503
+	Purged             int64 // expired answers deleted by Purge
 }
 
 type counters struct {
