@@ -1,0 +1,101 @@
+package idemserver
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Scope names one key: the same key under another tenant or operation is another record.
+type Scope struct {
+	Tenant    string // from Config.Tenant, the authenticated caller
+	Operation string // method and route, from Config.Operation
+	Key       string // the idempotency key, unquoted
+}
+
+// State is the state of a stored key.
+type State int
+
+const (
+	// StateProcessing: a request holds the key and is executing.
+	StateProcessing State = iota + 1
+	// StateCompleted: the first answer is stored; requests with the key replay it.
+	StateCompleted
+)
+
+// Response is a stored answer: status, the allow-listed headers and the body bytes.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Record is what a backend holds for a key.
+type Record struct {
+	Fingerprint   []byte // nil for a processing record whose claim is not committed yet (pgserver)
+	State         State
+	Response      *Response // set when StateCompleted
+	RecoveryPoint string    // the last Checkpoint of a processing record, "" before any
+	CreatedAt     time.Time
+	LockedUntil   time.Time // a processing record may be taken over after this instant
+	ExpiresAt     time.Time // a completed record is forgotten after this instant
+}
+
+// ErrNotOwner is returned by a Claim whose key was taken over or released meanwhile: its
+// answer is not stored.
+var ErrNotOwner = errors.New("idemserver: claim is no longer held")
+
+// ClaimRequest asks a backend to claim a key.
+type ClaimRequest struct {
+	Scope       Scope
+	Fingerprint []byte
+	Now         time.Time
+	Lease       time.Duration // how long a checkpointed processing record stays locked
+}
+
+// Backend stores claims and answers. Implementations must be safe for concurrent use and pass
+// servertest.Run.
+type Backend interface {
+	// Claim takes the key for the caller and returns its Claim, or returns the live record
+	// that prevents it (nil Claim). Rules, in order:
+	//   - no record, or a completed record whose ExpiresAt <= Now (Claim.ExpiredReuse true):
+	//     claimed;
+	//   - a record with another fingerprint: returned, not claimed (a backend that cannot
+	//     see the fingerprint of an uncommitted claim returns it as processing with a nil
+	//     Fingerprint: 409 now, 422 once it is stored);
+	//   - a completed record: returned (replay);
+	//   - a processing record held by a live request: returned (in progress);
+	//   - a processing record whose owner is gone and LockedUntil <= Now: claimed again
+	//     (Claim.RecoveryPoint tells where the previous owner stopped).
+	Claim(ctx context.Context, req ClaimRequest) (Claim, *Record, error)
+	// Lookup returns the live record of a key, or nil when there is none (never claimed,
+	// released, or expired at now). A key held by a request in flight is StateProcessing.
+	Lookup(ctx context.Context, s Scope, now time.Time) (*Record, error)
+	// Purge deletes at most limit completed records whose ExpiresAt <= now and returns how
+	// many it deleted.
+	Purge(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
+// Claim is a key held by one request.
+type Claim interface {
+	// Context returns ctx carrying whatever the backend gives handlers (pgserver: the
+	// transaction).
+	Context(ctx context.Context) context.Context
+	// RecoveryPoint is the last checkpoint a previous owner committed, "" for a fresh key.
+	RecoveryPoint() string
+	// ExpiredReuse reports that an expired completed record was replaced by this claim.
+	ExpiredReuse() bool
+	// Checkpoint durably records that the handler reached point (with pgserver, commits the
+	// work so far and opens a new transaction). After it, the claim can no longer be
+	// released as not executed.
+	Checkpoint(ctx context.Context, point string, now time.Time, lease time.Duration) error
+	// Complete stores resp as the key's answer, kept until expires (with pgserver, in the
+	// same transaction as the handler's writes, then commits). Errors: ErrNotOwner, or the
+	// backend's; on error nothing of this claim's last phase is stored.
+	Complete(ctx context.Context, resp *Response, now, expires time.Time) error
+	// Release forgets the claim: the key is free again, unless a checkpoint was committed,
+	// in which case the record stays processing and may be taken over after its lease
+	// (with pgserver, rolls back the transaction).
+	Release(ctx context.Context) error
+}

@@ -1,0 +1,158 @@
+package idemserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	// DefaultRetention is how long a stored answer is replayed: 24 h, as Stripe keeps keys.
+	DefaultRetention = 24 * time.Hour
+	// DefaultLease is how long a checkpointed record whose owner is gone stays locked before
+	// another request may resume it: 90 s, as in Brandur Leach's Stripe-like keys design. Both
+	// backends know when an owner is gone (pgserver: its advisory lock; memory: its claim), so
+	// the lease is a cool-down that lets a third-party call the dead owner made settle before
+	// the resumed phase repeats it.
+	DefaultLease = 90 * time.Second
+	// DefaultRetryAfter is the Retry-After sent with 409 and 202 answers.
+	DefaultRetryAfter = time.Second
+	// DefaultMaxBodyBytes bounds the request body read for the fingerprint: 1 MiB.
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultWaitPoll is how often a waiting request looks at the key again.
+	DefaultWaitPoll = 20 * time.Millisecond
+	// DefaultKeyHeader is the header the key is read from.
+	DefaultKeyHeader = "Idempotency-Key"
+	// ReplayedHeader is set to "true" on every replayed answer.
+	ReplayedHeader = "Idempotent-Replayed"
+)
+
+// DefaultStoredHeaders are the response headers stored and replayed when
+// Config.StoredHeaders is nil.
+var DefaultStoredHeaders = []string{"Content-Type", "Content-Language", "Content-Encoding", "Location", "ETag", "Last-Modified"}
+
+// credentialHeaders are never stored, whatever the allow-list says.
+var credentialHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization", "Set-Cookie", "WWW-Authenticate", "Proxy-Authenticate"}
+
+// ErrInvalidConfig is returned by New for a configuration that cannot work; the message
+// names the field.
+var ErrInvalidConfig = errors.New("idemserver: invalid config")
+
+// Config configures a Middleware. Backend and Tenant are required.
+type Config struct {
+	// Backend stores claims and answers (NewMemory, or pgserver). Required.
+	Backend Backend
+	// Tenant returns the tenant of an authenticated request (an account id from the
+	// verified credentials, never a client-chosen header). An error answers 401 and
+	// nothing is claimed. Required.
+	Tenant func(r *http.Request) (string, error)
+	// Operation names the operation; nil means r.Method + " " + r.URL.Path. Give the route
+	// pattern when a path carries ids that should not split the key space differently.
+	Operation func(r *http.Request) string
+	// Required reports whether a request must carry a key (else 400); nil means every
+	// request that reaches the middleware (wrap only the unsafe routes). A request without
+	// a key that is not required passes through untouched.
+	Required func(r *http.Request) bool
+	// KeyHeader is the header the key is read from; "" means DefaultKeyHeader.
+	KeyHeader string
+	// StoredHeaders is the allow-list of response headers stored and replayed; nil means
+	// DefaultStoredHeaders. Credential headers are refused (ErrInvalidConfig).
+	StoredHeaders []string
+	// Retention is how long a stored answer is kept and replayed; 0 means DefaultRetention.
+	Retention time.Duration
+	// Lease is how long a checkpointed record whose owner is gone stays locked before a
+	// request with the key resumes it (see Checkpoint); 0 means DefaultLease.
+	Lease time.Duration
+	// RetryAfter is sent (whole seconds, rounded up) with 409 and 202; 0 means
+	// DefaultRetryAfter.
+	RetryAfter time.Duration
+	// Wait, if > 0, makes a request whose key is in progress wait up to this long for the
+	// first to finish and replay its answer, instead of an immediate 409.
+	Wait time.Duration
+	// WaitPoll is how often a waiting request looks again; 0 means DefaultWaitPoll.
+	WaitPoll time.Duration
+	// MaxBodyBytes bounds the request body, in bytes (413 above); 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// ExplicitBegin: execution begins only when the handler calls Begin; an answer written
+	// without it is not stored. false (the default): execution begins at handler entry.
+	ExplicitBegin bool
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Sleep waits d or until ctx ends (for Wait polling); nil means a timer.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// OnEvent, if set, is called synchronously for each Event.
+	OnEvent func(Event)
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Backend == nil {
+		return c, fmt.Errorf("%w: Backend is nil", ErrInvalidConfig)
+	}
+	if c.Tenant == nil {
+		return c, fmt.Errorf("%w: Tenant is nil (the tenant must come from the authenticated request)", ErrInvalidConfig)
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"Retention", &c.Retention, DefaultRetention}, {"Lease", &c.Lease, DefaultLease},
+		{"RetryAfter", &c.RetryAfter, DefaultRetryAfter}, {"WaitPoll", &c.WaitPoll, DefaultWaitPoll}} {
+		if *d.v < 0 {
+			return c, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.Wait < 0 {
+		return c, fmt.Errorf("%w: Wait %v is negative", ErrInvalidConfig, c.Wait)
+	}
+	if c.MaxBodyBytes < 0 {
+		return c, fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidConfig, c.MaxBodyBytes)
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.KeyHeader == "" {
+		c.KeyHeader = DefaultKeyHeader
+	}
+	if c.StoredHeaders == nil {
+		c.StoredHeaders = DefaultStoredHeaders
+	}
+	hs := make([]string, 0, len(c.StoredHeaders))
+	for _, h := range c.StoredHeaders {
+		h = http.CanonicalHeaderKey(h)
+		for _, bad := range credentialHeaders {
+			if h == bad {
+				return c, fmt.Errorf("%w: StoredHeaders lists %s, a credential", ErrInvalidConfig, h)
+			}
+		}
+		hs = append(hs, h)
+	}
+	c.StoredHeaders = hs
+	if c.Operation == nil {
+		c.Operation = func(r *http.Request) string { return r.Method + " " + r.URL.Path }
+	}
+	if c.Required == nil {
+		c.Required = func(*http.Request) bool { return true }
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Sleep == nil {
+		c.Sleep = func(ctx context.Context, d time.Duration) error {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,55 @@
+// Package idemserver is the server half of the Idempotency-Key contract: net/http middleware
+// that lets an API owner execute each keyed request once and replay its first answer.
+//
+// It follows the IETF draft "The Idempotency-Key HTTP Header Field"
+// (draft-ietf-httpapi-idempotency-key-header) and Stripe's documented behaviour:
+//
+//   - the key comes from the Idempotency-Key header, an RFC 8941 sf-string or a bare token of
+//     visible ASCII, at most 255 characters; a missing key on an operation that requires one,
+//     or an invalid key, gets 400 application/problem+json;
+//   - a key is scoped by (tenant, operation, key). The tenant comes from Config.Tenant, a
+//     function of the authenticated request (never a client header by default); the
+//     operation is method and route (Config.Operation, default method + " " + path);
+//   - the fingerprint is SHA-256 over method, operation and the canonical body (a body that is
+//     valid JSON is re-encoded with sorted object keys and no whitespace; any other body is
+//     taken byte for byte). The same key with another fingerprint gets 422 with the problem
+//     type ProblemKeyReused;
+//   - a request whose key is being executed gets 409 with Retry-After (ProblemInProgress), or
+//     with Config.Wait > 0 waits up to that bound for the first to finish and replays it;
+//   - once execution has begun the first answer (status, body, the headers in
+//     Config.StoredHeaders) is stored and replayed byte for byte with Idempotent-Replayed: true.
+//
+// # When execution begins
+//
+// By default execution begins at handler entry: every answer the handler writes is stored,
+// because a payments handler that forgot to say so must never run twice. A handler that
+// answers before doing anything (validation) calls NotExecuted(r): that answer is sent but
+// not stored, the claim is released, and a corrected request with the same key may run.
+// Config.ExplicitBegin reverses the default: only answers written after Begin(r) are stored.
+//
+// # Backends
+//
+// A Backend stores claims and answers. NewMemory is one process's memory, for tests and
+// single-instance servers. The nested module idemserver/pgserver keeps them in PostgreSQL,
+// where the claim, the handler's business writes and the stored answer commit in one
+// transaction. Package servertest is the conformance suite both pass.
+//
+// # Status endpoint
+//
+// Middleware.StatusHandler answers GET requests about a key in the convention idem's client
+// reads by default: 200 {"status":"completed","response_status":N,"response_body":...},
+// 202 {"status":"processing"} with Retry-After, 404 {"status":"not_found"}.
+//
+// The handler's answer is buffered in memory until it is stored, and only then sent: nothing
+// reaches a client before the backend holds it. Handlers that stream (http.Flusher) are not
+// supported behind the middleware.
+//
+// # Recovery points
+//
+// A handler that calls a third party mid-request splits its work into phases with
+// Checkpoint(r, point) and resumes from RecoveryPoint(r) after a crash; see pgserver's
+// documentation for the pattern.
+//
+// Credentials are never stored: Authorization, Cookie, Proxy-Authorization, Set-Cookie and
+// WWW-Authenticate cannot be allow-listed.
+package idemserver

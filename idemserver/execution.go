@@ -1,0 +1,119 @@
+package idemserver
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+)
+
+// ErrNoClaim is returned by Begin, NotExecuted and Checkpoint for a request that does not
+// run under the middleware with a claimed key.
+var ErrNoClaim = errors.New("idemserver: request holds no idempotency claim")
+
+// ErrAlreadyBegun is returned by NotExecuted after Checkpoint committed work: that answer
+// must be stored.
+var ErrAlreadyBegun = errors.New("idemserver: execution has begun")
+
+type execKey struct{}
+
+// execution is the handler's view of its claim.
+type execution struct {
+	m     *Middleware
+	claim Claim
+	scope Scope
+
+	mu          sync.Mutex
+	begun       bool
+	notExecuted bool
+	checkpoint  bool
+	point       string
+}
+
+func withExecution(ctx context.Context, ex *execution) context.Context {
+	return context.WithValue(ctx, execKey{}, ex)
+}
+
+func executionOf(r *http.Request) *execution {
+	ex, _ := r.Context().Value(execKey{}).(*execution)
+	return ex
+}
+
+func (ex *execution) stored() bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return ex.checkpoint || ex.begun && !ex.notExecuted
+}
+
+// Begin marks that execution of r has begun: from now on the answer is stored and replayed.
+// It is needed only with Config.ExplicitBegin (otherwise execution begins at entry) and
+// cancels an earlier NotExecuted. Errors: ErrNoClaim.
+func Begin(r *http.Request) error {
+	ex := executionOf(r)
+	if ex == nil {
+		return ErrNoClaim
+	}
+	ex.mu.Lock()
+	ex.begun, ex.notExecuted = true, false
+	ex.mu.Unlock()
+	return nil
+}
+
+// NotExecuted marks that r's answer is given before execution began (validation): it is
+// sent but not stored, the key is released (with pgserver, the transaction is rolled back),
+// and a corrected request with the same key may run. Errors: ErrNoClaim, ErrAlreadyBegun
+// after a Checkpoint.
+func NotExecuted(r *http.Request) error {
+	ex := executionOf(r)
+	if ex == nil {
+		return ErrNoClaim
+	}
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.checkpoint {
+		return ErrAlreadyBegun
+	}
+	ex.notExecuted = true
+	return nil
+}
+
+// Checkpoint durably records that r's handler finished the phase before point and begins
+// execution (see Begin). With pgserver it commits the claim and the handler's writes so far
+// and opens a new transaction for the next phase: call it right before calling a third party,
+// so that a retry after a crash resumes at point (RecoveryPoint) instead of starting over.
+// Errors: ErrNoClaim, ErrNotOwner, the backend's.
+func Checkpoint(r *http.Request, point string) error {
+	ex := executionOf(r)
+	if ex == nil {
+		return ErrNoClaim
+	}
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if err := ex.claim.Checkpoint(r.Context(), point, ex.m.cfg.Now(), ex.m.cfg.Lease); err != nil {
+		return err
+	}
+	ex.begun, ex.notExecuted, ex.checkpoint, ex.point = true, false, true, point
+	return nil
+}
+
+// RecoveryPoint returns the last checkpoint reached for r's key: by this request, or by a
+// previous owner that crashed after it (then the handler resumes from there). "" means a
+// fresh start or no claim.
+func RecoveryPoint(r *http.Request) string {
+	ex := executionOf(r)
+	if ex == nil {
+		return ""
+	}
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return ex.point
+}
+
+// KeyScope returns the scope of r's claim and true, when r runs under the middleware.
+func KeyScope(r *http.Request) (Scope, bool) {
+	ex := executionOf(r)
+	if ex == nil {
+		return Scope{}, false
+	}
+	return ex.scope, true
+}

@@ -1,0 +1,25 @@
+package idemserver
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+)
+
+// Fingerprint returns the SHA-256 over method, operation, the body's kind (JSON or raw) and
+// the canonical body, each length-prefixed so that no two different requests share an input.
+// See CanonicalBody.
+func Fingerprint(method, operation string, body []byte) []byte {
+	h := sha256.New()
+	var n [8]byte
+	canon, isJSON := CanonicalBody(body)
+	kind := []byte("raw")
+	if isJSON {
+		kind = []byte("json")
+	}
+	for _, part := range [][]byte{[]byte(method), []byte(operation), kind, canon} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	return h.Sum(nil)
+}

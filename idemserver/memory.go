@@ -1,0 +1,181 @@
+package idemserver
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Memory is a Backend in one process's memory: for tests and single-instance servers whose
+// handlers keep no state that outlives the process. Create it with NewMemory.
+type Memory struct {
+	mu   sync.Mutex
+	recs map[Scope]*memRecord
+}
+
+type memRecord struct {
+	Record
+	owner *memClaim // the live claim, nil when none
+}
+
+// NewMemory returns an empty memory backend.
+func NewMemory() *Memory { return &Memory{recs: make(map[Scope]*memRecord)} }
+
+// Claim implements Backend.
+func (m *Memory) Claim(ctx context.Context, req ClaimRequest) (Claim, *Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.recs[req.Scope]
+	expired := false
+	if r != nil {
+		switch {
+		case r.State == StateCompleted && !req.Now.Before(r.ExpiresAt):
+			expired = true
+		case !bytes.Equal(r.Fingerprint, req.Fingerprint):
+			return nil, copyRecord(&r.Record), nil
+		case r.State == StateCompleted, r.owner != nil, req.Now.Before(r.LockedUntil):
+			return nil, copyRecord(&r.Record), nil
+		}
+	}
+	c := &memClaim{m: m, scope: req.Scope, expired: expired}
+	if r != nil && !expired { // taking over a checkpointed record whose owner is gone
+		c.point = r.RecoveryPoint
+		c.committed = true
+		r.owner = c
+		r.LockedUntil = req.Now.Add(req.Lease)
+		return c, nil, nil
+	}
+	m.recs[req.Scope] = &memRecord{Record: Record{
+		Fingerprint: bytes.Clone(req.Fingerprint), State: StateProcessing,
+		CreatedAt: req.Now, LockedUntil: req.Now.Add(req.Lease),
+	}, owner: c}
+	return c, nil, nil
+}
+
+// Lookup implements Backend.
+func (m *Memory) Lookup(ctx context.Context, s Scope, now time.Time) (*Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.recs[s]
+	if r == nil || r.State == StateCompleted && !now.Before(r.ExpiresAt) {
+		return nil, nil
+	}
+	return copyRecord(&r.Record), nil
+}
+
+// Purge implements Backend: it deletes the oldest-expiring records first.
+func (m *Memory) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var due []Scope
+	for s, r := range m.recs {
+		if r.State == StateCompleted && !now.Before(r.ExpiresAt) {
+			due = append(due, s)
+		}
+	}
+	sort.Slice(due, func(i, j int) bool { return m.recs[due[i]].ExpiresAt.Before(m.recs[due[j]].ExpiresAt) })
+	if len(due) > limit {
+		due = due[:max(limit, 0)]
+	}
+	for _, s := range due {
+		delete(m.recs, s)
+	}
+	return len(due), nil
+}
+
+// Len returns how many records the backend holds, expired ones included.
+func (m *Memory) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.recs)
+}
+
+type memClaim struct {
+	m         *Memory
+	scope     Scope
+	point     string
+	expired   bool
+	committed bool // a checkpoint exists: releasing keeps the record
+	done      bool
+}
+
+func (c *memClaim) Context(ctx context.Context) context.Context { return ctx }
+func (c *memClaim) RecoveryPoint() string                       { return c.point }
+func (c *memClaim) ExpiredReuse() bool                          { return c.expired }
+
+// held returns the record while c still owns it. Callers hold c.m.mu.
+func (c *memClaim) held() (*memRecord, error) {
+	r := c.m.recs[c.scope]
+	if c.done || r == nil || r.owner != c {
+		return nil, ErrNotOwner
+	}
+	return r, nil
+}
+
+func (c *memClaim) Checkpoint(ctx context.Context, point string, now time.Time, lease time.Duration) error {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	r, err := c.held()
+	if err != nil {
+		return err
+	}
+	r.RecoveryPoint, r.LockedUntil, c.point, c.committed = point, now.Add(lease), point, true
+	return nil
+}
+
+func (c *memClaim) Complete(ctx context.Context, resp *Response, now, expires time.Time) error {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	r, err := c.held()
+	if err != nil {
+		return err
+	}
+	r.State, r.Response, r.ExpiresAt, r.owner = StateCompleted, copyResponse(resp), expires, nil
+	c.done = true
+	return nil
+}
+
+func (c *memClaim) Release(ctx context.Context) error {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	r, err := c.held()
+	if err != nil {
+		return err
+	}
+	c.done = true
+	if c.committed {
+		r.owner = nil
+		return nil
+	}
+	delete(c.m.recs, c.scope)
+	return nil
+}
+
+func copyRecord(r *Record) *Record {
+	cp := *r
+	cp.Fingerprint = bytes.Clone(r.Fingerprint)
+	cp.Response = copyResponse(r.Response)
+	return &cp
+}
+
+func copyResponse(r *Response) *Response {
+	if r == nil {
+		return nil
+	}
+	return &Response{Status: r.Status, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
+}
+
+var _ Backend = (*Memory)(nil)
+var _ http.Handler = (*statusHandler)(nil)

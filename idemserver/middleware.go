@@ -1,0 +1,220 @@
+package idemserver
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+)
+
+// Middleware executes each keyed request once per (tenant, operation, key) and replays the
+// first answer. Create it with New; it is safe for concurrent use.
+type Middleware struct {
+	cfg Config
+	n   counters
+}
+
+// New returns a Middleware. Errors match ErrInvalidConfig and name the field.
+func New(cfg Config) (*Middleware, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Middleware{cfg: c}, nil
+}
+
+// Handler wraps next, for any router that takes func(http.Handler) http.Handler.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	raw, has := r.Header[http.CanonicalHeaderKey(m.cfg.KeyHeader)]
+	if !has {
+		if m.cfg.Required(r) {
+			writeProblem(w, Problem{Type: ProblemKeyMissing, Title: "Idempotency-Key header required", Status: http.StatusBadRequest,
+				Detail: fmt.Sprintf("%s %s requires the %s header", r.Method, r.URL.Path, m.cfg.KeyHeader)})
+			return
+		}
+		next.ServeHTTP(w, r)
+		return
+	}
+	if len(raw) != 1 {
+		writeProblem(w, Problem{Type: ProblemKeyInvalid, Title: "Invalid Idempotency-Key", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("%d %s headers; send one", len(raw), m.cfg.KeyHeader)})
+		return
+	}
+	key, err := ParseKey(raw[0])
+	if err != nil {
+		writeProblem(w, Problem{Type: ProblemKeyInvalid, Title: "Invalid Idempotency-Key", Status: http.StatusBadRequest, Detail: err.Error()})
+		return
+	}
+	tenant, err := m.cfg.Tenant(r)
+	if err != nil {
+		writeProblem(w, Problem{Type: ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeProblem(w, Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("at most %d bytes", m.cfg.MaxBodyBytes)})
+			return
+		}
+		writeProblem(w, Problem{Type: ProblemBodyUnreadable, Title: "Request body unreadable", Status: http.StatusBadRequest})
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	op := m.cfg.Operation(r)
+	scope := Scope{Tenant: tenant, Operation: op, Key: key}
+	fp := Fingerprint(r.Method, op, body)
+
+	ctx := r.Context()
+	deadline := m.cfg.Now().Add(m.cfg.Wait)
+	var claim Claim
+	for waited := false; ; waited = true {
+		c, rec, err := m.cfg.Backend.Claim(ctx, ClaimRequest{Scope: scope, Fingerprint: fp, Now: m.cfg.Now(), Lease: m.cfg.Lease})
+		if err != nil {
+			m.unavailable(w, scope, err)
+			return
+		}
+		if c != nil {
+			claim = c
+			break
+		}
+		switch {
+		case rec.Fingerprint != nil && !bytes.Equal(rec.Fingerprint, fp):
+			m.event(Event{Kind: EventPayloadConflict, Scope: scope, Status: http.StatusUnprocessableEntity})
+			writeProblem(w, Problem{Type: ProblemKeyReused, Title: "Idempotency-Key reused with another request", Status: http.StatusUnprocessableEntity,
+				Detail: "this key was used with a different method, route or body; use a new key for a new request", Code: CodeKeyReused})
+			return
+		case rec.State == StateCompleted:
+			m.event(Event{Kind: EventReplay, Scope: scope, Status: rec.Response.Status})
+			replay(w, rec.Response)
+			return
+		}
+		if !waited {
+			m.event(Event{Kind: EventConcurrent, Scope: scope, Status: http.StatusConflict})
+		}
+		if m.cfg.Wait <= 0 || !m.cfg.Now().Before(deadline) || m.cfg.Sleep(ctx, m.cfg.WaitPoll) != nil {
+			if m.cfg.Wait > 0 {
+				m.event(Event{Kind: EventInProgressTimeout, Scope: scope, Status: http.StatusConflict})
+			}
+			w.Header().Set("Retry-After", m.retryAfter())
+			writeProblem(w, Problem{Type: ProblemInProgress, Title: "A request with this Idempotency-Key is in progress", Status: http.StatusConflict,
+				Detail: "retry after Retry-After seconds with the same key and body"})
+			return
+		}
+	}
+	if claim.ExpiredReuse() {
+		m.event(Event{Kind: EventExpiredReuse, Scope: scope})
+	}
+	if claim.RecoveryPoint() != "" {
+		m.event(Event{Kind: EventTakeover, Scope: scope})
+	}
+	m.execute(w, r, next, scope, claim)
+}
+
+// execute runs next under the claim, then stores (or not) and sends its answer.
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, claim Claim) {
+	// A resumed claim has committed work: its answer is stored whatever the handler says.
+	ex := &execution{m: m, claim: claim, scope: scope, begun: !m.cfg.ExplicitBegin, point: claim.RecoveryPoint(), checkpoint: claim.RecoveryPoint() != ""}
+	ctx := claim.Context(withExecution(r.Context(), ex))
+	rec := newRecorder()
+	finished := false
+	defer func() {
+		if !finished { // next panicked: its transaction (if any) is rolled back, the key freed
+			_ = claim.Release(ctx)
+		}
+	}()
+	next.ServeHTTP(rec, r.WithContext(ctx))
+	finished = true
+	resp := rec.response()
+	if !ex.stored() {
+		if err := claim.Release(ctx); err != nil {
+			m.unavailable(w, scope, err)
+			return
+		}
+		m.event(Event{Kind: EventNotExecuted, Scope: scope, Status: resp.Status})
+		send(w, rec.header, resp.Status, resp.Body)
+		return
+	}
+	stored := &Response{Status: resp.Status, Header: http.Header{}, Body: resp.Body}
+	for _, h := range m.cfg.StoredHeaders {
+		if vs, ok := rec.header[h]; ok {
+			stored.Header[h] = append([]string(nil), vs...)
+		}
+	}
+	now := m.cfg.Now()
+	if err := claim.Complete(ctx, stored, now, now.Add(m.cfg.Retention)); err != nil {
+		m.unavailable(w, scope, err)
+		return
+	}
+	m.event(Event{Kind: EventExecuted, Scope: scope, Status: resp.Status})
+	send(w, rec.header, resp.Status, resp.Body)
+}
+
+func (m *Middleware) unavailable(w http.ResponseWriter, scope Scope, err error) {
+	m.event(Event{Kind: EventStoreError, Scope: scope, Status: http.StatusServiceUnavailable, Err: err})
+	w.Header().Set("Retry-After", m.retryAfter())
+	writeProblem(w, Problem{Type: ProblemUnavailable, Title: "Idempotency store unavailable", Status: http.StatusServiceUnavailable,
+		Detail: "nothing was stored; retry with the same key"})
+}
+
+func (m *Middleware) retryAfter() string {
+	return strconv.Itoa(int(math.Ceil(m.cfg.RetryAfter.Seconds())))
+}
+
+// replay writes a stored answer with Idempotent-Replayed: true.
+func replay(w http.ResponseWriter, resp *Response) {
+	for k, vs := range resp.Header {
+		w.Header()[k] = append([]string(nil), vs...)
+	}
+	w.Header().Set(ReplayedHeader, "true")
+	send(w, nil, resp.Status, resp.Body)
+}
+
+// send writes status and body, with header (if any) and an exact Content-Length.
+func send(w http.ResponseWriter, header http.Header, status int, body []byte) {
+	for k, vs := range header {
+		w.Header()[k] = vs
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// recorder buffers the handler's answer: nothing reaches the client before it is stored.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func newRecorder() *recorder { return &recorder{header: http.Header{}} }
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 && code >= 200 {
+		r.status = code
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}
+
+func (r *recorder) response() Response {
+	st := r.status
+	if st == 0 {
+		st = http.StatusOK
+	}
+	r.header.Del("Content-Length")
+	return Response{Status: st, Body: r.body.Bytes()}
+}

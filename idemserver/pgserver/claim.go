@@ -1,0 +1,155 @@
+package pgserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem/idemserver"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// claim is a key held by one request: its connection and transaction, holding the advisory
+// lock.
+type claim struct {
+	b         *Backend
+	scope     idemserver.Scope
+	pc        *pgxpool.Conn // nil once released to the pool
+	tx        pgx.Tx        // nil once committed or rolled back
+	owner     string
+	point     string
+	expired   bool
+	committed bool // a checkpoint committed the row: a rollback leaves it processing
+}
+
+func (c *claim) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ctxKey{}, c)
+}
+func (c *claim) RecoveryPoint() string { return c.point }
+func (c *claim) ExpiredReuse() bool    { return c.expired }
+
+// ownedUpdate updates the claim's row, and fails (division by zero) unless exactly that row
+// changed: the claim lost the key, so nothing of its transaction may commit. An error, unlike
+// a row count, also stops a COMMIT pipelined behind it.
+const ownedUpdate = `WITH u AS (UPDATE idem_server_keys SET %s
+	WHERE tenant = $1 AND operation = $2 AND key = $3 AND owner = $4 RETURNING 1)
+	SELECT 1 / (SELECT count(*)::int FROM u)`
+
+// divisionByZero is the SQLSTATE ownedUpdate raises when the claim lost its row.
+const divisionByZero = "22012"
+
+// end rolls back what is open and gives the connection back (a connection left inside a
+// transaction is closed by the pool, which rolls it back).
+func (c *claim) end(ctx context.Context) {
+	if c.tx != nil {
+		_ = c.tx.Rollback(context.WithoutCancel(ctx))
+		c.tx = nil
+	}
+	if c.pc != nil {
+		c.pc.Release()
+		c.pc = nil
+	}
+}
+
+// Checkpoint commits the phase (the handler's writes and the recovery point) and opens the
+// next phase's transaction on the same connection, under the same advisory lock.
+func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lease time.Duration) error {
+	if c.tx == nil {
+		return idemserver.ErrNotOwner
+	}
+	s := c.scope
+	if _, err := c.tx.Exec(ctx, fmt.Sprintf(ownedUpdate, "recovery_point = $5, locked_until = $6"),
+		s.Tenant, s.Operation, s.Key, c.owner, point, now.Add(lease)); err != nil {
+		c.end(ctx)
+		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == divisionByZero {
+			err = idemserver.ErrNotOwner
+		}
+		return fmt.Errorf("pgserver: checkpoint: %w", err)
+	}
+	err := c.tx.Commit(ctx)
+	c.tx = nil
+	if err != nil {
+		c.end(ctx)
+		return fmt.Errorf("pgserver: checkpoint commit: %w", err)
+	}
+	c.committed, c.point = true, point
+	tx, err := c.pc.Begin(ctx)
+	if err != nil {
+		c.end(ctx)
+		return fmt.Errorf("pgserver: checkpoint: next phase: %w", err)
+	}
+	c.tx = tx
+	// Wait for the lock: another request may hold it for the instant it takes to see the
+	// fresh locked_until and answer 409.
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockID(c.scope)); err != nil {
+		c.end(ctx)
+		return fmt.Errorf("pgserver: checkpoint: next phase: %w", err)
+	}
+	return nil
+}
+
+// Complete writes the answer into the row and commits it with the handler's writes, in one
+// round trip (the UPDATE and COMMIT pipelined).
+func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
+	if c.tx == nil {
+		return idemserver.ErrNotOwner
+	}
+	defer c.end(ctx)
+	header, err := json.Marshal(resp.Header)
+	if err != nil {
+		return fmt.Errorf("pgserver: complete: %w", err)
+	}
+	body := resp.Body
+	if body == nil {
+		body = []byte{}
+	}
+	s := c.scope
+	batch := &pgx.Batch{}
+	batch.Queue(fmt.Sprintf(ownedUpdate, "state = 2, owner = NULL, expires_at = $5, response_status = $6, response_header = $7, response_body = $8"),
+		s.Tenant, s.Operation, s.Key, c.owner, expires, resp.Status, header, body)
+	batch.Queue("COMMIT")
+	br := c.tx.SendBatch(ctx, batch)
+	_, err = br.Exec()
+	var tag string
+	if err == nil {
+		var ct pgconn.CommandTag
+		ct, err = br.Exec()
+		tag = ct.String()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == divisionByZero {
+		return fmt.Errorf("pgserver: complete: %w", idemserver.ErrNotOwner)
+	}
+	if err != nil {
+		return fmt.Errorf("pgserver: complete: %w", err)
+	}
+	if tag != "COMMIT" { // "ROLLBACK": the transaction had failed before
+		return fmt.Errorf("pgserver: complete: transaction rolled back (%s)", tag)
+	}
+	// COMMIT went through the batch: the pgx.Tx must not send its own. The connection is
+	// idle again and goes back to the pool.
+	c.tx = nil
+	return nil
+}
+
+// Release rolls back: the claim (and the handler's writes of this phase) vanish; a row a
+// checkpoint committed stays processing until its lease passes.
+func (c *claim) Release(ctx context.Context) error {
+	if c.tx == nil {
+		c.end(ctx)
+		return idemserver.ErrNotOwner
+	}
+	err := c.tx.Rollback(context.WithoutCancel(ctx))
+	c.tx = nil
+	c.end(ctx)
+	if err != nil {
+		return fmt.Errorf("pgserver: release: %w", err)
+	}
+	return nil
+}

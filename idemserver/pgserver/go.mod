@@ -1,0 +1,21 @@
+module github.com/idemkit/idem/idemserver/pgserver
+
+go 1.26.8
+
+require (
+	github.com/google/uuid v1.6.0
+	github.com/idemkit/idem v0.1.0
+	github.com/jackc/pgx/v5 v5.12.0
+)
+
+require (
+	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+	github.com/hashicorp/go-retryablehttp v0.7.8 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)
+

@@ -1,0 +1,284 @@
+// Package pgserver is an idemserver.Backend on PostgreSQL (pgx v5) where the key claim, the
+// handler's business writes and the stored answer commit in ONE transaction.
+//
+// For each keyed request the backend opens a transaction, takes a transaction-level advisory
+// lock on the key's scope (pg_try_advisory_xact_lock: a second request with the key gets 409
+// at once instead of queueing), inserts the processing row, and hands the transaction to the
+// handler through the request context (Tx). The handler does its business writes (and, for
+// example, an outbox row) in that transaction; the middleware then writes the answer into the
+// row and commits. A crash at any point (process killed, connection lost, panic, commit
+// failure) rolls back all three together: the key is free again and a retry executes once.
+// Nothing is visible to other requests until the commit, and nothing reaches the client
+// before it.
+//
+// Each request in flight holds one pool connection until its answer commits: size the pool
+// for the executions you want in parallel. The handler never commits or rolls back the claim's
+// transaction itself (the middleware does, with the answer); a statement that may fail (a
+// unique violation it expects) runs in a savepoint (tx.Begin) so the transaction stays usable.
+// A handler that ends with the transaction aborted gets 503 and nothing is stored.
+//
+// Round trips per fresh key: BEGIN; one pipelined batch (the conditional insert under the
+// advisory lock, the lock, the row); the handler's own statements; one pipelined batch (the
+// answer, guarded so that it fails unless the claim still owns the row, and COMMIT).
+//
+// # Recovery points (calls to third parties)
+//
+// A handler that must call a third party mid-request (a card network) cannot roll that call
+// back. It splits its work into atomic phases, as in Brandur Leach's Postgres design for
+// Stripe-like idempotency keys ("Implementing Stripe-like Idempotency Keys in Postgres"):
+//
+//	switch idemserver.RecoveryPoint(r) {
+//	case "": // phase 1: local writes (the payment row, state "pending")
+//		insertPayment(tx)
+//		idemserver.Checkpoint(r, "payment_created") // commits phase 1, opens a new transaction
+//		fallthrough
+//	case "payment_created": // phase 2: the foreign call, then record its result
+//		charge := network.Charge(ctx, key) // the third party's own idempotency key: derive it from ours
+//		updatePayment(pgserver.Tx(ctx), charge)
+//	}
+//	// the answer commits with phase 2
+//
+// Checkpoint commits the work so far together with recovery_point, leaves the row processing
+// with locked_until = now + Config.Lease, and opens a new transaction for the next phase. If
+// the process dies after a checkpoint, the row stays processing: requests with the key get 409
+// until the lease passes, then the next one takes it over and RecoveryPoint tells its handler
+// where to resume. A phase must therefore be safe to re-run from its start: local writes roll
+// back; the foreign call must carry its own idempotency key. Handlers without third-party
+// calls never checkpoint and need none of this.
+package pgserver
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem/idemserver"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Backend is the PostgreSQL idemserver.Backend. Create it with New after Migrate.
+type Backend struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Backend on pool. The pool's search_path must reach the table Migrate made.
+func New(pool *pgxpool.Pool) *Backend { return &Backend{pool: pool} }
+
+// ErrNoTx is returned by MustTx for a context that carries no claim transaction.
+var ErrNoTx = errors.New("pgserver: no claim transaction in context")
+
+type ctxKey struct{}
+
+// Tx returns the transaction of the claim that ctx (a request's context under the middleware)
+// carries, in which the handler does its business writes; ok is false outside a claim. After
+// idemserver.Checkpoint it is a new transaction: ask again instead of keeping the old one.
+func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
+	c, _ := ctx.Value(ctxKey{}).(*claim)
+	if c == nil || c.tx == nil {
+		return nil, false
+	}
+	return c.tx, true
+}
+
+// MustTx is Tx with an error (ErrNoTx) instead of ok.
+func MustTx(ctx context.Context) (pgx.Tx, error) {
+	if tx, ok := Tx(ctx); ok {
+		return tx, nil
+	}
+	return nil, ErrNoTx
+}
+
+// lockID is the advisory lock of a scope: 64 bits of SHA-256. A collision only makes two
+// keys wait for each other.
+func lockID(s idemserver.Scope) int64 {
+	h := sha256.New()
+	for _, p := range []string{s.Tenant, s.Operation, s.Key} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write([]byte(p))
+	}
+	return int64(binary.BigEndian.Uint64(h.Sum(nil)))
+}
+
+const selectRow = `SELECT fingerprint, state, recovery_point, owner, created_at, locked_until, expires_at,
+	response_status, response_header, response_body FROM idem_server_keys
+	WHERE tenant = $1 AND operation = $2 AND key = $3`
+
+type row struct {
+	rec   idemserver.Record
+	owner *string
+}
+
+func scanRow(r pgx.Row) (*row, error) {
+	var (
+		out     row
+		state   int16
+		expires *time.Time
+		status  *int32
+		header  []byte
+		body    []byte
+	)
+	err := r.Scan(&out.rec.Fingerprint, &state, &out.rec.RecoveryPoint, &out.owner, &out.rec.CreatedAt,
+		&out.rec.LockedUntil, &expires, &status, &header, &body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out.rec.State = idemserver.State(state)
+	if expires != nil {
+		out.rec.ExpiresAt = *expires
+	}
+	if status != nil {
+		resp := &idemserver.Response{Status: int(*status), Header: http.Header{}, Body: body}
+		if len(header) > 0 {
+			if err := json.Unmarshal(header, &resp.Header); err != nil {
+				return nil, fmt.Errorf("stored header: %w", err)
+			}
+		}
+		if resp.Body == nil {
+			resp.Body = []byte{}
+		}
+		out.rec.Response = resp
+	}
+	return &out, nil
+}
+
+// Claim implements idemserver.Backend.
+func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idemserver.Claim, *idemserver.Record, error) {
+	s := req.Scope
+	// The claim holds its pool connection until it ends, so that its phases (Checkpoint)
+	// and its final write and COMMIT share one connection.
+	pc, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
+	}
+	tx, err := pc.Begin(ctx)
+	if err != nil {
+		pc.Release()
+		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			pc.Release()
+		}
+	}()
+	// One round trip: the insert runs only under the key's lock (a fresh key is claimed
+	// here); then the lock again (re-entrant: true if held) and the row, each statement with
+	// its own snapshot, so the row read after the lock includes every commit before it.
+	c := &claim{b: b, scope: s, pc: pc, tx: tx, owner: newOwner()}
+	lock := lockID(s)
+	lockedUntil := req.Now.Add(req.Lease)
+	batch := &pgx.Batch{}
+	batch.Queue(`INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at, locked_until)
+		SELECT $1, $2, $3, $4, 1, $5, $6, $7 WHERE pg_try_advisory_xact_lock($8)
+		ON CONFLICT (tenant, operation, key) DO NOTHING`, s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil, lock)
+	batch.Queue("SELECT pg_try_advisory_xact_lock($1)", lock)
+	batch.Queue(selectRow+" FOR UPDATE", s.Tenant, s.Operation, s.Key)
+	br := tx.SendBatch(ctx, batch)
+	inserted, err := br.Exec()
+	var got bool
+	if err == nil {
+		err = br.QueryRow().Scan(&got)
+	}
+	var cur *row
+	if err == nil {
+		cur, err = scanRow(br.QueryRow())
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
+	}
+	if inserted.RowsAffected() == 1 {
+		keep = true
+		return c, nil, nil
+	}
+	if !got { // another transaction holds the key: in progress, fingerprint not visible yet
+		return nil, &idemserver.Record{State: idemserver.StateProcessing}, nil
+	}
+	switch {
+	case cur == nil:
+		_, err = tx.Exec(ctx, `INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at, locked_until)
+			VALUES ($1, $2, $3, $4, 1, $5, $6, $7)`, s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil)
+	case cur.rec.State == idemserver.StateCompleted && !req.Now.Before(cur.rec.ExpiresAt):
+		c.expired = true
+		_, err = tx.Exec(ctx, `UPDATE idem_server_keys SET fingerprint = $4, state = 1, recovery_point = '', owner = $5,
+			created_at = $6, locked_until = $7, expires_at = NULL, response_status = NULL, response_header = NULL, response_body = NULL
+			WHERE tenant = $1 AND operation = $2 AND key = $3`, s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil)
+	case string(cur.rec.Fingerprint) != string(req.Fingerprint), cur.rec.State == idemserver.StateCompleted,
+		req.Now.Before(cur.rec.LockedUntil):
+		return nil, &cur.rec, nil
+	default: // a checkpointed row whose owner is gone and whose lease has passed: take it over
+		c.point, c.committed = cur.rec.RecoveryPoint, true
+		_, err = tx.Exec(ctx, `UPDATE idem_server_keys SET owner = $4, locked_until = $5
+			WHERE tenant = $1 AND operation = $2 AND key = $3`, s.Tenant, s.Operation, s.Key, c.owner, lockedUntil)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
+	}
+	keep = true
+	return c, nil, nil
+}
+
+// Lookup implements idemserver.Backend. A key whose advisory lock is held (a claim in flight)
+// is processing; it reads pg_locks instead of taking the lock, so it never makes a claim 409.
+func (b *Backend) Lookup(ctx context.Context, s idemserver.Scope, now time.Time) (*idemserver.Record, error) {
+	id := uint64(lockID(s))
+	var held bool
+	err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND database =
+		(SELECT oid FROM pg_database WHERE datname = current_database()) AND classid = $1 AND objid = $2 AND objsubid = 1 AND granted)`,
+		uint32(id>>32), uint32(id)).Scan(&held)
+	if err != nil {
+		return nil, fmt.Errorf("pgserver: lookup: %w", err)
+	}
+	cur, err := scanRow(b.pool.QueryRow(ctx, selectRow, s.Tenant, s.Operation, s.Key))
+	if err != nil {
+		return nil, fmt.Errorf("pgserver: lookup: %w", err)
+	}
+	switch {
+	case held && (cur == nil || cur.rec.State != idemserver.StateCompleted):
+		if cur != nil {
+			return &cur.rec, nil
+		}
+		return &idemserver.Record{State: idemserver.StateProcessing}, nil
+	case cur == nil, cur.rec.State == idemserver.StateCompleted && !now.Before(cur.rec.ExpiresAt):
+		return nil, nil
+	}
+	return &cur.rec, nil
+}
+
+// Purge implements idemserver.Backend: one DELETE of at most limit expired rows, skipping rows
+// a claim is replacing.
+func (b *Backend) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	tag, err := b.pool.Exec(ctx, `DELETE FROM idem_server_keys WHERE ctid IN (SELECT ctid FROM idem_server_keys
+		WHERE state = 2 AND expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, now, limit)
+	if err != nil {
+		return 0, fmt.Errorf("pgserver: purge: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func newOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+var _ idemserver.Backend = (*Backend)(nil)

@@ -1,0 +1,222 @@
+package pgserver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/idemserver"
+	"github.com/idemkit/idem/idemserver/pgserver"
+	"github.com/idemkit/idem/idemserver/servertest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+type txServer struct {
+	*httptest.Server
+	pool  *pgxpool.Pool
+	clock *servertest.Clock
+	mw    *idemserver.Middleware
+}
+
+func newTxServer(t *testing.T, h http.HandlerFunc) *txServer {
+	t.Helper()
+	pool := testPool(t, 8)
+	if _, err := pool.Exec(context.Background(), paymentsSchema+
+		`ALTER TABLE payments ADD COLUMN status text NOT NULL DEFAULT 'succeeded';`); err != nil {
+		t.Fatal(err)
+	}
+	s := &txServer{pool: pool, clock: servertest.NewClock()}
+	mw, err := idemserver.New(idemserver.Config{Backend: pgserver.New(pool), Tenant: bearerTenant, Now: s.clock.Now, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mw = mw
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/payments", mw.Handler(h))
+	mux.Handle("GET /v1/payments/operations/{key}", mw.StatusHandler("POST /v1/payments", nil))
+	s.Server = httptest.NewServer(mux)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *txServer) send(t *testing.T, method, path, key, body string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.URL+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer acct_1")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := s.Client().Do(req)
+	if err != nil {
+		return 0, nil, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func (s *txServer) count(t *testing.T, query string) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(context.Background(), query).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// TestWritesCommitWithAnswer: the handler's writes commit with the stored answer, and an
+// answer marked NotExecuted rolls them back with the claim.
+func TestWritesCommitWithAnswer(t *testing.T) {
+	s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+		tx, err := pgserver.MustTx(r.Context())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		var id int64
+		if err := tx.QueryRow(r.Context(), "INSERT INTO payments (reference, idem_key, amount) VALUES ('r1', 'k', 1) RETURNING id").Scan(&id); err != nil {
+			t.Error(err)
+		}
+		if string(body) == "invalid" { // validation found late: nothing of it may stay
+			_ = idemserver.NotExecuted(r)
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%d}`, id)
+	})
+	if code, _, _ := s.send(t, "POST", "/v1/payments", "k-tx", "invalid"); code != 400 {
+		t.Fatalf("invalid: %d", code)
+	}
+	if n := s.count(t, "SELECT count(*) FROM payments"); n != 0 {
+		t.Fatalf("payments after a not-executed answer = %d, want 0", n)
+	}
+	code, _, first := s.send(t, "POST", "/v1/payments", "k-tx", "ok")
+	code2, h2, second := s.send(t, "POST", "/v1/payments", "k-tx", "ok")
+	if code != 201 || code2 != 201 || second != first || h2.Get(idemserver.ReplayedHeader) != "true" {
+		t.Fatalf("first %d %s, second %d %s", code, first, code2, second)
+	}
+	if n := s.count(t, "SELECT count(*) FROM payments"); n != 1 {
+		t.Fatalf("payments = %d, want 1", n)
+	}
+	if _, ok := pgserver.Tx(context.Background()); ok {
+		t.Fatal("Tx outside a claim: ok")
+	}
+	if _, err := pgserver.MustTx(context.Background()); !errors.Is(err, pgserver.ErrNoTx) {
+		t.Fatalf("MustTx outside a claim = %v", err)
+	}
+}
+
+// TestCommitFailureRollsBack: when the connection dies before the answer commits, the
+// business write and the claim vanish together; the client gets 503 and its retry runs once.
+func TestCommitFailureRollsBack(t *testing.T) {
+	var s *txServer
+	calls := 0
+	s = newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		tx, _ := pgserver.MustTx(r.Context())
+		if _, err := tx.Exec(r.Context(), "INSERT INTO payments (reference, idem_key, amount) VALUES ('r1', 'k', 1)"); err != nil {
+			t.Error(err)
+		}
+		if calls == 1 { // the database connection is lost after the business write
+			pid := tx.Conn().PgConn().PID()
+			if _, err := s.pool.Exec(r.Context(), "SELECT pg_terminate_backend($1)", pid); err != nil {
+				t.Error(err)
+			}
+		}
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"ok":true}`))
+	})
+	code, h, body := s.send(t, "POST", "/v1/payments", "k-lost", "{}")
+	if code != 503 || h.Get("Retry-After") != "1" || !strings.Contains(body, idemserver.ProblemUnavailable) {
+		t.Fatalf("lost connection: %d %v %s", code, h, body)
+	}
+	if n := s.count(t, "SELECT count(*) FROM payments"); n != 0 {
+		t.Fatalf("payments after lost commit = %d, want 0", n)
+	}
+	if code, _, body := s.send(t, "GET", "/v1/payments/operations/k-lost", "", ""); code != 404 {
+		t.Fatalf("status after lost commit: %d %s", code, body)
+	}
+	if code, _, body := s.send(t, "POST", "/v1/payments", "k-lost", "{}"); code != 201 || body != `{"ok":true}` {
+		t.Fatalf("retry: %d %s", code, body)
+	}
+	if n := s.count(t, "SELECT count(*) FROM payments"); n != 1 {
+		t.Fatalf("payments = %d, want 1", n)
+	}
+	if st := s.mw.Stats(); st.StoreErrors != 1 || st.Executed != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestCheckpointResume: a handler that calls a third party commits its first phase with a
+// checkpoint; after a crash past it, the key is in progress for the lease, then the next
+// request resumes at the recovery point without repeating the first phase.
+func TestCheckpointResume(t *testing.T) {
+	foreign := 0
+	crash := true
+	s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		switch idemserver.RecoveryPoint(r) {
+		case "":
+			tx, _ := pgserver.MustTx(ctx)
+			if _, err := tx.Exec(ctx, "INSERT INTO payments (reference, idem_key, amount, status) VALUES ('r1', 'k', 1, 'pending')"); err != nil {
+				t.Error(err)
+			}
+			if err := idemserver.Checkpoint(r, "payment_created"); err != nil {
+				t.Errorf("Checkpoint: %v", err)
+				return
+			}
+			fallthrough
+		case "payment_created":
+			foreign++ // the card network, called with its own idempotency key
+			if crash {
+				crash = false
+				panic(http.ErrAbortHandler) // the process dies mid-phase 2
+			}
+			tx, _ := pgserver.MustTx(ctx) // a new transaction since the checkpoint
+			if _, err := tx.Exec(ctx, "UPDATE payments SET status = 'succeeded' WHERE reference = 'r1'"); err != nil {
+				t.Error(err)
+			}
+			if err := idemserver.NotExecuted(r); !errors.Is(err, idemserver.ErrAlreadyBegun) {
+				t.Errorf("NotExecuted after a checkpoint = %v, want ErrAlreadyBegun", err)
+			}
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte(`{"status":"succeeded"}`))
+		default:
+			t.Errorf("recovery point %q", idemserver.RecoveryPoint(r))
+		}
+	})
+	if code, _, _ := s.send(t, "POST", "/v1/payments", "k-cp", "{}"); code != 0 {
+		t.Fatalf("crashed request answered %d", code)
+	}
+	if n := s.count(t, "SELECT count(*) FROM payments WHERE status = 'pending'"); n != 1 {
+		t.Fatalf("pending payments after phase 1 = %d, want 1", n)
+	}
+	if code, h, _ := s.send(t, "POST", "/v1/payments", "k-cp", "{}"); code != 409 || h.Get("Retry-After") != "1" {
+		t.Fatalf("inside the lease: %d", code)
+	}
+	if code, _, body := s.send(t, "GET", "/v1/payments/operations/k-cp", "", ""); code != 202 || body != `{"status":"processing"}` {
+		t.Fatalf("status inside the lease: %d %s", code, body)
+	}
+	s.clock.Advance(time.Minute)
+	if code, _, body := s.send(t, "POST", "/v1/payments", "k-cp", "{}"); code != 201 || body != `{"status":"succeeded"}` {
+		t.Fatalf("resumed: %d %s", code, body)
+	}
+	if n := s.count(t, "SELECT count(*) FROM payments WHERE status = 'succeeded'"); n != 1 || foreign != 2 {
+		t.Fatalf("succeeded payments %d (want 1), foreign calls %d (want 2)", n, foreign)
+	}
+	if code, _, body := s.send(t, "GET", "/v1/payments/operations/k-cp", "", ""); code != 200 ||
+		body != `{"status":"completed","response_status":201,"response_body":{"status":"succeeded"}}` {
+		t.Fatalf("status after resume: %d %s", code, body)
+	}
+	if st := s.mw.Stats(); st.Takeovers != 1 || st.Executed != 1 || st.Concurrent != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

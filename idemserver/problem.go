@@ -1,0 +1,50 @@
+package idemserver
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Problem types (RFC 9457 "type" members) of the answers the middleware writes itself. Clients
+// recognise key reuse by ProblemKeyReused or by the code member "idempotency_key_reused".
+const (
+	// ProblemKeyReused: 422, the key was used before with another request (fingerprint).
+	ProblemKeyReused = "https://idemkit.dev/problems/idempotency-key-reused"
+	// ProblemKeyMissing: 400, the operation requires an Idempotency-Key header.
+	ProblemKeyMissing = "https://idemkit.dev/problems/idempotency-key-missing"
+	// ProblemKeyInvalid: 400, the Idempotency-Key header is not a valid key.
+	ProblemKeyInvalid = "https://idemkit.dev/problems/idempotency-key-invalid"
+	// ProblemInProgress: 409, a request with this key is being executed; retry after Retry-After.
+	ProblemInProgress = "https://idemkit.dev/problems/idempotency-key-in-progress"
+	// ProblemUnauthorized: 401, Config.Tenant refused the request.
+	ProblemUnauthorized = "https://idemkit.dev/problems/unauthorized"
+	// ProblemBodyTooLarge: 413, the request body exceeds Config.MaxBodyBytes.
+	ProblemBodyTooLarge = "https://idemkit.dev/problems/body-too-large"
+	// ProblemBodyUnreadable: 400, the request body could not be read.
+	ProblemBodyUnreadable = "https://idemkit.dev/problems/body-unreadable"
+	// ProblemUnavailable: 503, the backend failed; nothing was stored or executed.
+	ProblemUnavailable = "https://idemkit.dev/problems/idempotency-store-unavailable"
+)
+
+// CodeKeyReused is the "code" member of the ProblemKeyReused answer, the spelling many APIs
+// (and idem's test server) use in an error code.
+const CodeKeyReused = "idempotency_key_reused"
+
+// Problem is an RFC 9457 application/problem+json body.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Code   string `json:"code,omitempty"`
+}
+
+// writeProblem writes p as application/problem+json with its status.
+func writeProblem(w http.ResponseWriter, p Problem) {
+	b, _ := json.Marshal(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(b)
+}
