@@ -63,7 +63,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		}
 		cl.c.onGiveUp(cl, e)
 	}
-	if err := cl.c.store.Update(context.WithoutCancel(ctx), rec); err != nil {
+	if err := cl.c.updateFinal(context.WithoutCancel(ctx), rec); err != nil {
 		// The answer is known but not recorded. The record stays pending, so a later Do or
 		// Recover asks the server again and finds the same answer: safe, so report the outcome.
 		cl.c.warn("recording final state", rec, err)

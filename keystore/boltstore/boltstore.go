@@ -56,6 +56,11 @@ type Options struct {
 	// file, in addition to keystore.CredentialHeaders; for example an API-key header such as
 	// "X-Api-Key". They are stripped from requests and responses.
 	SecretHeaders []string
+
+	// FlushDelay bounds how long a deferred write (UpdateDeferred) waits to be committed when
+	// no other write comes to carry it: a flush commits it at most FlushDelay after it was
+	// queued. Zero or negative means DefaultFlushDelay (50 ms).
+	FlushDelay time.Duration
 }
 
 func (o *Options) withDefaults() Options {
@@ -66,6 +71,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if out.Timeout <= 0 {
 		out.Timeout = DefaultTimeout
+	}
+	if out.FlushDelay <= 0 {
+		out.FlushDelay = DefaultFlushDelay
 	}
 	if out.Mode == 0 {
 		out.Mode = DefaultMode
@@ -80,6 +88,8 @@ type Store struct {
 	secret []string
 	closed atomic.Bool
 	commit committer
+	// pending holds the deferred writes not committed yet (see deferred.go).
+	pending overlay
 }
 
 var _ keystore.Store = (*Store)(nil)

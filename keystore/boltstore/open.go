@@ -41,6 +41,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	}
 	s := &Store{db: db, secret: o.SecretHeaders}
 	s.commit.init(db)
+	s.commit.flushDelay, s.commit.done = o.FlushDelay, s.pending.settle
 	return s, nil
 }
 
