@@ -78,9 +78,19 @@ type Config struct {
 	// KeyTTL is the server's key retention window: a key older than this is never resent,
 	// because the server may have forgotten it. Default DefaultKeyTTL.
 	KeyTTL time.Duration
-	// Retention is how long succeeded and failed records are kept before Recover purges
-	// them. Default DefaultRetention. Pending and manual records are never purged.
+	// Retention is how long succeeded and failed records are kept before Recover, or the
+	// background purge (PurgeInterval), removes them. Default DefaultRetention. Pending and
+	// manual records are never purged.
 	Retention time.Duration
+	// PurgeInterval is how often the client purges records older than Retention while it
+	// runs, without Recover: a Do that finds the last pass started PurgeInterval ago (by
+	// Config.Now) starts the next one on a background goroutine, which deletes in batches of
+	// PurgeBatch records, one short write each, so that no call waits behind more than one
+	// batch. Close stops it. Default DefaultPurgeInterval (1 minute); negative disables it.
+	PurgeInterval time.Duration
+	// PurgeBatch is how many records one purge step examines (and at most deletes) when the
+	// store is a keystore.BatchPurger. Default DefaultPurgeBatch (256); negative is an error.
+	PurgeBatch int
 	// RecoverConcurrency is how many records Recover reconciles at once. Default
 	// DefaultRecoverConcurrency.
 	RecoverConcurrency int
@@ -103,6 +113,7 @@ type Client struct {
 	budget     *Budget
 	locks      keyLocks
 	stats      counters
+	purger     purger // background retention purge (purge.go)
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig or
@@ -144,6 +155,9 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	if cfg.Sleep == nil {
 		c.cfg.Sleep = sleepCtx
+	}
+	if err := c.purgeDefaults(); err != nil {
+		return nil, err
 	}
 	c.http = cfg.HTTPClient
 	if c.http == nil {
@@ -216,6 +230,7 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 	if err := op.validate(); err != nil {
 		return nil, err
 	}
+	c.maybePurge()
 	s, err := c.settings(opts)
 	if err != nil {
 		return nil, err

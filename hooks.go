@@ -97,6 +97,8 @@ type Hooks struct {
 	OnUnknown      func(UnknownEvent)      // an attempt's outcome became unknown
 	OnBudgetDenied func(BudgetDeniedEvent) // the retry budget refused a retry
 	OnGiveUp       func(GiveUpEvent)       // a call ended without a result
+
+	OnDamagedRecord func(DamagedRecordEvent) // Recover skipped a record that cannot be decoded
 }
 
 func (c *Client) event(cl *call) Event {

@@ -43,29 +43,27 @@ type RecoverReport struct {
 // Recover is safe to run while Do calls are in flight: records that a call in this process
 // holds are skipped. Records are sent with their persisted headers, which never include
 // credentials: set Config.Credentials. opts apply to every record, as with Do. It also purges
-// terminal records older than Config.Retention. The error is non-nil only when the keystore
-// cannot be read, or ctx ended.
+// terminal records older than Config.Retention. Pending records are read a page at a time
+// when the store is a keystore.Pager; a record that cannot be decoded is then skipped, left
+// as it is, counted in Stats.DamagedRecords and passed to Hooks.OnDamagedRecord, every other
+// record is reconciled, and the error is a *DamagedRecordsError listing the skipped keys.
+// Otherwise the error is non-nil only when the keystore cannot be read, or ctx ended.
 func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...CallOption) (RecoverReport, error) {
 	var rep RecoverReport
 	s, err := c.settings(opts)
 	if err != nil {
 		return rep, err
 	}
-	n, err := c.store.Purge(ctx, c.cfg.Now().Add(-c.cfg.Retention))
+	n, err := c.purgeOld(ctx, c.cfg.Now().Add(-c.cfg.Retention))
 	if err != nil {
 		return rep, fmt.Errorf("idem: purging old records: %w", err)
 	}
 	rep.Purged = n
-	pending, err := c.store.List(ctx, keystore.StatePending)
-	if err != nil {
-		return rep, fmt.Errorf("idem: listing pending records: %w", err)
-	}
-	rep.Pending = len(pending)
 
 	var mu sync.Mutex
 	work := make(chan *keystore.Record)
 	var wg sync.WaitGroup
-	for range min(c.cfg.RecoverConcurrency, max(len(pending), 1)) {
+	for range c.cfg.RecoverConcurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -80,17 +78,35 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 			}
 		}()
 	}
-	for _, rec := range pending {
-		if ctx.Err() != nil {
-			break
+	// Pending records are streamed a page at a time (keystore.Pager), never all in memory.
+	var damaged []keystore.DamagedRecord
+	err = keystore.ListAll(ctx, c.store, []keystore.State{keystore.StatePending}, 0, func(p keystore.Page) error {
+		damaged = append(damaged, c.onDamaged(p.Damaged)...)
+		mu.Lock()
+		rep.Pending += len(p.Records)
+		mu.Unlock()
+		for _, rec := range p.Records {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if rec != nil {
+				work <- rec
+			}
 		}
-		if rec != nil {
-			work <- rec
-		}
-	}
+		return nil
+	})
 	close(work)
 	wg.Wait()
-	return rep, ctx.Err()
+	if err != nil && ctx.Err() == nil {
+		return rep, fmt.Errorf("idem: listing pending records: %w", err)
+	}
+	if ctx.Err() != nil {
+		return rep, ctx.Err()
+	}
+	if len(damaged) > 0 {
+		return rep, &DamagedRecordsError{Records: damaged}
+	}
+	return rep, nil
 }
 
 // unsendable marks a record that can never be sent as manual, so that Recover reports it

@@ -25,12 +25,15 @@ type Stats struct {
 	BudgetDenied       int64 // retries refused by the retry budget
 	ThrottledWaits     int64 // waits that honoured a server's Retry-After
 	Recovered          int64 // records Recover brought to a final state
+
+	DamagedRecords int64 // undecodable records Recover skipped (see DamagedRecordsError)
 }
 
 type counters struct {
 	calls, succeeded, failed, attempts, retries, statusChecks, replays, keyConflicts atomic.Int64
 	sameKey, keyExpired, inProgress, inProgressTimeouts, unknown, unknownResolved    atomic.Int64
 	stillUnknown, finalFailures, budgetDenied, throttled, recovered                  atomic.Int64
+	damaged                                                                          atomic.Int64
 }
 
 // Stats returns a snapshot of the counters. Safe to call at any time.
@@ -43,6 +46,6 @@ func (c *Client) Stats() Stats {
 		KeyExpired: s.keyExpired.Load(), InProgress: s.inProgress.Load(), InProgressTimeouts: s.inProgressTimeouts.Load(),
 		UnknownOutcomes: s.unknown.Load(), UnknownResolved: s.unknownResolved.Load(), StillUnknown: s.stillUnknown.Load(),
 		FinalFailures: s.finalFailures.Load(), BudgetDenied: s.budgetDenied.Load(), ThrottledWaits: s.throttled.Load(),
-		Recovered: s.recovered.Load(),
+		Recovered: s.recovered.Load(), DamagedRecords: s.damaged.Load(),
 	}
 }

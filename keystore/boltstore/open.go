@@ -31,6 +31,8 @@ func Open(path string, opts *Options) (*Store, error) {
 	}
 	bo := *bbolt.DefaultOptions
 	bo.Timeout = max(time.Until(deadline), time.Millisecond) // never 0: that waits forever
+	// See Options.SyncFreelist.
+	bo.NoFreelistSync, bo.FreelistType = !o.SyncFreelist, bbolt.FreelistMapType
 	db, err := openDB(path, o.Mode, &bo)
 	if err != nil {
 		return nil, err
