@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/idemkit/idem/keystore"
 )
@@ -113,7 +114,8 @@ type Client struct {
 	budget     *Budget
 	locks      keyLocks
 	stats      counters
-	purger     purger // background retention purge (purge.go)
+	purger     purger                // background retention purge (purge.go)
+	retrier    *retryablehttp.Client // shared by every call (retrier.go)
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig or
@@ -169,6 +171,7 @@ func NewClient(cfg Config) (*Client, error) {
 	// Status checks never follow redirects either: a 3xx is not the API's answer.
 	c.statusHTTP = &http.Client{Transport: c.http.Transport, Jar: c.http.Jar, Timeout: c.http.Timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	c.retrier = c.newRetrier()
 	c.store = cfg.Store
 	if c.store == nil {
 		c.store = keystore.NewMemory()
