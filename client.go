@@ -106,6 +106,7 @@ type Config struct {
 type Client struct {
 	cfg        Config
 	base       *url.URL
+	baseStr    string // base without trailing slashes
 	http       *http.Client
 	statusHTTP *http.Client
 	store      keystore.Store
@@ -131,6 +132,7 @@ func NewClient(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("%w: BaseURL %q is not an absolute URL", ErrInvalidConfig, cfg.BaseURL)
 		}
 		c.base = u
+		c.baseStr = strings.TrimRight(u.String(), "/")
 	}
 	if cfg.KeyTTL < 0 || cfg.Retention < 0 || cfg.RecoverConcurrency < 0 {
 		return nil, fmt.Errorf("%w: KeyTTL, Retention and RecoverConcurrency must not be negative", ErrInvalidConfig)
@@ -329,10 +331,8 @@ func (c *Client) resolveURL(ref string) (string, error) {
 		if c.base == nil {
 			return "", fmt.Errorf("%w: relative URL %q and no Config.BaseURL", ErrInvalidOperation, ref)
 		}
-		full = strings.TrimRight(c.base.String(), "/") + "/" + strings.TrimLeft(ref, "/")
-		if u, err = url.Parse(full); err != nil {
-			return "", fmt.Errorf("%w: bad URL %q: %w", ErrInvalidOperation, full, err)
-		}
+		// The base is a checked absolute http(s) URL and ref parsed: no need to parse again.
+		return c.baseStr + "/" + strings.TrimLeft(ref, "/"), nil
 	}
 	// Anything else can never be sent: refuse it before a record exists.
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

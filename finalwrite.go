@@ -2,6 +2,9 @@ package idem
 
 import (
 	"context"
+	"net/http"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem/keystore"
 )
@@ -16,4 +19,41 @@ func (c *Client) updateFinal(ctx context.Context, rec *keystore.Record) error {
 		return d.UpdateDeferred(ctx, rec)
 	}
 	return c.store.Update(ctx, rec)
+}
+
+// withoutSecrets is keystore.StripSecrets(h, secret...) that returns h itself when it holds
+// no secret header: the store copies what it keeps, so the copy is only needed to drop one.
+func withoutSecrets(h http.Header, secret ...string) http.Header {
+	for k := range h {
+		if isSecretHeader(k, keystore.CredentialHeaders) || isSecretHeader(k, secret) {
+			return keystore.StripSecrets(h, secret...)
+		}
+	}
+	return h
+}
+
+func isSecretHeader(name string, secret []string) bool {
+	for _, s := range secret {
+		if strings.EqualFold(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// cleanHeader reports whether a response header can be persisted as it is: no secret
+// header (credentials, Set-Cookie, secret) and only UTF-8.
+func cleanHeader(h http.Header, secret []string) bool {
+	for k, vs := range h {
+		if isSecretHeader(k, keystore.CredentialHeaders) || isSecretHeader(k, keystore.ResponseSecretHeaders) ||
+			isSecretHeader(k, secret) || !utf8.ValidString(k) {
+			return false
+		}
+		for _, v := range vs {
+			if !utf8.ValidString(v) {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -79,7 +79,10 @@ func (cl *call) persistedResponse(r *Result) *keystore.Response {
 	if r == nil {
 		return nil
 	}
-	h := keystore.StripSecrets(r.Header, append([]string{"Set-Cookie"}, cl.c.cfg.SecretHeaders...)...)
+	h := r.Header
+	if !cleanHeader(h, cl.c.cfg.SecretHeaders) { // else the store's own copy is enough
+		h = keystore.StripSecrets(h, append([]string{"Set-Cookie"}, cl.c.cfg.SecretHeaders...)...)
+	}
 	for name, values := range h {
 		// HTTP allows obs-text (non-UTF-8) header bytes; a keystore may refuse them, and a
 		// refused write would leave a paid operation pending. The body is what matters.

@@ -59,7 +59,7 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			err = fmt.Errorf("idem: response body larger than %d bytes", cl.s.policy.MaxResponseSize)
 		}
 		if err == nil {
-			resp.Body = io.NopCloser(bytes.NewReader(body))
+			resp.Body = http.NoBody // read into a.Body: nothing reads it twice
 			a.Response, a.Body = resp, body
 		} else {
 			resp = nil // a half-read answer is no answer: the outcome is unknown

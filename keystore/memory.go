@@ -121,7 +121,7 @@ func (m *Memory) Update(ctx context.Context, rec *Record) error {
 	if err := CheckImmutable(old, rec); err != nil {
 		return err
 	}
-	m.store(k, StoredCopy(rec))
+	m.store(k, updatedCopy(old, rec))
 	return nil
 }
 

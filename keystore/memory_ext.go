@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strconv"
@@ -179,4 +180,39 @@ func (m *Memory) compactLocked() {
 		intents[k] = v
 	}
 	m.records, m.intents, m.peak = records, intents, len(records)
+}
+
+// updatedCopy is StoredCopy(rec) for an Update of old, except that the request, which a
+// client never changes after Create, is shared with old when it is unchanged: stored records
+// are never modified in place, so sharing is safe, and a call's final write then copies only
+// its response.
+func updatedCopy(old, rec *Record) *Record {
+	if !sameRequest(&old.Request, &rec.Request) {
+		return StoredCopy(rec)
+	}
+	c := *rec
+	c.Request = old.Request
+	if rec.Response != nil {
+		resp := *rec.Response
+		resp.Header = rec.Response.Header.Clone()
+		stripInPlace(resp.Header, nil)
+		stripInPlace(resp.Header, ResponseSecretHeaders)
+		resp.Body = cloneBytes(rec.Response.Body)
+		c.Response = &resp
+	}
+	return &c
+}
+
+// sameRequest reports whether next equals stored, the request as Memory keeps it.
+func sameRequest(stored, next *Request) bool {
+	if stored.Method != next.Method || stored.URL != next.URL || !bytes.Equal(stored.Body, next.Body) ||
+		len(stored.Header) != len(next.Header) || (stored.Body == nil) != (next.Body == nil) {
+		return false
+	}
+	for k, vs := range next.Header {
+		if !slices.Equal(stored.Header[k], vs) {
+			return false
+		}
+	}
+	return true
 }
