@@ -212,4 +212,3 @@ func rssMiB() float64 {
 	pages, _ := strconv.ParseFloat(f[1], 64)
 	return pages * float64(os.Getpagesize()) / (1 << 20)
 }
-

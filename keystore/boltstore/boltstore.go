@@ -7,7 +7,9 @@
 //
 // Concurrent writes share one commit (group commit, no timer): a lone writer pays exactly one
 // bbolt transaction, and writers that arrive while a commit is running are written together
-// in the next one, so 64 concurrent callers get several times the serial rate.
+// in the next one, so 64 concurrent callers get several times the serial rate. A deferred
+// write (UpdateDeferred, a call's final state) waits for no sync: it rides the next commit,
+// or a flush within Options.FlushDelay, or Close.
 //
 // A damaged file (cut short, pages overwritten) yields ErrCorrupt, from Open or from the calls
 // that touch the damage, rather than a crash; see ErrCorrupt.
