@@ -18,7 +18,7 @@ var _ keystore.DeferredUpdater = (*Store)(nil)
 
 // overlay holds the deferred writes not committed yet, so that reads see them at once.
 type overlay struct {
-	mu   sync.Mutex
+	mu   sync.RWMutex
 	recs map[string]*op // records bucket key -> the latest deferred op for it
 	vals map[*op]*keystore.Record
 }
@@ -36,14 +36,42 @@ func (v *overlay) put(o *op, rec *keystore.Record) {
 	v.vals[o] = rec
 }
 
-// get returns a copy of the pending deferred version of the record under k, or nil.
-func (v *overlay) get(k []byte) *keystore.Record {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if o := v.recs[string(k)]; o != nil {
-		return v.vals[o].Clone()
+// versions maps records bucket keys to deferred versions not committed as of a read
+// transaction; get returns a copy of the one under k, or nil.
+type versions map[string]*keystore.Record
+
+func (m versions) get(k []byte) *keystore.Record {
+	if rec := m[string(k)]; rec != nil {
+		return rec.Clone()
 	}
 	return nil
+}
+
+// viewOverlay runs fn in a read transaction with the deferred writes that transaction does
+// not see. The overlay is copied while its read lock is held from before the transaction
+// begins, and settle takes the write lock after a commit: so a deferred write is either
+// committed before the transaction began or in the copy, never neither.
+func (s *Store) viewOverlay(fn func(tx *bbolt.Tx, ov versions) error) error {
+	v := &s.pending
+	v.mu.RLock()
+	locked := true
+	defer func() {
+		if locked {
+			v.mu.RUnlock()
+		}
+	}()
+	return s.view(func(tx *bbolt.Tx) error {
+		var ov versions
+		if len(v.recs) > 0 {
+			ov = make(versions, len(v.recs))
+			for k, o := range v.recs {
+				ov[k] = v.vals[o]
+			}
+		}
+		v.mu.RUnlock()
+		locked = false
+		return fn(tx, ov)
+	})
 }
 
 // settle forgets the deferred ops of a finished commit, committed or lost alike: from now

@@ -137,11 +137,11 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*keystore.Record, e
 		return nil, err
 	}
 	k := scopedKey(scope, key)
-	if rec := s.pending.get(k); rec != nil { // a deferred write not committed yet
-		return rec, nil
-	}
 	var rec *keystore.Record
-	err := s.view(func(tx *bbolt.Tx) error {
+	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) error {
+		if rec = ov.get(k); rec != nil { // a deferred write not committed yet
+			return nil
+		}
 		v := tx.Bucket(bucketRecords).Get(k)
 		if v == nil {
 			return keystore.ErrNotFound
@@ -165,7 +165,7 @@ func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystor
 		return nil, keystore.ErrNotFound
 	}
 	var rec *keystore.Record
-	err := s.view(func(tx *bbolt.Tx) error {
+	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) error {
 		key := tx.Bucket(bucketIntents).Get(scopedKey(scope, intent))
 		if key == nil {
 			return keystore.ErrNotFound
@@ -174,7 +174,7 @@ func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystor
 			return structural(fmt.Errorf("%w: intent (%q, %q) names a key of %d bytes", ErrCorrupt, scope, intent, len(key)))
 		}
 		k := scopedKey(scope, string(key))
-		if rec = s.pending.get(k); rec != nil { // a deferred write not committed yet
+		if rec = ov.get(k); rec != nil { // a deferred write not committed yet
 			return nil
 		}
 		v := tx.Bucket(bucketRecords).Get(k)
@@ -196,9 +196,9 @@ func (s *Store) List(ctx context.Context, states ...keystore.State) ([]*keystore
 		return nil, err
 	}
 	var out []*keystore.Record
-	err := s.view(func(tx *bbolt.Tx) error {
+	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) error {
 		return forEachRecord(tx.Bucket(bucketRecords), func(k, v []byte) error {
-			rec := s.pending.get(k) // a deferred write not committed yet
+			rec := ov.get(k) // a deferred write not committed yet
 			if rec == nil {
 				var err error
 				if rec, err = decode(k, v); err != nil {

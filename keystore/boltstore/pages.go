@@ -77,9 +77,9 @@ func (s *Store) ListPage(ctx context.Context, states []keystore.State, after key
 		limit = keystore.DefaultPageSize
 	}
 	var p keystore.Page
-	err := s.view(func(tx *bbolt.Tx) (err error) {
+	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) (err error) {
 		p.Next, err = scan(tx, after, limit, func(k, v []byte) error {
-			rec := s.pending.get(k)
+			rec := ov.get(k) // a deferred write not committed yet
 			if rec == nil {
 				var err error
 				if rec, err = decode(k, v); err != nil {
