@@ -17,7 +17,7 @@ func TestMemoryPurgeBatchBounded(t *testing.T) {
 	const n = 10_000
 	for i := range n {
 		rec := &Record{Key: fmt.Sprintf("k%05d", i), Intent: fmt.Sprintf("i%05d", i), State: StatePending,
-			Request: Request{Method: "POST", URL: "/v1/payments", Body: []byte("{}")},
+			Request:   Request{Method: "POST", URL: "/v1/payments", Body: []byte("{}")},
 			CreatedAt: t0, UpdatedAt: t0.Add(time.Duration(i) * time.Millisecond)}
 		if err := m.Create(ctx, rec); err != nil {
 			t.Fatal(err)
