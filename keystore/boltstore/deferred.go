@@ -144,9 +144,3 @@ func (c *committer) flush() {
 	c.mu.Unlock()
 	c.commit()
 }
-
-// Flush commits every write queued so far, deferred writes included, and returns once they
-// are durable (or lost: see UpdateDeferred). It returns keystore.ErrClosed after Close.
-func (s *Store) Flush(ctx context.Context) error {
-	return s.commit.do(ctx, func(*bbolt.Tx) error { return nil })
-}
