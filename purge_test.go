@@ -101,3 +101,54 @@ func TestBackgroundPurgeInBoundedSteps(t *testing.T) {
 		assert.Equal(t, keystore.StateSucceeded, r.State)
 	}
 }
+
+// Client.Close stops a background pass after its current step and waits for it.
+func TestCloseStopsBackgroundPurge(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	require.NoError(t, err)
+	defer bolt.Close()
+	const old, batch = 200, 10
+	for i := range old {
+		rec := newPendingRecord(fmt.Sprintf("old-%04d", i), 100, "old", clock.Now())
+		require.NoError(t, bolt.Create(ctx, rec))
+		rec.State = keystore.StateFailed
+		require.NoError(t, bolt.Update(ctx, rec))
+	}
+	store := &stepStore{Store: bolt, pauseAt: 2, paused: make(chan struct{}), resume: make(chan struct{})}
+	srv := idemtest.NewServer(idemtest.Config{Now: clock.Now})
+	defer srv.Close()
+	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, StatusURL: statusPath, Now: clock.Now, Sleep: clock.Sleep,
+		Retention: time.Hour, PurgeInterval: time.Minute, PurgeBatch: batch})
+	require.NoError(t, err)
+	clock.Advance(2 * time.Hour)
+	_, err = c.Do(ctx, payment(1, "starts the pass"))
+	require.NoError(t, err)
+	<-store.paused
+	closed := make(chan error)
+	go func() { closed <- c.Close() }()
+	// Close waits for the paused step; once it resumes, the pass stops at the next step.
+	<-c.purger.ctx.Done() // Close cancels before it waits
+	close(store.resume)
+	require.NoError(t, <-closed)
+	store.mu.Lock()
+	steps, deleted := len(store.deleted), 0
+	for _, n := range store.deleted {
+		deleted += n
+	}
+	store.mu.Unlock()
+	assert.Equal(t, 3, steps, "two steps, then one refused by the cancelled context")
+	assert.Equal(t, 2*batch, deleted)
+	recs, err := bolt.List(ctx, keystore.StateFailed)
+	require.NoError(t, err)
+	assert.Len(t, recs, old-2*batch)
+	// No further pass starts after Close.
+	clock.Advance(2 * time.Hour)
+	_, err = c.Do(ctx, payment(2, "after close"))
+	require.NoError(t, err)
+	c.purger.wg.Wait()
+	store.mu.Lock()
+	assert.Equal(t, 3, len(store.deleted))
+	store.mu.Unlock()
+}
