@@ -77,14 +77,8 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 			return cl.finish(ctx)
 		}
 	}
-	rc := &retryablehttp.Client{
-		HTTPClient:   cl.httpClient(),
-		RetryMax:     cl.s.policy.MaxAttempts - 1,
-		CheckRetry:   cl.checkRetry,
-		Backoff:      func(time.Duration, time.Duration, int, *http.Response) time.Duration { return 0 },
-		PrepareRetry: cl.prepareRetry,
-		ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
-	}
+	// The client's one retryablehttp.Client finds this call through the request context.
+	ctx = withCall(ctx, cl)
 	req, err := retryablehttp.NewRequestWithContext(ctx, cl.rec.Request.Method, cl.target, cl.rec.Request.Body)
 	if err != nil {
 		cl.halt(ErrInvalidOperation, err)
@@ -92,11 +86,11 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 	}
 	for k, vs := range cl.header {
 		if !strings.EqualFold(k, cl.c.cfg.KeyHeader) { // one key on the wire: the record's
-			req.Header[k] = append([]string(nil), vs...)
+			req.Header[k] = vs[:len(vs):len(vs)] // shared read-only: an Add reallocates, a Set replaces
 		}
 	}
 	req.Header.Set(cl.c.cfg.KeyHeader, cl.keyValue())
-	resp, err := rc.Do(req)
+	resp, err := cl.c.retrier.Do(req)
 	if resp != nil {
 		resp.Body.Close()
 	}
@@ -104,21 +98,6 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		cl.halt(ErrOutcomeUnknown, err)
 	}
 	return cl.finish(ctx)
-}
-
-func (cl *call) httpClient() *http.Client {
-	base := cl.c.http
-	rt := base.Transport
-	if rt == nil {
-		rt = http.DefaultTransport
-	}
-	return &http.Client{
-		Transport: &attemptTransport{call: cl, base: rt},
-		Jar:       base.Jar,
-		Timeout:   base.Timeout,
-		// A redirect would resend the body to another URL; a 3xx is a final answer instead.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
 }
 
 func (cl *call) keyValue() string {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/idemkit/idem/keystore"
 )
@@ -38,8 +39,9 @@ type Config struct {
 	// Store persists records. Use one Client per store in a process: the lock that keeps two
 	// calls of one key from sending at once lives in the Client (across processes, the
 	// server's idempotency is what protects). Default: keystore.NewMemory(), which does not survive a
-	// restart and only sheds finished records when Recover purges them: use it for tests and
-	// short-lived processes, and keystore/boltstore for durability.
+	// restart (finished records are dropped after Retention by the background purge, see
+	// PurgeInterval): use it for tests and short-lived processes, and keystore/boltstore for
+	// durability.
 	Store keystore.Store
 	// Tenant scopes keys locally (WithTenant overrides it per operation). The server scopes
 	// keys by its own notion of tenant, usually the credentials.
@@ -85,11 +87,20 @@ type Config struct {
 	// KeyTTL is the server's key retention window: a key older than this is never resent,
 	// because the server may have forgotten it. Default DefaultKeyTTL.
 	KeyTTL time.Duration
-	// Retention is how long succeeded and failed records are kept before Recover purges
-	// them. Default DefaultRetention; it must not be shorter than KeyTTL (a purged intent
-	// would be paid again under a new key while the server still holds the old one).
-	// Pending and manual records are never purged.
+	// Retention is how long succeeded and failed records are kept before Recover, or the
+	// background purge (PurgeInterval), removes them. Default DefaultRetention; it must not be
+	// shorter than KeyTTL (a purged intent would be paid again under a new key while the
+	// server still holds the old one). Pending and manual records are never purged.
 	Retention time.Duration
+	// PurgeInterval is how often the client purges records older than Retention while it
+	// runs, without Recover: a Do that finds the last pass started PurgeInterval ago (by
+	// Config.Now) starts the next one on a background goroutine, which deletes in batches of
+	// PurgeBatch records, one short write each, so that no call waits behind more than one
+	// batch. Close stops it. Default DefaultPurgeInterval (1 minute); negative disables it.
+	PurgeInterval time.Duration
+	// PurgeBatch is how many records one purge step examines (and at most deletes) when the
+	// store is a keystore.BatchPurger. Default DefaultPurgeBatch (256); negative is an error.
+	PurgeBatch int
 	// RecoverConcurrency is how many records Recover reconciles at once. Default
 	// DefaultRecoverConcurrency.
 	RecoverConcurrency int
@@ -104,6 +115,7 @@ type Config struct {
 type Client struct {
 	cfg        Config
 	base       *url.URL
+	baseStr    string // base without trailing slashes
 	http       *http.Client
 	statusHTTP *http.Client
 	store      keystore.Store
@@ -112,6 +124,8 @@ type Client struct {
 	budget     *Budget
 	locks      keyLocks
 	stats      counters
+	purger     purger                // background retention purge (purge.go)
+	retrier    *retryablehttp.Client // shared by every call (retrier.go)
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
@@ -128,6 +142,7 @@ func NewClient(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("%w: BaseURL %q is not an absolute URL", ErrInvalidConfig, cfg.BaseURL)
 		}
 		c.base = u
+		c.baseStr = strings.TrimRight(u.String(), "/")
 	}
 	if cfg.KeyTTL < 0 || cfg.Retention < 0 || cfg.RecoverConcurrency < 0 {
 		return nil, fmt.Errorf("%w: KeyTTL, Retention and RecoverConcurrency must not be negative", ErrInvalidConfig)
@@ -164,6 +179,9 @@ func NewClient(cfg Config) (*Client, error) {
 	if cfg.Sleep == nil {
 		c.cfg.Sleep = sleepCtx
 	}
+	if err := c.purgeDefaults(); err != nil {
+		return nil, err
+	}
 	c.http = cfg.HTTPClient
 	if c.http == nil {
 		c.http = cleanhttp.DefaultPooledClient()
@@ -174,6 +192,7 @@ func NewClient(cfg Config) (*Client, error) {
 	// Status checks never follow redirects either: a 3xx is not the API's answer.
 	c.statusHTTP = &http.Client{Transport: c.http.Transport, Jar: c.http.Jar, Timeout: c.http.Timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	c.retrier = c.newRetrier()
 	c.store = cfg.Store
 	if c.store == nil {
 		c.store = keystore.NewMemory()
@@ -243,6 +262,7 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 	if err != nil {
 		return nil, err
 	}
+	c.maybePurge()
 	s, err := c.settings(opts)
 	if err != nil {
 		return nil, err
@@ -342,10 +362,8 @@ func (c *Client) resolveURL(ref string) (string, error) {
 		if c.base == nil {
 			return "", fmt.Errorf("%w: relative URL %q and no Config.BaseURL", ErrInvalidOperation, ref)
 		}
-		full = strings.TrimRight(c.base.String(), "/") + "/" + strings.TrimLeft(ref, "/")
-		if u, err = url.Parse(full); err != nil {
-			return "", fmt.Errorf("%w: bad URL %q: %w", ErrInvalidOperation, full, err)
-		}
+		// The base is a checked absolute http(s) URL and ref parsed: no need to parse again.
+		return c.baseStr + "/" + strings.TrimLeft(ref, "/"), nil
 	}
 	// Anything else can never be sent: refuse it before a record exists.
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

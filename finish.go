@@ -72,7 +72,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		}
 		cl.c.onGiveUp(cl, e)
 	}
-	if err := cl.c.store.Update(context.WithoutCancel(ctx), rec); err != nil {
+	if err := cl.c.updateFinal(context.WithoutCancel(ctx), rec); err != nil {
 		// The answer is known but not recorded. The record stays pending, so a later Do or
 		// Recover asks the server again and finds the same answer: safe, so report the outcome.
 		cl.c.warn("recording final state", rec, err)
@@ -94,7 +94,10 @@ func (cl *call) persistedResponse(r *Result) *keystore.Response {
 	if r == nil {
 		return nil
 	}
-	h := keystore.StripSecrets(r.Header, append([]string{"Set-Cookie"}, cl.c.cfg.SecretHeaders...)...)
+	h := r.Header
+	if !cleanHeader(h, cl.c.cfg.SecretHeaders) { // else the store's own copy is enough
+		h = keystore.StripSecrets(h, append([]string{"Set-Cookie"}, cl.c.cfg.SecretHeaders...)...)
+	}
 	for name, values := range h {
 		// HTTP allows obs-text (non-UTF-8) header bytes; a keystore may refuse them, and a
 		// refused write would leave a paid operation pending. The body is what matters.

@@ -116,6 +116,7 @@ type Hooks struct {
 
 	OnStoredServerError func(StoredServerErrorEvent) // a stored 5xx: outcome unknown, record manual
 	OnResolved          func(ResolvedEvent)          // a manual record was settled
+	OnDamagedRecord     func(DamagedRecordEvent)     // Recover skipped a record that cannot be decoded
 }
 
 func (c *Client) event(cl *call) Event {

@@ -11,5 +11,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(crashChild())
 	}
+	if os.Getenv(finalChildEnv) != "" {
+		os.Exit(finalChild())
+	}
 	os.Exit(m.Run())
 }

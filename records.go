@@ -55,7 +55,7 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keysto
 		rec = &keystore.Record{
 			Scope: scope, Key: op.key, Intent: op.intent, Fingerprint: fp, State: keystore.StatePending,
 			Request: keystore.Request{Method: op.method, URL: op.url,
-				Header: keystore.StripSecrets(op.header, c.cfg.SecretHeaders...), Body: op.body},
+				Header: withoutSecrets(op.header, c.cfg.SecretHeaders...), Body: op.body},
 			CreatedAt: now, UpdatedAt: now,
 		}
 		err = c.store.Create(ctx, rec)

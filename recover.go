@@ -48,39 +48,34 @@ type RecoverReport struct {
 // Recover is safe to run while Do calls are in flight: records that a call in this process
 // holds are skipped. Records are sent with their persisted headers, which never include
 // credentials: set Config.Credentials. opts apply to every record, as with Do. It also purges
-// terminal records older than Config.Retention. With Config.Lookup set, it also asks the
-// lookup about every manual record waiting for reconciliation (a stored 5xx, a key past
-// KeyTTL) and persists a conclusive verdict (RecoverReport.Resolved; handle gets those too).
-// A manual record is never resent. The error is non-nil only when the keystore cannot be
-// read, or ctx ended.
+// terminal records older than Config.Retention. Pending records are read a page at a time
+// when the store is a keystore.Pager; a record that cannot be decoded is then skipped, left
+// as it is, counted in Stats.DamagedRecords and passed to Hooks.OnDamagedRecord, every other
+// record is reconciled, and the error is a *DamagedRecordsError listing the skipped keys.
+// With Config.Lookup set, it also asks the lookup about every manual record waiting for
+// reconciliation (a stored 5xx, a key past KeyTTL) and persists a conclusive verdict
+// (RecoverReport.Resolved; handle gets those too). A manual record is never resent.
+// Otherwise the error is non-nil only when the keystore cannot be read, or ctx ended.
 func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...CallOption) (RecoverReport, error) {
 	var rep RecoverReport
 	s, err := c.settings(opts)
 	if err != nil {
 		return rep, err
 	}
-	n, err := c.store.Purge(ctx, c.cfg.Now().Add(-c.cfg.Retention))
+	n, err := c.purgeOld(ctx, c.cfg.Now().Add(-c.cfg.Retention))
 	if err != nil {
 		return rep, fmt.Errorf("idem: purging old records: %w", err)
 	}
 	rep.Purged = n
-	pending, err := c.store.List(ctx, keystore.StatePending)
-	if err != nil {
-		return rep, fmt.Errorf("idem: listing pending records: %w", err)
-	}
-	rep.Pending = len(pending)
+	states := []keystore.State{keystore.StatePending}
 	if c.cfg.Lookup != nil {
-		manual, err := c.store.List(ctx, keystore.StateManual)
-		if err != nil {
-			return rep, fmt.Errorf("idem: listing manual records: %w", err)
-		}
-		pending = append(pending, manual...)
+		states = append(states, keystore.StateManual)
 	}
 
 	var mu sync.Mutex
 	work := make(chan *keystore.Record)
 	var wg sync.WaitGroup
-	for range min(c.cfg.RecoverConcurrency, max(len(pending), 1)) {
+	for range c.cfg.RecoverConcurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -106,17 +101,39 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 			}
 		}()
 	}
-	for _, rec := range pending {
-		if ctx.Err() != nil {
-			break
+	// Records are streamed a page at a time (keystore.Pager), never all in memory.
+	var damaged []keystore.DamagedRecord
+	err = keystore.ListAll(ctx, c.store, states, 0, func(p keystore.Page) error {
+		damaged = append(damaged, c.onDamaged(p.Damaged)...)
+		mu.Lock()
+		for _, rec := range p.Records {
+			if rec != nil && rec.State == keystore.StatePending {
+				rep.Pending++
+			}
 		}
-		if rec != nil {
-			work <- rec
+		mu.Unlock()
+		for _, rec := range p.Records {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if rec != nil {
+				work <- rec
+			}
 		}
-	}
+		return nil
+	})
 	close(work)
 	wg.Wait()
-	return rep, ctx.Err()
+	if err != nil && ctx.Err() == nil {
+		return rep, fmt.Errorf("idem: listing pending records: %w", err)
+	}
+	if ctx.Err() != nil {
+		return rep, ctx.Err()
+	}
+	if len(damaged) > 0 {
+		return rep, &DamagedRecordsError{Records: damaged}
+	}
+	return rep, nil
 }
 
 // unsendable marks a record that can never be sent as manual, so that Recover reports it

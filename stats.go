@@ -31,6 +31,7 @@ type Stats struct {
 	Lookups            int64 // Config.Lookup asks
 	ResolvedByLookup   int64 // manual records Config.Lookup settled (executed or not executed)
 	ResolvedByCaller   int64 // manual records settled through Client.Resolve
+	DamagedRecords     int64 // undecodable records Recover skipped (see DamagedRecordsError)
 }
 
 type counters struct {
@@ -38,6 +39,7 @@ type counters struct {
 	sameKey, keyExpired, inProgress, inProgressTimeouts, unknown, unknownResolved    atomic.Int64
 	stillUnknown, finalFailures, budgetDenied, throttled, recovered                  atomic.Int64
 	storedServerErrors, lookups, resolvedByLookup, resolvedByCaller                  atomic.Int64
+	damaged                                                                          atomic.Int64
 }
 
 // Stats returns a snapshot of the counters. Safe to call at any time.
@@ -52,5 +54,6 @@ func (c *Client) Stats() Stats {
 		FinalFailures: s.finalFailures.Load(), BudgetDenied: s.budgetDenied.Load(), ThrottledWaits: s.throttled.Load(),
 		Recovered: s.recovered.Load(), StoredServerErrors: s.storedServerErrors.Load(), Lookups: s.lookups.Load(),
 		ResolvedByLookup: s.resolvedByLookup.Load(), ResolvedByCaller: s.resolvedByCaller.Load(),
+		DamagedRecords: s.damaged.Load(),
 	}
 }

@@ -10,18 +10,21 @@ import (
 	"sync/atomic"
 )
 
-// attemptTransport wraps the caller's transport for one call. Each RoundTrip is one attempt:
+// attemptTransport wraps the caller's transport; the client has one, and each request
+// carries its call in its context (withCall). Each RoundTrip is one attempt:
 // it applies the attempt timeout, learns through httptrace whether the request reached a
 // connection, reads the whole body inside the timeout, and records the Attempt for
 // checkRetry. It also makes the request non-replayable, so that net/http never resends it
 // behind our back.
 type attemptTransport struct {
-	call *call
 	base http.RoundTripper
 }
 
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	cl := t.call
+	cl := callFrom(req.Context())
+	if cl == nil {
+		return nil, &notSentError{errNoCall}
+	}
 	ctx, cancel := context.WithTimeout(req.Context(), cl.s.policy.AttemptTimeout)
 	defer cancel()
 	var written atomic.Bool
@@ -56,7 +59,7 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			err = fmt.Errorf("idem: response body larger than %d bytes", cl.s.policy.MaxResponseSize)
 		}
 		if err == nil {
-			resp.Body = io.NopCloser(bytes.NewReader(body))
+			resp.Body = http.NoBody // read into a.Body: nothing reads it twice
 			a.Response, a.Body = resp, body
 		} else {
 			resp = nil // a half-read answer is no answer: the outcome is unknown

@@ -57,6 +57,18 @@ run amplification "$OUT/idem.test" -test.bench '^BenchmarkAmplification$' -test.
 run recover "$OUT/idem.test" -test.bench '^BenchmarkRecover$' -test.benchtime 1x
 # d. durable persists per second (keystore/boltstore/bench_test.go), from the package folder.
 (cd keystore/boltstore && run persist "$OUT/boltstore.test" -test.bench '^BenchmarkPersist$')
+# e. durable calls against their floor and against retryablehttp (bench_durable_test.go).
+run durable "$OUT/idem.test" -test.bench '^BenchmarkDurable$' -test.benchtime 2000x
+# f. bbolt freelist options: a lone write in a fresh file and after 200k records were purged.
+#    Slow to set up (200k records per variant), so SLOW_COUNT runs (default 1).
+COUNT=${SLOW_COUNT:-1} run freelist "$OUT/boltstore.test" -test.bench '^BenchmarkFreelist$' -test.benchtime 300x
+# g. 200k-call soak with a 2 s retention: file size and RSS at half and at the end.
+COUNT=${SLOW_COUNT:-1} run soak "$OUT/idem.test" -test.bench '^BenchmarkSoak$' -test.benchtime 200000x
+# fdatasync/fsync calls of 2000 lone durable calls (strace, if installed).
+if command -v strace >/dev/null; then
+	strace -f -c -e trace=fdatasync,fsync -o "$OUT/strace.txt" "$OUT/idem.test" -test.run '^$' \
+		-test.bench '^BenchmarkDurable$/^idem-bolt$/^c=1$' -test.benchtime 2000x >"$OUT/strace-bench.txt"
+fi
 
 # ratios NAME: median of every metric and its ratio to the baseline variant of the same
 # benchmark, from benchstat's CSV.
@@ -67,6 +79,9 @@ ratios() {
 			if (n ~ /^Overhead/) { g = n; sub(/\/.*/, "", g); return g "/retryablehttp" }
 			if (n ~ /^Amplification\//) return "Amplification/retryablehttp-defaults"
 			if (n ~ /^Recover\//) return "Recover/baseline"
+			if (n ~ /^Durable\/idem-bolt\/c=1$/) return "Durable/floor/c=1"
+			if (n ~ /^Durable\/idem-bolt\//) { sub(/idem-bolt/, "retryablehttp", n); return n }
+			if (n ~ /^Freelist\/.*\/purged-200k$/) { sub(/purged-200k/, "fresh", n); return n }
 			return ""
 		}
 		$1 == "" && $2 != "" && $3 == "CI" { unit = $2; next }
@@ -89,12 +104,17 @@ ratios() {
 		}'
 }
 
-for name in overhead amplification recover persist; do
+for name in overhead amplification recover persist durable freelist soak; do
 	echo
 	echo "### $name"
 	benchstat "$OUT/$name.txt"
 	echo
 	ratios "$name"
 done | tee "$OUT/report.txt"
+if [ -f "$OUT/strace.txt" ]; then
+	echo
+	echo "### fdatasync/fsync of 2000 lone durable calls (+1 warm-up call and setup)"
+	cat "$OUT/strace.txt"
+fi | tee -a "$OUT/report.txt"
 echo >&2
 echo "raw results and report in $OUT" >&2

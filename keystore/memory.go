@@ -17,6 +17,13 @@ type Memory struct {
 	closed  bool
 	records map[scopedName]*Record
 	intents map[scopedName]string // (scope, intent) -> key
+
+	// finished lists records in the order they became terminal, for PurgeBatch
+	// (memory_ext.go); peak is the most records held since the maps were last rebuilt.
+	finished     []finishedEntry
+	finishedBase int64 // position of finished[0] in the order records became terminal
+	tombs        int   // entries of finished whose record was dropped
+	peak         int
 }
 
 // scopedName is a key or an intent within a scope.
@@ -61,7 +68,7 @@ func (m *Memory) Create(ctx context.Context, rec *Record) error {
 		}
 		m.intents[scopedName{rec.Scope, rec.Intent}] = rec.Key
 	}
-	m.records[k] = StoredCopy(rec)
+	m.store(k, StoredCopy(rec))
 	return nil
 }
 
@@ -114,9 +121,9 @@ func (m *Memory) Update(ctx context.Context, rec *Record) error {
 	if err := CheckImmutable(old, rec); err != nil {
 		return err
 	}
-	stored := StoredCopy(rec)
+	stored := updatedCopy(old, rec)
 	KeepLease(stored, old) // the lease belongs to Claim, Renew and Release
-	m.records[k] = stored
+	m.store(k, stored)
 	return nil
 }
 
@@ -168,6 +175,6 @@ func (m *Memory) Close() error {
 		return ErrClosed
 	}
 	m.closed = true
-	m.records, m.intents = nil, nil
+	m.records, m.intents, m.finished = nil, nil, nil
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"go.etcd.io/bbolt"
 
 	"github.com/idemkit/idem/keystore"
@@ -29,9 +30,10 @@ func BenchmarkPersist(b *testing.B) {
 	}
 }
 
-// benchRecord is a pending record of about 1 KiB once encoded.
-func benchRecord(i int) *keystore.Record {
-	key := fmt.Sprintf("5f0c6a2e-8d1b-4c3a-9e7f-%012d", i)
+// benchRecord is a pending record of about 1 KiB once encoded, under a random UUIDv4 key as
+// a client mints them (random keys touch random pages: slower than sequential ones).
+func benchRecord(int) *keystore.Record {
+	key := uuid.NewString()
 	now := time.Now()
 	return &keystore.Record{
 		Scope: "tenant-42", Key: key, Intent: "order-" + key,
@@ -87,7 +89,7 @@ func benchRaw(b *testing.B, c int) {
 	}
 	runConcurrent(b, c, func(i int) error {
 		return db.Update(func(tx *bbolt.Tx) error {
-			return tx.Bucket(bucket).Put(fmt.Appendf(nil, "tenant-42/%d", i), value)
+			return tx.Bucket(bucket).Put([]byte("tenant-42/"+uuid.NewString()), value)
 		})
 	})
 	b.ReportMetric(float64(len(value)), "value-bytes")

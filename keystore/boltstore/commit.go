@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/bbolt"
 
@@ -28,6 +29,12 @@ type committer struct {
 	closed  bool
 	commits atomic.Uint64 // bbolt Update transactions run, for tests
 
+	// Deferred writes (see deferred.go): they wait in queue like other ops but never lead;
+	// the next leader commits them, or a flush armed for flushDelay does.
+	flushDelay time.Duration
+	flushArmed bool
+	done       func(batch []*op) // called after each commit, before the ops are woken
+
 	// damage is the first structural damage found by a read or a write (see structuralError).
 	// Once it is set, every write fails with it, so that the damage does not spread.
 	damage atomic.Pointer[structuralError]
@@ -42,6 +49,9 @@ type op struct {
 	err   error
 	lead  bool          // set under committer.mu: the caller must run the next commit
 	wake  chan struct{} // one slot: "lead" or "done"; never two unread signals
+
+	deferred bool   // no caller waits for it (UpdateDeferred)
+	key      []byte // records bucket key of a deferred op
 }
 
 // errNothingWritten rolls back a batch in which every op failed with a logical error.
@@ -195,6 +205,9 @@ func (c *committer) commit() {
 	for _, o := range batch { // before the next leader commits
 		c.note(o.err)
 	}
+	if c.done != nil {
+		c.done(batch)
+	}
 	finished = true
 	c.finish(batch)
 }
@@ -206,21 +219,27 @@ func (c *committer) finish(batch []*op) {
 	c.handoffLocked()
 	c.mu.Unlock()
 	for _, o := range batch {
-		o.wake <- struct{}{}
+		if !o.deferred {
+			o.wake <- struct{}{}
+		}
 	}
 }
 
 // handoffLocked designates the first queued op as the next leader, or marks the committer
 // idle if the queue is empty. c.mu is held.
 func (c *committer) handoffLocked() {
-	if len(c.queue) == 0 {
-		c.running = false
-		c.idle.Broadcast()
-		return
+	for _, next := range c.queue {
+		if !next.deferred { // the leader commits the deferred ops queued before it too
+			next.lead = true
+			next.wake <- struct{}{}
+			return
+		}
 	}
-	next := c.queue[0]
-	next.lead = true
-	next.wake <- struct{}{}
+	c.running = false
+	c.idle.Broadcast()
+	if len(c.queue) > 0 { // deferred ops only: a flush commits them
+		c.armFlushLocked()
+	}
 }
 
 // close refuses new ops and waits until the queued ones are committed. It returns false if
@@ -234,6 +253,15 @@ func (c *committer) close() bool {
 	c.closed = true
 	for c.running {
 		c.idle.Wait()
+	}
+	if len(c.queue) > 0 { // deferred writes: commit them before the file closes
+		c.running = true
+		c.mu.Unlock()
+		c.commit()
+		c.mu.Lock()
+		for c.running {
+			c.idle.Wait()
+		}
 	}
 	return true
 }

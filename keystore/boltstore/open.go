@@ -10,9 +10,13 @@ import (
 	"go.etcd.io/bbolt"
 )
 
-// Open opens the keystore file at path. It creates the keystore if the file does not exist
-// (with Options.Mode), is empty, or is a bbolt database without any bucket (left by an Open
-// that stopped before its first commit). opts may be nil for the defaults.
+// Open opens the keystore file at path. If no file exists there, it creates the keystore
+// atomically (with Options.Mode): built in a temporary file of the same directory, synced,
+// linked into place, and the directory synced, so that a crash never leaves an empty or
+// partial keystore. An existing empty file is refused with ErrCorrupt naming it (a keystore
+// file is never empty), and left as it is. A bbolt database without any bucket (left by an
+// older version's Open that stopped before its first commit) is initialized. opts may be nil
+// for the defaults.
 //
 // An existing non-empty file is inspected read-only before anything is written, and Open
 // returns, leaving the file byte for byte as it was:
@@ -26,11 +30,16 @@ import (
 func Open(path string, opts *Options) (*Store, error) {
 	o := opts.withDefaults()
 	deadline := time.Now().Add(o.Timeout)
+	if err := createAtomic(path, o.Mode, o.Timeout); err != nil {
+		return nil, err
+	}
 	if err := inspect(path, o.Timeout); err != nil {
 		return nil, err
 	}
 	bo := *bbolt.DefaultOptions
 	bo.Timeout = max(time.Until(deadline), time.Millisecond) // never 0: that waits forever
+	// See Options.SyncFreelist.
+	bo.NoFreelistSync, bo.FreelistType = !o.SyncFreelist, bbolt.FreelistMapType
 	db, err := openDB(path, o.Mode, &bo)
 	if err != nil {
 		return nil, err
@@ -41,6 +50,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	}
 	s := &Store{db: db, secret: o.SecretHeaders}
 	s.commit.init(db)
+	s.commit.flushDelay, s.commit.done = o.FlushDelay, s.pending.settle
 	return s, nil
 }
 
@@ -58,7 +68,9 @@ func inspect(path string, timeout time.Duration) error {
 	case !fi.Mode().IsRegular():
 		return fmt.Errorf("boltstore: open %s: not a regular file", path)
 	case fi.Size() == 0:
-		return nil
+		// Open creates a keystore atomically, so an empty file is not one it left: it may
+		// be a keystore whose contents were lost. Refuse it rather than start afresh.
+		return fmt.Errorf("%w: %s is empty; a keystore file never is (move it away to start a new keystore)", ErrCorrupt, path)
 	}
 	if err := checkFile(path, false); err != nil {
 		return err

@@ -2,7 +2,9 @@ package boltstore_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -91,15 +93,69 @@ func write(t *testing.T, path string, b []byte) {
 	}
 }
 
-func TestEmptyFileBecomesKeystore(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "keys.db")
-	write(t, path, nil)
-	s := open(t, path, nil)
+// An empty or truncated file is never a new keystore: Open refuses it, names it, and leaves
+// it as it was.
+func TestEmptyOrTruncatedFileRefused(t *testing.T) {
+	dir := t.TempDir()
+	full := filepath.Join(dir, "full.db")
+	s := open(t, full, nil)
 	if err := s.Create(bg, record("t", "k")); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	open(t, path, nil).Close()
+	good := readFile(t, full)
+	// bbolt may grow the file past its last page, and that tail is not data: cut below the
+	// high-water mark of the newer meta page (page size at byte 24, pgid at byte 56).
+	ps := int(binary.LittleEndian.Uint32(good[24:]))
+	need := int(max(binary.LittleEndian.Uint64(good[56:]), binary.LittleEndian.Uint64(good[ps+56:]))) * ps
+	for _, size := range []int{0, 1, 100, ps, need / 2, need - 1} {
+		path := filepath.Join(dir, fmt.Sprintf("cut-%d.db", size))
+		write(t, path, good[:size])
+		_, err := boltstore.Open(path, nil)
+		if !errors.Is(err, boltstore.ErrCorrupt) && !errors.Is(err, boltstore.ErrNotKeystore) {
+			t.Fatalf("size %d: Open: %v, want ErrCorrupt or ErrNotKeystore", size, err)
+		}
+		if size == 0 && !errors.Is(err, boltstore.ErrCorrupt) {
+			t.Fatalf("empty file: %v, want ErrCorrupt", err)
+		}
+		if !strings.Contains(err.Error(), path) {
+			t.Fatalf("size %d: error %q does not name the file", size, err)
+		}
+		if got := readFile(t, path); !bytes.Equal(got, good[:size]) {
+			t.Fatalf("size %d: the file changed", size)
+		}
+	}
+}
+
+// A new keystore is created complete under its name, with no temporary file left behind,
+// and reopens with its records.
+func TestCreateIsAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "keys.db")
+	s := open(t, path, &boltstore.Options{Mode: 0o640})
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "keys.db" {
+		t.Fatalf("directory holds %v, want keys.db alone", entries)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() == 0 || fi.Mode().Perm()&^0o640 != 0 {
+		t.Fatalf("new file: %d bytes, mode %v", fi.Size(), fi.Mode())
+	}
+	if err := s.Create(bg, record("t", "k")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, path, nil)
+	if _, err := s.Get(bg, "t", "k"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
 }
 
 // rawUpdate changes a closed keystore file with bbolt directly.

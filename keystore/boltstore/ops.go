@@ -59,27 +59,30 @@ func (s *Store) Update(ctx context.Context, rec *keystore.Record) error {
 	if err != nil {
 		return err
 	}
-	return s.commit.do(ctx, func(tx *bbolt.Tx) error {
-		records := tx.Bucket(bucketRecords)
-		v := records.Get(e.key)
-		if v == nil {
-			return keystore.ErrNotFound
-		}
-		old, err := decodeSummary(e.key, v)
-		if err != nil {
-			return err
-		}
-		if err := keystore.CheckImmutable(old, e.rec); err != nil {
-			return err
-		}
-		if err := keepLease(e, old); err != nil {
-			return err
-		}
-		if err := records.Put(e.key, e.value); err != nil {
-			return abort(err)
-		}
-		return nil
-	})
+	return s.commit.do(ctx, func(tx *bbolt.Tx) error { return applyUpdate(tx, e) })
+}
+
+// applyUpdate is the write of Update and UpdateDeferred, inside the shared transaction.
+func applyUpdate(tx *bbolt.Tx, e *encoded) error {
+	records := tx.Bucket(bucketRecords)
+	v := records.Get(e.key)
+	if v == nil {
+		return keystore.ErrNotFound
+	}
+	old, err := decodeSummary(e.key, v)
+	if err != nil {
+		return err
+	}
+	if err := keystore.CheckImmutable(old, e.rec); err != nil {
+		return err
+	}
+	if err := keepLease(e, old); err != nil {
+		return err
+	}
+	if err := records.Put(e.key, e.value); err != nil {
+		return abort(err)
+	}
+	return nil
 }
 
 // Purge deletes the terminal records (succeeded, failed) whose UpdatedAt is before cutoff,
@@ -136,9 +139,12 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*keystore.Record, e
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
+	k := scopedKey(scope, key)
 	var rec *keystore.Record
-	err := s.view(func(tx *bbolt.Tx) error {
-		k := scopedKey(scope, key)
+	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) error {
+		if rec = ov.get(k); rec != nil { // a deferred write not committed yet
+			return nil
+		}
 		v := tx.Bucket(bucketRecords).Get(k)
 		if v == nil {
 			return keystore.ErrNotFound
@@ -162,7 +168,7 @@ func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystor
 		return nil, keystore.ErrNotFound
 	}
 	var rec *keystore.Record
-	err := s.view(func(tx *bbolt.Tx) error {
+	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) error {
 		key := tx.Bucket(bucketIntents).Get(scopedKey(scope, intent))
 		if key == nil {
 			return keystore.ErrNotFound
@@ -171,6 +177,9 @@ func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystor
 			return structural(fmt.Errorf("%w: intent (%q, %q) names a key of %d bytes", ErrCorrupt, scope, intent, len(key)))
 		}
 		k := scopedKey(scope, string(key))
+		if rec = ov.get(k); rec != nil { // a deferred write not committed yet
+			return nil
+		}
 		v := tx.Bucket(bucketRecords).Get(k)
 		if v == nil {
 			return fmt.Errorf("%w: intent (%q, %q) names missing key %q", ErrCorrupt, scope, intent, key)
@@ -190,11 +199,14 @@ func (s *Store) List(ctx context.Context, states ...keystore.State) ([]*keystore
 		return nil, err
 	}
 	var out []*keystore.Record
-	err := s.view(func(tx *bbolt.Tx) error {
+	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) error {
 		return forEachRecord(tx.Bucket(bucketRecords), func(k, v []byte) error {
-			rec, err := decode(k, v)
-			if err != nil {
-				return err
+			rec := ov.get(k) // a deferred write not committed yet
+			if rec == nil {
+				var err error
+				if rec, err = decode(k, v); err != nil {
+					return err
+				}
 			}
 			if len(states) == 0 || slices.Contains(states, rec.State) {
 				out = append(out, rec)

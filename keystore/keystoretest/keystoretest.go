@@ -50,6 +50,11 @@ func Run(t *testing.T, open func(t *testing.T) keystore.Store) {
 		{"ContextCanceled", testContextCanceled},
 		{"ConcurrentMixed", testConcurrentMixed},
 		{"LeaseClosed", testLeaseClosed},
+
+		// Optional capabilities (extensions.go): skipped when the store lacks them.
+		{"UpdateDeferred", testUpdateDeferred},
+		{"ListPage", testListPage},
+		{"PurgeBatch", testPurgeBatch},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

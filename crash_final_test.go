@@ -1,0 +1,112 @@
+package idem
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/keystore/boltstore"
+)
+
+const (
+	finalChildEnv = "IDEM_FINAL_CHILD" // set in the child: "url|store path"
+	finalRef      = "final-0"
+)
+
+// finalChild pays once and reports the key, then waits to be killed. Its store flushes a
+// deferred write only after an hour, so the kill always loses the final-state write.
+func finalChild() int {
+	url, path, _ := strings.Cut(os.Getenv(finalChildEnv), "|")
+	store, err := boltstore.Open(path, &boltstore.Options{Timeout: 5 * time.Second, FlushDelay: time.Hour})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child: open store:", err)
+		return 3
+	}
+	c, err := NewClient(Config{BaseURL: url, Store: store, StatusURL: statusPath,
+		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", crashAuth); return nil }})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 3
+	}
+	res, err := c.Do(context.Background(), payment(100, finalRef, WithIntent(finalRef)))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child: Do:", err)
+		return 3
+	}
+	fmt.Printf("ok %s %d\n", res.Key, res.Attempts)
+	select {} // killed here, the final-state write still queued
+}
+
+// A crash right after the answer loses the final-state write, which does not wait for its
+// sync: the record is still pending as persisted before the send. Recover must then ask the
+// status endpoint, find the payment, record it, and send nothing.
+func TestCrashAfterAnswerLosesOnlyTheFinalWrite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a process")
+	}
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "keys.db")
+	srv := idemtest.NewServer(idemtest.Config{})
+	defer srv.Close()
+
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), finalChildEnv+"="+srv.URL+"|"+path)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	var key string
+	var attempts int
+	_, err = fmt.Sscanf(line, "ok %s %d", &key, &attempts)
+	require.NoError(t, err, "child said %q", line)
+	require.Equal(t, 1, attempts)
+	require.Equal(t, 1, srv.ExecutionsByReference(finalRef))
+
+	store, err := boltstore.Open(path, nil)
+	require.NoError(t, err)
+	defer store.Close()
+	ctx := context.Background()
+	rec, err := store.Get(ctx, "", key)
+	require.NoError(t, err)
+	require.Equal(t, keystore.StatePending, rec.State, "the final write was lost with the process")
+	require.Equal(t, 0, rec.Attempts, "the record is as persisted before the send")
+
+	var sends atomic.Int64
+	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, StatusURL: statusPath,
+		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", crashAuth); return nil },
+		Hooks:       Hooks{OnAttempt: func(AttemptEvent) { sends.Add(1) }}})
+	require.NoError(t, err)
+	defer c.Close()
+	var got []Reconciled
+	rep, err := c.Recover(ctx, func(r Reconciled) { got = append(got, r) })
+	require.NoError(t, err)
+	assert.Equal(t, RecoverReport{Pending: 1, Succeeded: 1}, rep)
+	assert.Zero(t, sends.Load(), "nothing resent")
+	require.Len(t, got, 1)
+	require.NotNil(t, got[0].Result)
+	assert.Equal(t, SourceStatus, got[0].Result.Source)
+	assert.Equal(t, 1, got[0].Result.StatusChecks)
+	assert.Equal(t, 1, srv.ExecutionsByReference(finalRef), "executed exactly once")
+	rec, err = store.Get(ctx, "", key)
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StateSucceeded, rec.State)
+	assert.Equal(t, http.StatusCreated, rec.LastStatus)
+}

@@ -1,0 +1,146 @@
+package boltstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// DefaultFlushDelay is the longest a deferred write (UpdateDeferred) waits for a commit when
+// Options.FlushDelay is not set.
+const DefaultFlushDelay = 50 * time.Millisecond
+
+var _ keystore.DeferredUpdater = (*Store)(nil)
+
+// overlay holds the deferred writes not committed yet, so that reads see them at once.
+type overlay struct {
+	mu   sync.RWMutex
+	recs map[string]*op // records bucket key -> the latest deferred op for it
+	vals map[*op]*keystore.Record
+}
+
+func (v *overlay) put(o *op, rec *keystore.Record) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.recs == nil {
+		v.recs, v.vals = make(map[string]*op), make(map[*op]*keystore.Record)
+	}
+	if old := v.recs[string(o.key)]; old != nil {
+		delete(v.vals, old)
+	}
+	v.recs[string(o.key)] = o
+	v.vals[o] = rec
+}
+
+// versions maps records bucket keys to deferred versions not committed as of a read
+// transaction; get returns a copy of the one under k, or nil.
+type versions map[string]*keystore.Record
+
+func (m versions) get(k []byte) *keystore.Record {
+	if rec := m[string(k)]; rec != nil {
+		return rec.Clone()
+	}
+	return nil
+}
+
+// viewOverlay runs fn in a read transaction with the deferred writes that transaction does
+// not see. The overlay is copied while its read lock is held from before the transaction
+// begins, and settle takes the write lock after a commit: so a deferred write is either
+// committed before the transaction began or in the copy, never neither.
+func (s *Store) viewOverlay(fn func(tx *bbolt.Tx, ov versions) error) error {
+	v := &s.pending
+	v.mu.RLock()
+	locked := true
+	defer func() {
+		if locked {
+			v.mu.RUnlock()
+		}
+	}()
+	return s.view(func(tx *bbolt.Tx) error {
+		var ov versions
+		if len(v.recs) > 0 {
+			ov = make(versions, len(v.recs))
+			for k, o := range v.recs {
+				ov[k] = v.vals[o]
+			}
+		}
+		v.mu.RUnlock()
+		locked = false
+		return fn(tx, ov)
+	})
+}
+
+// settle forgets the deferred ops of a finished commit, committed or lost alike: from now
+// on reads find in the file whatever the commit left there.
+func (v *overlay) settle(batch []*op) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, o := range batch {
+		if !o.deferred {
+			continue
+		}
+		if v.recs[string(o.key)] == o {
+			delete(v.recs, string(o.key))
+		}
+		delete(v.vals, o)
+	}
+}
+
+// UpdateDeferred is Update without the wait for durability (keystore.DeferredUpdater). It
+// returns, once the new version is visible to Get, GetByIntent and List, the errors of
+// Update's checks that need no read (keystore.ErrInvalid, keystore.ErrClosed, ctx.Err(), a
+// write refused after damage was found). The write is committed with the next commit of any
+// other write, or by a flush at most Options.FlushDelay (default 50 ms) later, or by Close.
+// If that commit finds the record missing or changed in an immutable field, or fails, the
+// deferred write is dropped and the stored record stays as it was.
+func (s *Store) UpdateDeferred(ctx context.Context, rec *keystore.Record) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	e, err := encode(rec, s.secret)
+	if err != nil {
+		return err
+	}
+	if err := s.commit.refused(); err != nil {
+		return err
+	}
+	o := &op{deferred: true, key: e.key, apply: func(tx *bbolt.Tx) error { return applyUpdate(tx, e) }}
+	c := &s.commit
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return keystore.ErrClosed
+	}
+	s.pending.put(o, e.rec)
+	c.queue = append(c.queue, o)
+	if !c.running {
+		c.armFlushLocked()
+	}
+	return nil
+}
+
+// armFlushLocked starts the flush timer unless it is running. c.mu is held.
+func (c *committer) armFlushLocked() {
+	if c.flushArmed || c.closed {
+		return
+	}
+	c.flushArmed = true
+	time.AfterFunc(c.flushDelay, c.flush)
+}
+
+// flush commits the queued deferred writes unless a leader is about to.
+func (c *committer) flush() {
+	c.mu.Lock()
+	c.flushArmed = false
+	if c.running || c.closed || len(c.queue) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.running = true
+	c.mu.Unlock()
+	c.commit()
+}

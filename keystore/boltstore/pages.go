@@ -1,0 +1,177 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+var (
+	_ keystore.Pager       = (*Store)(nil)
+	_ keystore.BatchPurger = (*Store)(nil)
+)
+
+// scan calls fn for at most limit records after the cursor after, in key order, and returns
+// the cursor of the next record to examine ("" at the end). Structural damage stops it.
+func scan(tx *bbolt.Tx, after keystore.Cursor, limit int, fn func(k, v []byte) error) (keystore.Cursor, error) {
+	c := tx.Bucket(bucketRecords).Cursor()
+	var k, v []byte
+	if after == "" {
+		k, v = c.First()
+	} else {
+		k, v = c.Seek([]byte(after))
+		if k != nil && bytes.Equal(k, []byte(after)) {
+			k, v = c.Next()
+		}
+	}
+	var prev []byte
+	for n := 0; k != nil; k, v = c.Next() {
+		if len(k) > bbolt.MaxKeySize {
+			return "", structural(fmt.Errorf("%w: record key of %d bytes, after %q", ErrCorrupt, len(k), clip(prev)))
+		}
+		if prev != nil && bytes.Compare(k, prev) <= 0 {
+			return "", structural(fmt.Errorf("%w: record key %q follows %q: the records are out of order", ErrCorrupt, clip(k), clip(prev)))
+		}
+		if n == limit {
+			return keystore.Cursor(prev), nil
+		}
+		prev = append(prev[:0], k...)
+		if v == nil { // a nested bucket: not a record
+			continue
+		}
+		if err := fn(k, v); err != nil {
+			return "", err
+		}
+		n++
+	}
+	return "", nil
+}
+
+// damaged describes the undecodable record under k.
+func damaged(k []byte, err error) keystore.DamagedRecord {
+	scope, key, ok := splitScopedKey(k)
+	if !ok {
+		key = string(clip(k))
+	}
+	return keystore.DamagedRecord{Scope: scope, Key: key, Err: err}
+}
+
+// ListPage examines at most limit records (keystore.DefaultPageSize if limit <= 0) after the
+// cursor after, in key order, and returns those in states (every state if none). A record
+// that does not decode (ErrCorrupt) is reported in Page.Damaged whatever its state and left
+// as it is; the listing goes on. Deferred writes not committed yet are seen. It returns
+// ErrCorrupt if the pages themselves are damaged, keystore.ErrClosed after Close, or
+// ctx.Err().
+func (s *Store) ListPage(ctx context.Context, states []keystore.State, after keystore.Cursor, limit int) (keystore.Page, error) {
+	if err := s.begin(ctx); err != nil {
+		return keystore.Page{}, err
+	}
+	if limit <= 0 {
+		limit = keystore.DefaultPageSize
+	}
+	var p keystore.Page
+	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) (err error) {
+		p.Next, err = scan(tx, after, limit, func(k, v []byte) error {
+			rec := ov.get(k) // a deferred write not committed yet
+			if rec == nil {
+				var err error
+				if rec, err = decode(k, v); err != nil {
+					if _, ok := errors.AsType[*structuralError](err); ok {
+						return err
+					}
+					p.Damaged = append(p.Damaged, damaged(k, err))
+					return nil
+				}
+			}
+			if len(states) == 0 || slices.Contains(states, rec.State) {
+				p.Records = append(p.Records, rec)
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return keystore.Page{}, s.commit.note(dbError(err))
+	}
+	return p, nil
+}
+
+// PurgeBatch examines at most limit records (keystore.DefaultPageSize if limit <= 0) after
+// the cursor after, in key order, and deletes those that are terminal and last updated
+// before cutoff, with their intent entries, in one durable commit that deletes at most limit
+// records; the examination runs in a read transaction, outside the commit, so concurrent
+// writes wait at most for that small commit. Records that do not decode are skipped and left
+// as they are. It returns how many it deleted and the cursor to continue from ("" when the
+// pass has reached the end); ErrCorrupt if the pages are damaged, keystore.ErrClosed after
+// Close, ctx.Err(), or the commit's I/O error (then nothing of the batch is deleted).
+func (s *Store) PurgeBatch(ctx context.Context, cutoff time.Time, after keystore.Cursor, limit int) (int, keystore.Cursor, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, "", err
+	}
+	if limit <= 0 {
+		limit = keystore.DefaultPageSize
+	}
+	var keys [][]byte
+	var next keystore.Cursor
+	err := s.view(func(tx *bbolt.Tx) (err error) {
+		next, err = scan(tx, after, limit, func(k, v []byte) error {
+			if rec, err := decodeSummary(k, v); err == nil && keystore.Purgeable(rec, cutoff) {
+				keys = append(keys, slices.Clone(k))
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return 0, "", s.commit.note(dbError(err))
+	}
+	if len(keys) == 0 {
+		return 0, next, nil
+	}
+	n := 0
+	err = s.commit.do(ctx, func(tx *bbolt.Tx) error {
+		records, intents := tx.Bucket(bucketRecords), tx.Bucket(bucketIntents)
+		n = 0
+		for _, k := range keys {
+			v := records.Get(k)
+			if v == nil {
+				continue
+			}
+			rec, err := decodeSummary(k, v) // changed since the scan?
+			if err != nil || !keystore.Purgeable(rec, cutoff) {
+				continue
+			}
+			if err := records.Delete(k); err != nil {
+				return abort(err)
+			}
+			if rec.Intent != "" {
+				if err := intents.Delete(scopedKey(rec.Scope, rec.Intent)); err != nil {
+					return abort(err)
+				}
+			}
+			n++
+		}
+		if n == 0 {
+			return errNothingToPurge
+		}
+		return nil
+	})
+	if errors.Is(err, errNothingToPurge) {
+		return 0, next, nil
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	return n, next, nil
+}
+
+// errNothingToPurge is a batch whose records all changed between the scan and the commit;
+// as a logical error it writes nothing.
+var errNothingToPurge = errors.New("boltstore: nothing to purge")

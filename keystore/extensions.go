@@ -1,0 +1,102 @@
+package keystore
+
+import (
+	"context"
+	"time"
+)
+
+// Optional capabilities a Store may implement. The client uses each one when the store has it
+// and falls back to the plain Store methods otherwise, so an adapter written against Store
+// alone keeps working. Memory and the bbolt file store implement all of them.
+
+// DeferredUpdater is implemented by a store that can accept a write without waiting for it
+// to be durable. The client uses it for a call's final-state write only: losing that write in
+// a crash is safe, because the record is then still pending as it was, and the next Do of the
+// operation or Recover asks the status endpoint before anything is resent.
+type DeferredUpdater interface {
+	// UpdateDeferred is Update without the wait for durability. It validates rec at once
+	// (ErrInvalid, ErrClosed, ctx.Err()) and makes the new version visible to Get,
+	// GetByIntent and List before it returns. The write becomes durable with the next
+	// commit of the store or a background flush within a bound the store documents (the
+	// bbolt store: Options.FlushDelay, default 50 ms) and at Close. A deferred write that is
+	// never committed (crash, I/O error, or an error found at commit time such as
+	// ErrNotFound) is lost as a whole: the stored record stays as it was.
+	UpdateDeferred(ctx context.Context, rec *Record) error
+}
+
+// Cursor is an opaque position in a store's record order, returned by ListPage and
+// PurgeBatch. The zero value "" means the start.
+type Cursor string
+
+// DamagedRecord names a stored record that cannot be decoded. The store leaves it untouched.
+type DamagedRecord struct {
+	Scope string // "" if the scope itself cannot be read
+	Key   string // the record's key as stored (possibly raw bytes when the key is damaged)
+	Err   error  // why it cannot be decoded
+}
+
+// Page is one page of ListPage.
+type Page struct {
+	// Records are the decodable records of the page in the requested states, in store order.
+	Records []*Record
+	// Damaged are the records of the page that cannot be decoded; they are skipped, never
+	// modified.
+	Damaged []DamagedRecord
+	// Next is the cursor of the next page, "" when the listing is complete.
+	Next Cursor
+}
+
+// Pager is implemented by a store that lists records in pages, so that a caller never holds
+// every record in memory, and that reports an undecodable record instead of failing the whole
+// listing.
+type Pager interface {
+	// ListPage returns the records after cursor after in the store's order (stable while
+	// records are not added or removed), in any of states (every state if states is empty),
+	// examining at most limit records (limit <= 0 means 256). Records added or removed
+	// during a paged listing may or may not be seen; no record present throughout is missed
+	// or returned twice. It returns ErrClosed after Close, ctx.Err(), or an error that
+	// prevents reading at all (for the bbolt store, structural damage of its pages).
+	ListPage(ctx context.Context, states []State, after Cursor, limit int) (Page, error)
+}
+
+// BatchPurger is implemented by a store that purges in small bounded steps, so that a purge
+// running beside live calls never holds their writes for long.
+type BatchPurger interface {
+	// PurgeBatch deletes the terminal records (succeeded, failed) last updated before cutoff
+	// among the next limit records after cursor after (limit <= 0 means 256), in one write,
+	// and returns how many it deleted and the cursor to continue from ("" when the pass is
+	// complete). Undecodable records are skipped and left untouched. It returns ErrClosed
+	// after Close, ctx.Err(), or the write's error (then nothing of the batch is deleted).
+	PurgeBatch(ctx context.Context, cutoff time.Time, after Cursor, limit int) (deleted int, next Cursor, err error)
+}
+
+// DefaultPageSize is the limit ListPage and PurgeBatch use when given limit <= 0.
+const DefaultPageSize = 256
+
+// ListAll is a paged listing for any Store: ListPage when s is a Pager (fn is called once per
+// page), else one page with everything List returns (an undecodable record then fails List
+// itself). fn's error stops the listing and is returned.
+func ListAll(ctx context.Context, s Store, states []State, limit int, fn func(Page) error) error {
+	p, ok := s.(Pager)
+	if !ok {
+		recs, err := s.List(ctx, states...)
+		if err != nil {
+			return err
+		}
+		return fn(Page{Records: recs})
+	}
+	var after Cursor
+	for {
+		page, err := p.ListPage(ctx, states, after, limit)
+		if err != nil {
+			return err
+		}
+		if err := fn(page); err != nil {
+			return err
+		}
+		if page.Next == "" {
+			return nil
+		}
+		after = page.Next
+	}
+}

@@ -1,0 +1,218 @@
+package keystore
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Memory's optional capabilities: deferred writes (trivially durable: nothing is), paged
+// listing, and a retention purge in O(batch) steps that keeps the store bounded under a
+// steady load.
+
+var (
+	_ DeferredUpdater = (*Memory)(nil)
+	_ Pager           = (*Memory)(nil)
+	_ BatchPurger     = (*Memory)(nil)
+)
+
+// finishedEntry is a record that became terminal; rec identifies that exact version, so an
+// entry whose record changed or went away since is recognised as stale.
+type finishedEntry struct {
+	k   scopedName
+	rec *Record
+}
+
+// store puts rec under k and notes it for PurgeBatch when it is terminal. m.mu is held.
+func (m *Memory) store(k scopedName, rec *Record) {
+	m.records[k] = rec
+	m.peak = max(m.peak, len(m.records))
+	if rec.State.Terminal() {
+		m.finished = append(m.finished, finishedEntry{k, rec})
+	}
+}
+
+// UpdateDeferred is Update: a Memory write is as durable as it will ever be when it returns.
+func (m *Memory) UpdateDeferred(ctx context.Context, rec *Record) error { return m.Update(ctx, rec) }
+
+// memoryCursor encodes (scope, key) so that cursors compare like the (scope, key) pairs.
+func memoryCursor(k scopedName) Cursor {
+	return Cursor(strconv.Itoa(len(k.scope)) + ":" + k.scope + k.name)
+}
+
+func parseMemoryCursor(c Cursor) (scopedName, bool) {
+	n, rest, ok := strings.Cut(string(c), ":")
+	l, err := strconv.Atoi(n)
+	if !ok || err != nil || l < 0 || l > len(rest) {
+		return scopedName{}, false
+	}
+	return scopedName{rest[:l], rest[l:]}, true
+}
+
+func compareNames(a, b scopedName) int {
+	if c := strings.Compare(a.scope, b.scope); c != 0 {
+		return c
+	}
+	return strings.Compare(a.name, b.name)
+}
+
+// ListPage returns copies of at most limit records in states (all if none) after cursor
+// after, in (scope, key) order. Memory never holds an undecodable record, so Page.Damaged is
+// always empty. It returns ErrInvalid for a cursor it did not issue, ErrClosed after Close,
+// or ctx.Err().
+func (m *Memory) ListPage(ctx context.Context, states []State, after Cursor, limit int) (Page, error) {
+	if limit <= 0 {
+		limit = DefaultPageSize
+	}
+	var from scopedName
+	if after != "" {
+		var ok bool
+		if from, ok = parseMemoryCursor(after); !ok {
+			return Page{}, ErrInvalid
+		}
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if err := m.begin(ctx); err != nil {
+		return Page{}, err
+	}
+	var keys []scopedName
+	for k, rec := range m.records {
+		if (after == "" || compareNames(k, from) > 0) && (len(states) == 0 || slices.Contains(states, rec.State)) {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, compareNames)
+	var p Page
+	if len(keys) > limit {
+		keys = keys[:limit]
+		p.Next = memoryCursor(keys[limit-1])
+	}
+	p.Records = make([]*Record, len(keys))
+	for i, k := range keys {
+		p.Records[i] = m.records[k].Clone()
+	}
+	return p, nil
+}
+
+// PurgeBatch examines at most limit records in the order they became terminal, from the
+// cursor after (a position in that order), and deletes those last updated before cutoff; next
+// is "" once the pass has reached the newest. It costs O(limit) whatever the store holds, so a
+// steady load with a retention purge keeps Memory bounded; when the store has shrunk to a
+// quarter of its peak, the maps are rebuilt so that their memory is released too. It returns
+// ErrInvalid for a cursor it did not issue, ErrClosed after Close, or ctx.Err().
+func (m *Memory) PurgeBatch(ctx context.Context, cutoff time.Time, after Cursor, limit int) (int, Cursor, error) {
+	if limit <= 0 {
+		limit = DefaultPageSize
+	}
+	var start int64
+	if after != "" {
+		var err error
+		if start, err = strconv.ParseInt(string(after), 10, 64); err != nil {
+			return 0, "", ErrInvalid
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.begin(ctx); err != nil {
+		return 0, "", err
+	}
+	idx := int(min(max(start-m.finishedBase, 0), int64(len(m.finished))))
+	end := min(idx+limit, len(m.finished))
+	n := 0
+	for i := idx; i < end; i++ {
+		e := &m.finished[i]
+		switch {
+		case e.rec == nil: // already dropped
+		case m.records[e.k] != e.rec: // changed or deleted since it became terminal
+			e.rec = nil
+			m.tombs++
+		case Purgeable(e.rec, cutoff):
+			delete(m.records, e.k)
+			if e.rec.Intent != "" {
+				delete(m.intents, scopedName{e.k.scope, e.rec.Intent})
+			}
+			e.rec = nil
+			m.tombs++
+			n++
+		}
+	}
+	var next Cursor
+	if end < len(m.finished) {
+		next = Cursor(strconv.FormatInt(m.finishedBase+int64(end), 10))
+	}
+	m.trimFinishedLocked()
+	m.compactLocked()
+	return n, next, nil
+}
+
+// trimFinishedLocked drops the dropped entries at the front of m.finished, and squeezes out
+// the others once they are most of it (cursors issued before then become approximate: a
+// later batch may examine a few entries twice, or pass over some until the next pass).
+func (m *Memory) trimFinishedLocked() {
+	i := 0
+	for i < len(m.finished) && m.finished[i].rec == nil {
+		i++
+	}
+	clear(m.finished[:i]) // append reallocates past the dropped front
+	m.finished, m.finishedBase, m.tombs = m.finished[i:], m.finishedBase+int64(i), m.tombs-i
+	if len(m.finished) > 1024 && m.tombs > len(m.finished)/2 {
+		m.finished = slices.DeleteFunc(slices.Clone(m.finished), func(e finishedEntry) bool { return e.rec == nil })
+		m.tombs = 0
+	}
+}
+
+// compactLocked rebuilds the maps once they hold a quarter of their peak: a Go map keeps the
+// memory of deleted entries. m.mu is held.
+func (m *Memory) compactLocked() {
+	if m.peak < 4096 || len(m.records) > m.peak/4 {
+		return
+	}
+	records := make(map[scopedName]*Record, len(m.records))
+	for k, v := range m.records {
+		records[k] = v
+	}
+	intents := make(map[scopedName]string, len(m.intents))
+	for k, v := range m.intents {
+		intents[k] = v
+	}
+	m.records, m.intents, m.peak = records, intents, len(records)
+}
+
+// updatedCopy is StoredCopy(rec) for an Update of old, except that the request, which a
+// client never changes after Create, is shared with old when it is unchanged: stored records
+// are never modified in place, so sharing is safe, and a call's final write then copies only
+// its response.
+func updatedCopy(old, rec *Record) *Record {
+	if !sameRequest(&old.Request, &rec.Request) {
+		return StoredCopy(rec)
+	}
+	c := *rec
+	c.Request = old.Request
+	if rec.Response != nil {
+		resp := *rec.Response
+		resp.Header = rec.Response.Header.Clone()
+		stripInPlace(resp.Header, nil)
+		stripInPlace(resp.Header, ResponseSecretHeaders)
+		resp.Body = cloneBytes(rec.Response.Body)
+		c.Response = &resp
+	}
+	return &c
+}
+
+// sameRequest reports whether next equals stored, the request as Memory keeps it.
+func sameRequest(stored, next *Request) bool {
+	if stored.Method != next.Method || stored.URL != next.URL || !bytes.Equal(stored.Body, next.Body) ||
+		len(stored.Header) != len(next.Header) || (stored.Body == nil) != (next.Body == nil) {
+		return false
+	}
+	for k, vs := range next.Header {
+		if !slices.Equal(stored.Header[k], vs) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,66 @@
+package keystore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Under a steady load with a retention purge, Memory stays bounded: finished records are
+// dropped in O(batch) steps, the queue of finished records does not grow, and the maps are
+// rebuilt once the store has shrunk to a quarter of its peak.
+func TestMemoryPurgeBatchBounded(t *testing.T) {
+	ctx := context.Background()
+	m := NewMemory()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const n = 10_000
+	for i := range n {
+		rec := &Record{Key: fmt.Sprintf("k%05d", i), Intent: fmt.Sprintf("i%05d", i), State: StatePending,
+			Request:   Request{Method: "POST", URL: "/v1/payments", Body: []byte("{}")},
+			CreatedAt: t0, UpdatedAt: t0.Add(time.Duration(i) * time.Millisecond)}
+		if err := m.Create(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.State = StateSucceeded
+		if err := m.Update(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.peak != n || len(m.finished) != n {
+		t.Fatalf("peak %d, finished queue %d; want %d, %d", m.peak, len(m.finished), n, n)
+	}
+	// Purge all but the newest 1,000 in steps of 100: never more than 100 per step.
+	cutoff := t0.Add((n - 1000) * time.Millisecond)
+	total, steps := 0, 0
+	var after Cursor
+	for {
+		k, next, err := m.PurgeBatch(ctx, cutoff, after, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k > 100 {
+			t.Fatalf("a step deleted %d", k)
+		}
+		total, steps = total+k, steps+1
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if total != n-1000 || len(m.records) != 1000 || len(m.intents) != 1000 {
+		t.Fatalf("deleted %d in %d steps; %d records, %d intents left", total, steps, len(m.records), len(m.intents))
+	}
+	if m.peak >= n || m.peak > 4*len(m.records) {
+		t.Fatalf("peak %d after the purge, %d records: the maps were not rebuilt", m.peak, len(m.records))
+	}
+	if len(m.finished) != 1000 {
+		t.Fatalf("finished queue holds %d entries, want 1000", len(m.finished))
+	}
+	if _, err := m.Get(ctx, "", "k00000"); err != ErrNotFound {
+		t.Fatalf("Get of a purged record: %v", err)
+	}
+	if _, err := m.GetByIntent(ctx, "", fmt.Sprintf("i%05d", n-1)); err != nil {
+		t.Fatalf("GetByIntent of a kept record: %v", err)
+	}
+}
