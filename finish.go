@@ -148,7 +148,7 @@ func (cl *call) finishLost(cause error) (*Result, error) {
 	rec := cl.rec
 	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrLeaseLost,
 		Attempts: cl.attempts, LastStatus: cl.lastCode, Cause: cause,
-		Unknown: cl.unknown || (cl.stop != nil && cl.stop.Unknown),
+		Unknown:  cl.unknown || (cl.stop != nil && cl.stop.Unknown),
 		Response: cl.response(cl.lastAnswer, SourceResponse)}
 	cl.stop, cl.result = e, nil
 	cl.c.onGiveUp(cl, e)
