@@ -271,15 +271,20 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // then opts). The record is persisted before the first byte is sent. It returns the
 // successful Result, or an *OperationError matching ErrPermanent, ErrKeyConflict,
 // ErrOutcomeUnknown, ErrStoredServerError (with ErrOutcomeUnknown), ErrExhausted,
-// ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired, ErrNotExecuted or
-// ErrCanceled; invalid input gives ErrInvalidOperation, ErrInvalidPolicy or ErrInvalidConfig.
+// ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired, ErrNotExecuted,
+// ErrLeaseLost or ErrCanceled; invalid input gives ErrInvalidOperation, ErrInvalidPolicy or ErrInvalidConfig.
 // Only ErrPermanent and ErrKeyConflict are failures, and ErrNotExecuted the one answer after
 // which the application may pay again under a new intent. After ErrStoredServerError and
 // ErrKeyExpired the record is manual (never resent; Config.Lookup or Client.Resolve settles
 // it); after the others it stays pending, and a later Do of the same operation or Recover
 // finishes it. A second Do of
 // the same key (or intent) waits for the first and returns its outcome, never sending
-// concurrently.
+// concurrently; across the instances of a fleet sharing the Store the same holds through
+// the record's lease (Config.LeaseTTL): a Do that finds the record claimed by another
+// instance waits, bounded by ctx (ErrCanceled, outcome unknown), until the record is final
+// (its stored outcome is returned) or the lease expired (the owner died: Do claims the record
+// and continues the same key, status endpoint first). A call whose record another instance
+// took over stops at once and returns ErrLeaseLost, without sending again or writing.
 func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {
 	if err := op.validate(); err != nil {
 		return nil, err

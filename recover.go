@@ -26,7 +26,7 @@ type Reconciled struct {
 // RecoverReport counts what one Recover run did.
 type RecoverReport struct {
 	Pending   int // pending records found
-	Skipped   int // in flight in this process (their own Do finishes them)
+	Skipped   int // held by a live lease: in flight in this process or in another instance
 	Succeeded int // reconciled to success (status endpoint, replay or a fresh send)
 	Failed    int // reconciled to a permanent failure, or settled as not executed
 	Manual    int // a stored 5xx, a key past KeyTTL with an unknown outcome, or a record that cannot be sent: reported, never resent
@@ -45,8 +45,14 @@ type RecoverReport struct {
 // application can, say, mark its order paid; handle is called from several goroutines at once
 // (Config.RecoverConcurrency), so it must be safe for that.
 //
-// Recover is safe to run while Do calls are in flight: records that a call in this process
-// holds are skipped. Records are sent with their persisted headers, which never include
+// Recover is safe to run while Do calls are in flight, here or in other instances sharing
+// the Store: it first takes the orphans (pending records with no live lease: never claimed,
+// released, or left by a dead instance) with keystore.Store.ClaimExpired, in batches no
+// larger than its idle workers, so that instances recovering at once never send one key
+// twice (Stats.OrphansReclaimed); records it leaves pending are released when it ends.
+// Records another instance, or a call in this process, holds a live lease on are skipped
+// (RecoverReport.Skipped). A listing then claims one at a time the pending records the
+// batches did not take. Records are sent with their persisted headers, which never include
 // credentials: set Config.Credentials. opts apply to every record, as with Do. It also purges
 // terminal records older than Config.Retention. Pending records are read a page at a time
 // when the store is a keystore.Pager; a record that cannot be decoded is then skipped, left
