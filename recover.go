@@ -215,6 +215,7 @@ func (c *Client) recoverOne(ctx context.Context, s callSettings, rec *keystore.R
 		}
 		return Reconciled{}, false
 	}
+	c.stats.orphans.Add(1) // no live lease (released, expired, or an ended process's)
 	out, ran, _ := c.reconcileClaimed(ctx, s, fresh, false)
 	return out, ran
 }

@@ -13,7 +13,9 @@ import (
 
 // summary is the run's result: the table, or with -json one JSON object.
 type summary struct {
-	Mode         string `json:"mode"` // "embedded" (in-process idemtest server) or "target"
+	Mode         string `json:"mode"`      // "embedded" (in-process idemtest server) or "target"
+	Store        string `json:"store"`     // "bbolt" (one sender at a time) or "postgres" (a fleet)
+	Instances    int    `json:"instances"` // sender processes at once
 	Intents      int    `json:"intents"`
 	Invalid      int    `json:"invalid"` // generated with amount 0 on purpose
 	Succeeded    int    `json:"succeeded"`
@@ -34,6 +36,11 @@ type summary struct {
 	UnknownResolved int64 `json:"unknown_resolved"`
 	FinalFailures   int64 `json:"final_failures"` // calls that gave up without a result
 	BudgetDenied    int64 `json:"budget_denied"`
+	// The fleet: records taken over from dead (or giving-up) senders, and stale owners whose
+	// fenced write was refused.
+	OrphansReclaimed int64 `json:"orphans_reclaimed"`
+	ClaimsLost       int64 `json:"claims_lost"`
+	LeaseWaits       int64 `json:"lease_waits"`
 
 	// Keys the server stored a 5xx for, those the search by reference settled, and payments
 	// still waiting for a person (never paid again blindly).
@@ -76,6 +83,9 @@ func (s *summary) addStats(st idem.Stats) {
 	s.UnknownResolved += st.UnknownResolved
 	s.FinalFailures += st.FinalFailures
 	s.BudgetDenied += st.BudgetDenied
+	s.OrphansReclaimed += st.OrphansReclaimed
+	s.ClaimsLost += st.ClaimsLost
+	s.LeaseWaits += st.LeaseWaits
 }
 
 func (s *summary) addVerdict(v verdict) {
@@ -153,6 +163,11 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	row("unknown resolved", s.UnknownResolved,
 		fmt.Sprintf("by the status endpoint, of %d unknown (timeout, reset, 5xx)", s.UnknownOutcomes))
 	row("calls that gave up", s.FinalFailures, "ended without a result, any reason; pending keys go again")
+	row("orphans_reclaimed", s.OrphansReclaimed, "pending records without a live lease (dead sender) taken over")
+	row("claims_lost", s.ClaimsLost, "stale owners whose fenced write was refused: stopped, never resent")
+	if s.Instances > 1 {
+		row("lease waits", s.LeaseWaits, "calls that waited for another sender's live lease on the key")
+	}
 	crashes := fmt.Sprintf("SIGKILLs mid-run; %d child processes", s.Children)
 	if s.Crashes != s.CrashesRequested {
 		crashes = fmt.Sprintf("SIGKILLs mid-run, of %d requested; %d child processes", s.CrashesRequested, s.Children)
