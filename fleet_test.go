@@ -163,6 +163,7 @@ func TestDoWaitsForDeadOwnersLease(t *testing.T) {
 	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()))
 	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
 	assert.Equal(t, int64(1), e.c.Stats().LeaseWaits)
+	assert.Equal(t, int64(1), e.c.Stats().OrphansReclaimed, "taken over from a dead owner")
 	var waited time.Duration
 	for _, d := range e.clock.Sleeps() {
 		waited += d
@@ -209,6 +210,7 @@ func TestExclusiveStoreTakesDeadProcessLease(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, e.clock.Sleeps(), "no wait for a lease of an ended process")
 	assert.Equal(t, int64(0), e.c.Stats().LeaseWaits)
+	assert.Equal(t, int64(1), e.c.Stats().OrphansReclaimed)
 	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()))
 	rec, err := store.Get(ctx, "", op.Key())
 	require.NoError(t, err)

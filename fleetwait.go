@@ -35,6 +35,9 @@ func (c *Client) acquire(ctx context.Context, s callSettings, rec *keystore.Reco
 			claimed, err := c.store.Claim(ctx, rec.Scope, rec.Key, c.leaseFor(rec))
 			switch {
 			case err == nil:
+				if rec.Owner != "" && rec.Owner != c.cfg.Owner { // its owner died (or stalled)
+					c.stats.orphans.Add(1)
+				}
 				return claimed, nil
 			case errors.Is(err, keystore.ErrNotPending):
 				// Finished between our read and the claim: read it again below.

@@ -35,9 +35,10 @@ type Stats struct {
 	// ClaimsLost counts calls that found, by a fenced write (keystore.ErrFenced), that another
 	// instance took their record over: they stopped sending and returned ErrLeaseLost.
 	ClaimsLost int64
-	// OrphansReclaimed counts pending records without a live lease that Recover or the
-	// background reclaimer (Config.ReclaimInterval) claimed and reconciled: records of a dead
-	// instance or process, or released by a call that gave up.
+	// OrphansReclaimed counts pending records this client took over with no live lease on
+	// them: any such record Recover or the background reclaimer (Config.ReclaimInterval)
+	// claimed (left by a dead instance or process, or released by a call that gave up), and
+	// records Do claimed from another instance whose lease had expired (its owner died).
 	OrphansReclaimed int64
 	// LeaseWaits counts Do calls that found their record claimed by another instance and
 	// waited for it to end or its lease to expire.

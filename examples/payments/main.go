@@ -214,6 +214,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if srv != nil {
 		s.addVerdict(checkLedger(payments, recs, srv))
 		s.addServer(srv.Stats())
+		t.mu.Lock()
+		s.AckWrongDetails = checkAcknowledged(t.ids, srv)
+		s.Acknowledged = len(t.ids)
+		t.mu.Unlock()
+		s.AckWrong = len(s.AckWrongDetails)
 	} else {
 		s.Mode = "target"
 		s.addVerdict(checkTarget(ctx, payments, recs, t.ids, baseURL, o.statusPath, o.lookupPath))
@@ -229,13 +234,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	s.Recovered = t.recovered + rep.Succeeded + rep.Failed + rep.Manual
 	s.latencies(t.latencies)
 	t.mu.Unlock()
+	s.RecordsPending = notFinal(recs)
 	s.WallMS = time.Since(start).Milliseconds()
 	if err := s.write(stdout, o.json); err != nil {
 		fmt.Fprintln(stderr, "payments:", err)
 		return 1
 	}
 	code := 0
-	if s.Duplicates > 0 || s.Lost > 0 {
+	if s.Duplicates > 0 || s.Lost > 0 || s.AckWrong > 0 {
 		code = 1
 	}
 	if s.NeedsReconciliation > 0 {

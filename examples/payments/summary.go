@@ -25,6 +25,12 @@ type summary struct {
 	ExecutedOnce int    `json:"executed_once"`
 	Duplicates   int    `json:"duplicates"`
 	Lost         int    `json:"lost"`
+	// Payments a sender acknowledged (Do returned its id), and those of them the ledger does
+	// not show charged exactly once under that id (embedded server only): must be 0.
+	Acknowledged int `json:"acknowledged"`
+	AckWrong     int `json:"acknowledged_wrong"`
+	// Records left pending at the end, any try: every record ends final or manual.
+	RecordsPending int `json:"records_pending"`
 
 	// idem's counters, summed over every child's last snapshot and the parent's final client.
 	Attempts        int64 `json:"attempts"`
@@ -66,6 +72,7 @@ type summary struct {
 	CrashLog           []crash  `json:"crash_log"`
 	DuplicateDetails   []string `json:"duplicate_details,omitempty"`
 	LostDetails        []string `json:"lost_details,omitempty"`
+	AckWrongDetails    []string `json:"acknowledged_wrong_details,omitempty"`
 	NotExecutedDetails []string `json:"not_executed_details,omitempty"`
 	WallMS             int64    `json:"wall_ms"`
 	serverStatsString  string
@@ -141,6 +148,9 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	row("executed exactly once", s.ExecutedOnce, executed)
 	row("duplicates", s.Duplicates, "references charged more than once, whatever the keys: 0")
 	row("lost", s.Lost, "must be 0")
+	if s.ServerRequests != nil {
+		row("acknowledged", s.Acknowledged, fmt.Sprintf("payments a sender got an id for; %d not charged once under it", s.AckWrong))
+	}
 	row("stored_errors", s.StoredErrors, "keys the server stored a 5xx for: effect unknown, not resent")
 	row("reconciled_by_lookup", s.ReconciledByLookup, "of those, settled by the search by reference (-lookup)")
 	row("needs_reconciliation", s.NeedsReconciliation, "payments a stored 5xx left unsettled: never paid again blindly")
@@ -190,6 +200,9 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	}
 	for _, l := range s.LostDetails {
 		fmt.Fprintf(w, "LOST %s\n", l)
+	}
+	for _, l := range s.AckWrongDetails {
+		fmt.Fprintf(w, "ACKNOWLEDGED WRONG %s\n", l)
 	}
 	fmt.Fprintf(w, "wall time %.1fs\n", float64(s.WallMS)/1000)
 	return nil
