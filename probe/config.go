@@ -17,6 +17,9 @@ const (
 	DefaultKeyHeader = "Idempotency-Key"
 	// DefaultConcurrency is how many identical requests the in-progress check sends at once.
 	DefaultConcurrency = 8
+	// DefaultRounds is how many bursts the in-progress check sends at most, each with a
+	// fresh key (one operation each), until one shows an overlap.
+	DefaultRounds = 3
 	// DefaultTimeout bounds each request the probe sends.
 	DefaultTimeout = 10 * time.Second
 	// StatusSuffix is appended to Path for the default status endpoint (DESIGN.md §1).
@@ -63,6 +66,9 @@ type Config struct {
 	// Concurrency is how many identical requests the in-progress check sends at once; 0
 	// means DefaultConcurrency.
 	Concurrency int
+	// Rounds is how many bursts the in-progress check sends at most, each creating one
+	// operation; 0 means DefaultRounds.
+	Rounds int
 	// HTTPClient sends the requests; nil means a client with DefaultTimeout.
 	HTTPClient *http.Client
 	// Now is the clock for Retry-After dates; nil means time.Now.
@@ -110,6 +116,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.Rounds < 0 {
+		return c, fmt.Errorf("%w: Rounds %d is negative", ErrInvalidConfig, c.Rounds)
+	}
+	if c.Rounds == 0 {
+		c.Rounds = DefaultRounds
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Timeout: DefaultTimeout}

@@ -16,9 +16,13 @@
 //     draft; NotObserved without it).
 //   - key-reuse: the same key with another body gets 422 naming key reuse; the error code
 //     is reported so that a client can recognise it (idem.IsKeyReuse, idem.KeyConflictCodes).
-//   - in-progress: Config.Concurrency identical requests with one fresh key at once: a 409
-//     with Retry-After, or identical answers from one execution. Best effort: requests that do
-//     not overlap on the server prove nothing (NotObserved).
+//   - in-progress: Config.Concurrency identical requests with one fresh key at once, on
+//     connections opened beforehand: a 409 with Retry-After, or identical answers from one
+//     execution. Best effort: requests that do not overlap on the server prove nothing, so a
+//     burst without a 409 is repeated with a fresh key (one more operation) up to
+//     Config.Rounds times, then reported NotObserved. An API whose handler answers in
+//     microseconds (an in-memory test server) rarely shows an overlap; one that calls a bank
+//     usually does.
 //   - status-completed / status-not-found: the status endpoint (Config.StatusPath, default
 //     Path+"/operations/{key}") answers completed with the stored status for the key of
 //     create, and not_found for a key never sent, in the convention idem.DecodeStatus reads.

@@ -64,6 +64,10 @@ type sender struct {
 }
 
 func (s *sender) do(ctx context.Context, method, path, key string, body []byte) answer {
+	return s.doWith(ctx, s.cfg.HTTPClient, method, path, key, body)
+}
+
+func (s *sender) doWith(ctx context.Context, client *http.Client, method, path, key string, body []byte) answer {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -82,7 +86,7 @@ func (s *sender) do(ctx context.Context, method, path, key string, body []byte) 
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := s.cfg.HTTPClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return answer{err: err}
 	}
@@ -107,9 +111,13 @@ func (s *sender) note(a answer) {
 // post sends body with key; a 429 or 503 is resent with the same key after its Retry-After
 // (at most maxThrottleWait, three times), since it says nothing was executed.
 func (s *sender) post(ctx context.Context, key string, body []byte) answer {
+	return s.postWith(ctx, s.cfg.HTTPClient, key, body)
+}
+
+func (s *sender) postWith(ctx context.Context, client *http.Client, key string, body []byte) answer {
 	var a answer
 	for range 4 {
-		a = s.do(ctx, http.MethodPost, s.cfg.Path, key, body)
+		a = s.doWith(ctx, client, http.MethodPost, s.cfg.Path, key, body)
 		if a.err != nil || (a.status != http.StatusTooManyRequests && a.status != http.StatusServiceUnavailable) {
 			return a
 		}

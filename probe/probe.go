@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/google/uuid"
 
@@ -70,11 +69,10 @@ func (p *prober) run(ctx context.Context) {
 	p.set(CheckCreate, Honoured, "HTTP %d%s", p.first.status, idEvidence(p.first))
 	p.replay(ctx, key1, ref1)
 	p.keyReuse(ctx, key1, ref1)
-	ref2 := "probe-" + uuid.NewString()
-	p.inProgress(ctx, uuid.NewString(), ref2)
+	refs := p.inProgress(ctx)
 	p.statusCompleted(ctx, key1)
 	p.retryAfter()
-	p.executesOnce(ctx, ref1, ref2)
+	p.executesOnce(ctx, append([]string{ref1}, refs...)...)
 }
 
 // replay resends the create request: the same answer, ideally marked as a replay.
@@ -129,61 +127,6 @@ func (p *prober) keyReuse(ctx context.Context, key, ref string) {
 		p.set(CheckKeyReuse, Broken, "HTTP %d%s: another request executed under a used key", a.status, idEvidence(a))
 	default:
 		p.set(CheckKeyReuse, Broken, "got %s, want 422 naming key reuse", a)
-	}
-}
-
-// inProgress sends Concurrency identical requests with one fresh key at once.
-func (p *prober) inProgress(ctx context.Context, key, ref string) {
-	n := p.s.cfg.Concurrency
-	answers := make([]answer, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			answers[i] = p.s.post(ctx, key, p.s.cfg.Body(ref))
-		})
-	}
-	close(start)
-	wg.Wait()
-
-	tally := map[string]int{}
-	var bodies [][]byte
-	conflicts, withRA, other := 0, 0, 0
-	for _, a := range answers {
-		p.addID(ref, a)
-		switch {
-		case a.err != nil:
-			tally["error"]++
-			other++
-		case a.ok():
-			tally[fmt.Sprint(a.status)]++
-			if !containsBytes(bodies, a.body) {
-				bodies = append(bodies, a.body)
-			}
-		case a.status == http.StatusConflict:
-			tally["409"]++
-			conflicts++
-			if a.header.Get("Retry-After") != "" {
-				withRA++
-			}
-		default:
-			tally[fmt.Sprint(a.status)]++
-			other++
-		}
-	}
-	counts := formatTally(tally)
-	switch {
-	case len(bodies) > 1:
-		p.set(CheckInProgress, Broken, "%d requests, one key: %s with %d different bodies: executed concurrently", n, counts, len(bodies))
-	case other > 0:
-		p.set(CheckInProgress, Broken, "%d requests, one key: %s; want only 2xx and 409", n, counts)
-	case conflicts > 0 && withRA == conflicts:
-		p.set(CheckInProgress, Honoured, "%d requests, one key: %s, every 409 with Retry-After", n, counts)
-	case conflicts > 0:
-		p.set(CheckInProgress, Honoured, "%d requests, one key: %s; %d 409s without Retry-After", n, counts, conflicts-withRA)
-	default:
-		p.set(CheckInProgress, NotObserved, "%d requests, one key: %s, identical: no overlap seen (best effort; executes-once confirms)", n, counts)
 	}
 }
 

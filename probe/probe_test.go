@@ -244,6 +244,7 @@ func TestInvalidConfig(t *testing.T) {
 		{probe.Config{BaseURL: "http://x", StatusPath: "/status"}, "StatusPath"},
 		{probe.Config{BaseURL: "http://x", SearchPath: "/search"}, "SearchPath"},
 		{probe.Config{BaseURL: "http://x", Concurrency: -1}, "Concurrency"},
+		{probe.Config{BaseURL: "http://x", Rounds: -1}, "Rounds"},
 	} {
 		tc.cfg.Sandbox = true
 		_, err := probe.Run(context.Background(), tc.cfg)

@@ -34,6 +34,7 @@ flags:
   -auth-env VAR       send the Authorization header from environment variable VAR
                       (credentials never go on the command line)
   -concurrency N      identical requests sent at once for the in-progress check (default 8)
+  -rounds N           bursts of them at most, one operation each, until one overlaps (default 3)
   -timeout D          per request (default 10s)
 
 exit status: 0 every row honoured or not observed, 1 a row broken or the probe failed,
@@ -76,6 +77,7 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.SearchPath, "search-path", "", "")
 	fs.StringVar(&cfg.KeyHeader, "key-header", "", "")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "")
+	fs.IntVar(&cfg.Rounds, "rounds", 0, "")
 	fs.Var(headers, "header", "")
 
 	// The URL may come before or after the flags.

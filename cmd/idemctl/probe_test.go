@@ -126,6 +126,7 @@ func TestProbeUsage(t *testing.T) {
 		{[]string{"-sandbox", "-timeout", "0s", srv.URL}, "-timeout"},
 		{[]string{"-sandbox", "-status-path", "/status", srv.URL}, "StatusPath"},
 		{[]string{"-sandbox", "-bogus", srv.URL}, "-bogus"},
+		{[]string{"-sandbox", "-rounds", "-1", srv.URL}, "Rounds"},
 	} {
 		code, out, errOut := probeCmd(tc.args...)
 		if code != 2 || out != "" || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "usage: idemctl probe") {
