@@ -27,6 +27,9 @@ flags:
   -sandbox            required: the target is a sandbox where operations may be created
   -json               print the report as JSON
   -path P             the POST endpoint (default /v1/payments)
+  -body FILE          the JSON body of one operation, with {reference} where the probe puts a
+                      fresh reference (default: a 100 EUR payment to cus_probe); the key-reuse
+                      check sends it with another reference
   -status-path P      the status endpoint with {key} (default PATH/operations/{key}; - for none)
   -search-path P      the search by reference with {reference} (default PATH?reference={reference}; - for none)
   -key-header H       the idempotency key header (default Idempotency-Key)
@@ -64,6 +67,7 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 		cfg       probe.Config
 		asJSON    = fs.Bool("json", false, "")
 		authEnv   = fs.String("auth-env", "", "")
+		bodyFile  = fs.String("body", "", "")
 		timeout   = fs.Duration("timeout", probe.DefaultTimeout, "")
 		headers   = probeHeaders{}
 		usageFail = func(msg string) int {
@@ -106,6 +110,17 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 		return usageFail("-timeout must be positive")
 	}
 	cfg.BaseURL = urls[0]
+	if *bodyFile != "" {
+		tmpl, err := os.ReadFile(*bodyFile)
+		if err != nil {
+			return usageFail("-body: " + err.Error())
+		}
+		if !strings.Contains(string(tmpl), "{reference}") {
+			return usageFail("-body: " + *bodyFile + " has no {reference} placeholder")
+		}
+		cfg.Body = func(ref string) []byte { return []byte(strings.ReplaceAll(string(tmpl), "{reference}", ref)) }
+		cfg.OtherBody = func(ref string) []byte { return cfg.Body(ref + "-other") }
+	}
 	if *authEnv != "" {
 		v, ok := os.LookupEnv(*authEnv)
 		if !ok || v == "" {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -79,6 +81,27 @@ func TestProbeJSON(t *testing.T) {
 	}
 }
 
+// -body gives the operation's JSON, with a fresh reference in place of {reference}.
+func TestProbeBodyTemplate(t *testing.T) {
+	api := slowIdemtest(t)
+	body := filepath.Join(t.TempDir(), "body.json")
+	if err := os.WriteFile(body, []byte(`{"amount":4200,"currency":"USD","customer":"cus_tmpl","reference":"{reference}"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := probeCmd(api.URL, "-sandbox", "-body", body)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	ex := api.Executions()
+	if len(ex) != 2 || ex[0].Amount != 4200 || ex[0].Currency != "USD" || ex[0].Customer != "cus_tmpl" ||
+		!strings.HasPrefix(ex[0].Reference, "probe-") {
+		t.Errorf("ledger = %+v", ex)
+	}
+	if api.Stats().KeyReused != 1 {
+		t.Errorf("the key-reuse check did not send another body: %v", api.Stats())
+	}
+}
+
 // A server that executes every request names its broken rows and exits 1.
 func TestProbeBrokenServerExitsOne(t *testing.T) {
 	var n atomic.Int64
@@ -114,6 +137,10 @@ func TestProbeUsage(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
 	defer srv.Close()
 	t.Setenv("IDEM_PROBE_EMPTY", "")
+	noPlaceholder := filepath.Join(t.TempDir(), "body.json")
+	if err := os.WriteFile(noPlaceholder, []byte(`{"amount":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -126,6 +153,8 @@ func TestProbeUsage(t *testing.T) {
 		{[]string{"-sandbox", "-timeout", "0s", srv.URL}, "-timeout"},
 		{[]string{"-sandbox", "-status-path", "/status", srv.URL}, "StatusPath"},
 		{[]string{"-sandbox", "-bogus", srv.URL}, "-bogus"},
+		{[]string{"-sandbox", "-body", "/nonexistent/body.json", srv.URL}, "-body"},
+		{[]string{"-sandbox", "-body", noPlaceholder, srv.URL}, "no {reference} placeholder"},
 		{[]string{"-sandbox", "-rounds", "-1", srv.URL}, "Rounds"},
 	} {
 		code, out, errOut := probeCmd(tc.args...)
