@@ -159,8 +159,8 @@ func (b *adminBackend) resolve(ctx context.Context, req idem.AdminResolveRequest
 }
 
 func (b *adminBackend) recover(ctx context.Context, rc recoverFlags) (recoverOut, error) {
-	if rc.baseURL != "" || rc.statusPath != "" || rc.auth != "" || rc.lookup != "" {
-		return recoverOut{}, usageError{"with -url the service's own client configuration applies: drop -base-url, -status-path, -auth-env and -lookup"}
+	if rc.baseURL != "" || rc.statusPath != "" || rc.keyHeader != "" || rc.auth != "" || rc.lookup != "" || rc.retention != 0 {
+		return recoverOut{}, usageError{"with -url the service's own client configuration applies: drop -base-url, -status-path, -key-header, -auth-env, -lookup and -retention"}
 	}
 	var out recoverOut
 	err := b.do(ctx, http.MethodPost, "recover", nil, nil, &out)
