@@ -72,6 +72,7 @@ commands:
   recover  run Recover now (-db/-dsn: -base-url, -status-path, -auth-env NAME)
   purge    delete succeeded and failed records older than -older-than (-db, -dsn)
   migrate  create or upgrade the Postgres schema (-dsn)
+  probe    grade a SANDBOX API against idem's contract: probe -sandbox URL (creates payments)
 
 target (exactly one): -db FILE (bbolt), -dsn DSN (Postgres), -url ADMIN_URL (a running
 service's idem.NewAdminHandler; token from $IDEMCTL_TOKEN, see -token-env)
@@ -90,6 +91,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, now func(
 		return 0
 	}
 	cmd, rest := args[0], args[1:]
+	if cmd == "probe" { // its own exit codes: 1 means a contract row is broken
+		return runProbe(rest, stdout, stderr)
+	}
 	var err error
 	switch cmd {
 	case "ls":
