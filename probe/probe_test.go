@@ -15,15 +15,6 @@ import (
 	"github.com/idemkit/idem/probe"
 )
 
-// verdicts returns each check's result.
-func verdicts(rep *probe.Report) map[string]probe.Result {
-	out := map[string]probe.Result{}
-	for _, r := range rep.Rows {
-		out[r.Check] = r.Result
-	}
-	return out
-}
-
 // want builds the expected verdicts: every check Honoured unless listed.
 func want(broken, notObserved []string) map[string]probe.Result {
 	out := map[string]probe.Result{}

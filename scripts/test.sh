@@ -15,8 +15,14 @@ fi
 
 nested=$(find . -mindepth 2 -name go.mod -not -path '*/testdata/*' -not -path './.*' -printf '%h\n' | sort)
 echo "== tests: the root module, then every nested module:" $nested
-go test -race -count=1 "$@" ./...
+# Every module runs even when an earlier one fails; the exit status says whether all passed.
+failed=""
+go test -race -count=1 "$@" ./... || failed="$failed ."
 for m in $nested; do
   echo "== $m"
-  (cd "$m" && go test -race -count=1 "$@" ./...)
+  (cd "$m" && go test -race -count=1 "$@" ./...) || failed="$failed $m"
 done
+if [ -n "$failed" ]; then
+  echo "== FAILED in:$failed"
+  exit 1
+fi
