@@ -118,7 +118,7 @@ func TestRegisterExportsStats(t *testing.T) {
 	}
 
 	// Before any call every counter is exported at zero and the budget is full.
-	before, units := collect(t, reader)
+	before, _ := collect(t, reader)
 	for name, v := range before {
 		want := int64(0)
 		if name == "idem.retry_budget.available" {

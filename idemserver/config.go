@@ -66,8 +66,9 @@ type Config struct {
 	// Lease is how long a checkpointed record whose owner is gone stays locked before a
 	// request with the key resumes it (see Checkpoint); 0 means DefaultLease.
 	Lease time.Duration
-	// RetryAfter is sent (whole seconds, rounded up) with 409 and 202; 0 means
-	// DefaultRetryAfter.
+	// RetryAfter is sent (whole seconds, rounded up) with 409, 202 and 503; 0 means
+	// DefaultRetryAfter, a negative value sends "Retry-After: 0" (retry at once: for test
+	// servers whose clients should not wait).
 	RetryAfter time.Duration
 	// Wait, if > 0, makes a request whose key is in progress wait up to this long for the
 	// first to finish and replay its answer, instead of an immediate 409.
@@ -85,6 +86,19 @@ type Config struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// OnEvent, if set, is called synchronously for each Event.
 	OnEvent func(Event)
+	// Fingerprint computes a request's fingerprint from its method, operation (as
+	// Config.Operation names it) and body bytes; nil means the package's Fingerprint, over
+	// the canonical body (JSON key order and whitespace do not matter). A stricter function,
+	// such as SHA-256 over the raw bytes, lets a test server catch clients that do not resend
+	// byte-identical bodies. Two requests are the same when their fingerprints are equal.
+	Fingerprint func(method, operation string, body []byte) []byte
+	// WriteProblem, if set, writes the answers the middleware and the status endpoint give
+	// themselves (400, 401, 409, 413, 422, 503), so that they follow the API's own error
+	// format; nil means RFC 9457 application/problem+json (WriteProblemJSON). It must answer
+	// with status p.Status; headers such as Retry-After are already set on w. Clients
+	// recognise key reuse when the body names it (idem's client: a string member containing
+	// "idempotency", such as the code CodeKeyReused).
+	WriteProblem func(w http.ResponseWriter, r *http.Request, p Problem)
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -99,13 +113,19 @@ func (c Config) withDefaults() (Config, error) {
 		v    *time.Duration
 		def  time.Duration
 	}{{"Retention", &c.Retention, DefaultRetention}, {"Lease", &c.Lease, DefaultLease},
-		{"RetryAfter", &c.RetryAfter, DefaultRetryAfter}, {"WaitPoll", &c.WaitPoll, DefaultWaitPoll}} {
+		{"WaitPoll", &c.WaitPoll, DefaultWaitPoll}} {
 		if *d.v < 0 {
 			return c, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, d.name, *d.v)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.Fingerprint == nil {
+		c.Fingerprint = Fingerprint
 	}
 	if c.Wait < 0 {
 		return c, fmt.Errorf("%w: Wait %v is negative", ErrInvalidConfig, c.Wait)

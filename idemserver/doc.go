@@ -50,6 +50,13 @@
 // Checkpoint(r, point) and resumes from RecoveryPoint(r) after a crash; see pgserver's
 // documentation for the pattern.
 //
+// # Conventions of your API
+//
+// Config.WriteProblem renders the middleware's own answers (400, 401, 409, 413, 422, 503) in
+// the API's error format instead of application/problem+json; Config.Fingerprint replaces the
+// canonical fingerprint (idemtest uses a byte-exact one, to catch clients that re-encode a
+// body between attempts).
+//
 // Credentials are never stored: Authorization, Cookie, Proxy-Authorization, Set-Cookie and
 // WWW-Authenticate cannot be allow-listed.
 package idemserver

@@ -35,7 +35,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	raw, has := r.Header[http.CanonicalHeaderKey(m.cfg.KeyHeader)]
 	if !has {
 		if m.cfg.Required(r) {
-			writeProblem(w, Problem{Type: ProblemKeyMissing, Title: "Idempotency-Key header required", Status: http.StatusBadRequest,
+			m.problem(w, r, Problem{Type: ProblemKeyMissing, Title: "Idempotency-Key header required", Status: http.StatusBadRequest,
 				Detail: fmt.Sprintf("%s %s requires the %s header", r.Method, r.URL.Path, m.cfg.KeyHeader)})
 			return
 		}
@@ -43,35 +43,35 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if len(raw) != 1 {
-		writeProblem(w, Problem{Type: ProblemKeyInvalid, Title: "Invalid Idempotency-Key", Status: http.StatusBadRequest,
+		m.problem(w, r, Problem{Type: ProblemKeyInvalid, Title: "Invalid Idempotency-Key", Status: http.StatusBadRequest,
 			Detail: fmt.Sprintf("%d %s headers; send one", len(raw), m.cfg.KeyHeader)})
 		return
 	}
 	key, err := ParseKey(raw[0])
 	if err != nil {
-		writeProblem(w, Problem{Type: ProblemKeyInvalid, Title: "Invalid Idempotency-Key", Status: http.StatusBadRequest, Detail: err.Error()})
+		m.problem(w, r, Problem{Type: ProblemKeyInvalid, Title: "Invalid Idempotency-Key", Status: http.StatusBadRequest, Detail: err.Error()})
 		return
 	}
 	tenant, err := m.cfg.Tenant(r)
 	if err != nil {
-		writeProblem(w, Problem{Type: ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized})
+		m.problem(w, r, Problem{Type: ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized})
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeProblem(w, Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+			m.problem(w, r, Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
 				Detail: fmt.Sprintf("at most %d bytes", m.cfg.MaxBodyBytes)})
 			return
 		}
-		writeProblem(w, Problem{Type: ProblemBodyUnreadable, Title: "Request body unreadable", Status: http.StatusBadRequest})
+		m.problem(w, r, Problem{Type: ProblemBodyUnreadable, Title: "Request body unreadable", Status: http.StatusBadRequest})
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	op := m.cfg.Operation(r)
 	scope := Scope{Tenant: tenant, Operation: op, Key: key}
-	fp := Fingerprint(r.Method, op, body)
+	fp := m.cfg.Fingerprint(r.Method, op, body)
 
 	ctx := r.Context()
 	deadline := m.cfg.Now().Add(m.cfg.Wait)
@@ -79,7 +79,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	for waited := false; ; waited = true {
 		c, rec, err := m.cfg.Backend.Claim(ctx, ClaimRequest{Scope: scope, Fingerprint: fp, Now: m.cfg.Now(), Lease: m.cfg.Lease})
 		if err != nil {
-			m.unavailable(w, scope, err)
+			m.unavailable(w, r, scope, err)
 			return
 		}
 		if c != nil {
@@ -89,7 +89,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		switch {
 		case rec.Fingerprint != nil && !bytes.Equal(rec.Fingerprint, fp):
 			m.event(Event{Kind: EventPayloadConflict, Scope: scope, Status: http.StatusUnprocessableEntity})
-			writeProblem(w, Problem{Type: ProblemKeyReused, Title: "Idempotency-Key reused with another request", Status: http.StatusUnprocessableEntity,
+			m.problem(w, r, Problem{Type: ProblemKeyReused, Title: "Idempotency-Key reused with another request", Status: http.StatusUnprocessableEntity,
 				Detail: "this key was used with a different method, route or body; use a new key for a new request", Code: CodeKeyReused})
 			return
 		case rec.State == StateCompleted:
@@ -105,7 +105,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				m.event(Event{Kind: EventInProgressTimeout, Scope: scope, Status: http.StatusConflict})
 			}
 			w.Header().Set("Retry-After", m.retryAfter())
-			writeProblem(w, Problem{Type: ProblemInProgress, Title: "A request with this Idempotency-Key is in progress", Status: http.StatusConflict,
+			m.problem(w, r, Problem{Type: ProblemInProgress, Title: "A request with this Idempotency-Key is in progress", Status: http.StatusConflict,
 				Detail: "retry after Retry-After seconds with the same key and body"})
 			return
 		}
@@ -136,7 +136,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	resp := rec.response()
 	if !ex.stored() {
 		if err := claim.Release(ctx); err != nil {
-			m.unavailable(w, scope, err)
+			m.unavailable(w, r, scope, err)
 			return
 		}
 		m.event(Event{Kind: EventNotExecuted, Scope: scope, Status: resp.Status})
@@ -151,21 +151,24 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	now := m.cfg.Now()
 	if err := claim.Complete(ctx, stored, now, now.Add(m.cfg.Retention)); err != nil {
-		m.unavailable(w, scope, err)
+		m.unavailable(w, r, scope, err)
 		return
 	}
 	m.event(Event{Kind: EventExecuted, Scope: scope, Status: resp.Status})
 	send(w, rec.header, resp.Status, resp.Body)
 }
 
-func (m *Middleware) unavailable(w http.ResponseWriter, scope Scope, err error) {
+func (m *Middleware) unavailable(w http.ResponseWriter, r *http.Request, scope Scope, err error) {
 	m.event(Event{Kind: EventStoreError, Scope: scope, Status: http.StatusServiceUnavailable, Err: err})
 	w.Header().Set("Retry-After", m.retryAfter())
-	writeProblem(w, Problem{Type: ProblemUnavailable, Title: "Idempotency store unavailable", Status: http.StatusServiceUnavailable,
+	m.problem(w, r, Problem{Type: ProblemUnavailable, Title: "Idempotency store unavailable", Status: http.StatusServiceUnavailable,
 		Detail: "nothing was stored; retry with the same key"})
 }
 
 func (m *Middleware) retryAfter() string {
+	if m.cfg.RetryAfter < 0 {
+		return "0"
+	}
 	return strconv.Itoa(int(math.Ceil(m.cfg.RetryAfter.Seconds())))
 }
 

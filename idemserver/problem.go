@@ -40,6 +40,20 @@ type Problem struct {
 	Code   string `json:"code,omitempty"`
 }
 
+// problem answers p through Config.WriteProblem, or as application/problem+json.
+func (m *Middleware) problem(w http.ResponseWriter, r *http.Request, p Problem) {
+	if m.cfg.WriteProblem != nil {
+		m.cfg.WriteProblem(w, r, p)
+		return
+	}
+	writeProblem(w, p)
+}
+
+// WriteProblemJSON writes p as an RFC 9457 application/problem+json body with status p.Status
+// and an exact Content-Length: the middleware's default rendering, for a Config.WriteProblem
+// that handles only some problems its own way.
+func WriteProblemJSON(w http.ResponseWriter, p Problem) { writeProblem(w, p) }
+
 // writeProblem writes p as application/problem+json with its status.
 func writeProblem(w http.ResponseWriter, p Problem) {
 	b, _ := json.Marshal(p)

@@ -43,12 +43,12 @@ func (m *Middleware) StatusHandler(operation string, key func(r *http.Request) s
 func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tenant, err := h.m.cfg.Tenant(r)
 	if err != nil {
-		writeProblem(w, Problem{Type: ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized})
+		h.m.problem(w, r, Problem{Type: ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized})
 		return
 	}
 	key, err := ParseKey(h.key(r))
 	if err != nil {
-		writeProblem(w, Problem{Type: ProblemKeyInvalid, Title: "Invalid Idempotency-Key", Status: http.StatusBadRequest, Detail: err.Error()})
+		h.m.problem(w, r, Problem{Type: ProblemKeyInvalid, Title: "Invalid Idempotency-Key", Status: http.StatusBadRequest, Detail: err.Error()})
 		return
 	}
 	rec, err := h.m.cfg.Backend.Lookup(r.Context(), Scope{Tenant: tenant, Operation: h.operation, Key: key}, h.m.cfg.Now())

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/idemserver"
 )
 
 // Paths, headers and defaults of the API.
@@ -21,15 +23,16 @@ const (
 	// StatusPathPattern is the ServeMux pattern of the status endpoint (GET).
 	StatusPathPattern = "/v1/payments/operations/{key}"
 	// DefaultKeyHeader is the idempotency key header read when Config.KeyHeader is empty.
-	DefaultKeyHeader = "Idempotency-Key"
+	DefaultKeyHeader = idemserver.DefaultKeyHeader
 	// ReplayedHeader is set to "true" on every answer replayed from a stored result.
-	ReplayedHeader = "Idempotent-Replayed"
+	ReplayedHeader = idemserver.ReplayedHeader
 	// DefaultRetryAfter is the Retry-After, in seconds, used when Config.RetryAfter is 0.
 	DefaultRetryAfter = 1
 	// DefaultSlowDelay is how long FaultSlow holds a request when Config.SlowDelay is 0.
 	DefaultSlowDelay = 2 * time.Second
-	// MaxKeyLength is the longest idempotency key accepted, in bytes (after unquoting).
-	MaxKeyLength = 255
+	// MaxKeyLength is the longest idempotency key accepted, in characters (visible ASCII,
+	// after unquoting): idemserver's limit.
+	MaxKeyLength = idemserver.MaxKeyLength
 )
 
 const statusSuffix = "/operations/"
@@ -128,16 +131,18 @@ func checkRate(name string, rate float64) {
 }
 
 // Handler is the payments API as an http.Handler, usable in any http.Server, with the
-// ledger and counters that tests read. Create it with [NewHandler]; it is safe for
-// concurrent use.
+// ledger and counters that tests read. Its POST endpoints run behind idemserver's
+// middleware on a memory backend; the faults wrap it. Create it with [NewHandler]; it is
+// safe for concurrent use.
 type Handler struct {
 	cfg       Config
 	mux       *http.ServeMux
+	backend   *idemserver.Memory
+	mw        *idemserver.Middleware
 	done      chan struct{} // closed by Close: ends FaultSlow waits
 	closeOnce sync.Once
 
 	mu          sync.Mutex
-	records     map[scope]*record
 	executions  []Execution
 	attemptsFor map[string]int
 	stats       Stats
@@ -154,20 +159,27 @@ func NewHandler(cfg Config) *Handler {
 	h := &Handler{
 		cfg:         cfg,
 		mux:         http.NewServeMux(),
+		backend:     idemserver.NewMemory(),
 		done:        make(chan struct{}),
-		records:     make(map[scope]*record),
 		attemptsFor: make(map[string]int),
 		stats:       Stats{Faults: make(map[Fault]int)},
 		rng:         rand.New(rand.NewPCG(seed, 0x1de0)),
 		statusRng:   rand.New(rand.NewPCG(seed, 0x57a7)),
 	}
+	h.mw = h.newMiddleware()
 	for _, p := range cfg.Paths {
-		h.mux.HandleFunc("POST "+p, func(w http.ResponseWriter, r *http.Request) { h.servePayment(w, r, p) })
+		pay := h.mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.servePayment(w, r, p) }))
+		status := h.mw.StatusHandler(operation(p), nil)
+		h.mux.HandleFunc("POST "+p, func(w http.ResponseWriter, r *http.Request) { h.arrive(w, r, pay) })
 		h.mux.HandleFunc("GET "+p, func(w http.ResponseWriter, r *http.Request) { h.serveSearch(w, r, p) })
-		h.mux.HandleFunc("GET "+p+statusSuffix+"{key}", func(w http.ResponseWriter, r *http.Request) { h.serveStatus(w, r, p) })
+		h.mux.HandleFunc("GET "+p+statusSuffix+"{key}", func(w http.ResponseWriter, r *http.Request) { h.serveStatus(w, r, status) })
 	}
 	return h
 }
+
+// Middleware returns the idemserver middleware the POST endpoints run behind, for its
+// counters (Stats) and as an example of its configuration.
+func (h *Handler) Middleware() *idemserver.Middleware { return h.mw }
 
 // ServeHTTP routes a request to the payments or the status endpoint.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }

@@ -1,9 +1,13 @@
 package idemtest
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/idemkit/idem/idemserver"
 )
 
 func TestStatusEndpoint(t *testing.T) {
@@ -38,12 +42,15 @@ func TestStatusEndpoint(t *testing.T) {
 
 	t.Run("processing", func(t *testing.T) {
 		// A claim in progress, without timing: hold the record directly.
-		sc := scope{tenant: tenant, path: PaymentsPath, key: "busy"}
-		rec, outcome, _ := s.claim(sc, fingerprint(http.MethodPost, PaymentsPath, nil))
-		if outcome != claimed {
-			t.Fatalf("claim outcome = %v", outcome)
+		ctx := context.Background()
+		claim, rec, err := s.backend.Claim(ctx, idemserver.ClaimRequest{
+			Scope:       idemserver.Scope{Tenant: tenant, Operation: operation(PaymentsPath), Key: "busy"},
+			Fingerprint: rawFingerprint(http.MethodPost, operation(PaymentsPath), nil), Now: time.Now(), Lease: time.Minute,
+		})
+		if err != nil || claim == nil {
+			t.Fatalf("claim = %v, %+v, %v", claim, rec, err)
 		}
-		defer s.release(sc, rec)
+		defer func() { _ = claim.Release(ctx) }()
 		r := status(t, s.URL, tenant, "busy")
 		wantStatus(t, r, http.StatusAccepted)
 		if string(r.body) != `{"status":"processing"}` || r.header.Get("Retry-After") != "3" {

@@ -2,95 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/keystore"
-	"github.com/idemkit/idem/keystore/boltstore"
+	"github.com/idemkit/idem"
 )
-
-// errHelp: -h was given; the flag package printed the command's flags.
-var errHelp = errors.New("help")
-
-// common holds the flags every command takes.
-type common struct {
-	db      string
-	json    bool
-	timeout time.Duration
-	url     string
-	dsn     string
-}
-
-func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {
-	fs := flag.NewFlagSet("idemctl "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.db, "db", "", "keystore file (bbolt) `path`")
-	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
-	fs.DurationVar(&c.timeout, "timeout", boltstore.DefaultTimeout, "longest wait for the file lock")
-	fs.StringVar(&c.url, "url", "", "admin endpoint URL (not available yet)")
-	fs.StringVar(&c.dsn, "dsn", "", "Postgres keystore DSN (not available yet)")
-	return fs
-}
-
-// parse parses args and checks the common flags; positional arguments are returned.
-func parse(fs *flag.FlagSet, c *common, args []string, maxArgs int) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, errHelp
-		}
-		return nil, usageError{err.Error()}
-	}
-	switch {
-	case c.url != "":
-		return nil, usageError{"-url is not available yet: the admin endpoint comes with idem's admin handler"}
-	case c.dsn != "":
-		return nil, usageError{"-dsn is not available yet: Postgres keystores come with keystore/pgstore"}
-	case c.db == "":
-		return nil, usageError{"-db FILE is required"}
-	case fs.NArg() > maxArgs:
-		return nil, usageError{fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args()[maxArgs:], " "))}
-	case c.timeout <= 0:
-		return nil, usageError{"-timeout must be positive"}
-	}
-	return fs.Args(), nil
-}
-
-// openStore opens the keystore, read-only unless write is set, with a message that says
-// what to do when the service holds the file.
-func openStore(c *common, write bool) (*boltstore.Store, error) {
-	opts := &boltstore.Options{Timeout: c.timeout}
-	var s *boltstore.Store
-	var err error
-	if write {
-		s, err = boltstore.Open(c.db, opts)
-	} else {
-		s, err = boltstore.OpenReadOnly(c.db, opts)
-	}
-	if errors.Is(err, boltstore.ErrLocked) {
-		return nil, fmt.Errorf("%s is in use by another process (a running service holds its lock); gave up after %s: stop the service, or use its admin endpoint: %w", c.db, c.timeout, err)
-	}
-	return s, err
-}
-
-func parseStates(s string) ([]keystore.State, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var out []keystore.State
-	for part := range strings.SplitSeq(s, ",") {
-		st := keystore.State(strings.TrimSpace(part))
-		if !st.Valid() {
-			return nil, usageError{fmt.Sprintf("unknown state %q (pending, succeeded, failed, manual)", st)}
-		}
-		out = append(out, st)
-	}
-	return out, nil
-}
 
 func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) error {
 	var c common
@@ -98,42 +17,38 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer, now fun
 	states := fs.String("state", "", "comma-separated `states` to list (pending, succeeded, failed, manual); all if empty")
 	minAge := fs.Duration("min-age", 0, "list only records created at least this long ago")
 	tenant := fs.String("tenant", "", "list only this tenant scope")
-	allTenants := true
 	if _, err := parse(fs, &c, args, 0); err != nil {
 		return err
 	}
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "tenant" {
-			allTenants = false
+	f := listFilter{minAge: *minAge}
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "tenant" {
+			f.tenant = tenant
 		}
 	})
-	sts, err := parseStates(*states)
-	if err != nil {
+	var err error
+	if f.states, err = parseStates(*states); err != nil {
 		return err
 	}
 	if *minAge < 0 {
 		return usageError{"-min-age must not be negative"}
 	}
-	s, err := openStore(&c, false)
+	b, err := open(ctx, &c, false, now)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	recs, err := s.List(ctx, sts...)
+	defer b.close()
+	recs, err := b.list(ctx, f)
 	if err != nil {
 		return err
 	}
-	t := now()
-	recs = slices.DeleteFunc(recs, func(r *keystore.Record) bool {
-		return t.Sub(r.CreatedAt) < *minAge || (!allTenants && r.Scope != *tenant)
-	})
 	if c.json {
-		return writeJSON(stdout, summaries(recs, t))
+		return writeJSON(stdout, recs)
 	}
-	return writeTable(stdout, recs, t)
+	return writeTable(stdout, recs)
 }
 
-func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) error {
 	var c common
 	fs := newFlags("show", stderr, &c)
 	tenant := fs.String("tenant", "", "tenant scope of the key or intent")
@@ -145,20 +60,12 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if (len(rest) == 1) == (*intent != "") {
 		return usageError{"show takes one KEY or -intent INTENT"}
 	}
-	s, err := openStore(&c, false)
+	b, err := open(ctx, &c, false, now)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	var rec *keystore.Record
-	if *intent != "" {
-		rec, err = s.GetByIntent(ctx, *tenant, *intent)
-	} else {
-		rec, err = s.Get(ctx, *tenant, rest[0])
-	}
-	if errors.Is(err, keystore.ErrNotFound) {
-		return fmt.Errorf("no record for %s in tenant %q", describe(rest, *intent), *tenant)
-	}
+	defer b.close()
+	rec, err := b.get(ctx, *tenant, first(rest), *intent)
 	if err != nil {
 		return err
 	}
@@ -168,11 +75,11 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return writeRecord(stdout, rec)
 }
 
-func describe(keys []string, intent string) string {
-	if intent != "" {
-		return fmt.Sprintf("intent %q", intent)
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
 	}
-	return fmt.Sprintf("key %q", keys[0])
+	return s[0]
 }
 
 func cmdStats(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) error {
@@ -181,16 +88,15 @@ func cmdStats(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	if _, err := parse(fs, &c, args, 0); err != nil {
 		return err
 	}
-	s, err := openStore(&c, false)
+	b, err := open(ctx, &c, false, now)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	recs, err := s.List(ctx)
+	defer b.close()
+	st, err := b.stats(ctx)
 	if err != nil {
 		return err
 	}
-	st := computeStats(recs, now())
 	if c.json {
 		return writeJSON(stdout, st)
 	}
@@ -209,23 +115,13 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 		return usageError{"-older-than DURATION (positive) is required, e.g. -older-than 72h"}
 	}
 	cutoff := now().Add(-*olderThan)
-	s, err := openStore(&c, !*dryRun)
+	b, err := open(ctx, &c, !*dryRun, now)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	var n int
-	if *dryRun {
-		recs, err := s.List(ctx, keystore.StateSucceeded, keystore.StateFailed)
-		if err != nil {
-			return err
-		}
-		for _, r := range recs {
-			if r.UpdatedAt.Before(cutoff) {
-				n++
-			}
-		}
-	} else if n, err = s.Purge(ctx, cutoff); err != nil {
+	defer b.close()
+	n, err := b.purge(ctx, cutoff, *dryRun)
+	if err != nil {
 		return err
 	}
 	if c.json {
@@ -237,4 +133,98 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	}
 	_, err = fmt.Fprintf(stdout, "%s %d succeeded/failed record(s) last updated before %s\n", verb, n, cutoff.UTC().Format(time.RFC3339))
 	return err
+}
+
+func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) error {
+	var c common
+	fs := newFlags("resolve", stderr, &c)
+	var req idem.AdminResolveRequest
+	fs.StringVar(&req.Tenant, "tenant", "", "tenant scope of the key or intent")
+	fs.StringVar(&req.Intent, "intent", "", "find the record by its `intent` instead of a key")
+	fs.StringVar(&req.Verdict, "verdict", "", "executed (the payment took effect) or not_executed (required)")
+	fs.StringVar(&req.Note, "note", "", "who decided, on what evidence; kept on the record (required)")
+	status := fs.Int("status", 0, "with -verdict executed: the HTTP `status` of the answer found (default 200)")
+	body := fs.String("body", "", "with -verdict executed: the answer's body, e.g. the charge as JSON")
+	rest, err := parse(fs, &c, args, 1)
+	if err != nil {
+		return err
+	}
+	req.Key = first(rest)
+	switch {
+	case (req.Key != "") == (req.Intent != ""):
+		return usageError{"resolve takes one KEY or -intent INTENT"}
+	case req.Verdict != idem.VerdictExecuted.String() && req.Verdict != idem.VerdictNotExecuted.String():
+		return usageError{fmt.Sprintf("-verdict %q: want executed or not_executed", req.Verdict)}
+	case strings.TrimSpace(req.Note) == "":
+		return usageError{"-note is required: who decided, and on what evidence"}
+	case (*status != 0 || *body != "") && req.Verdict != idem.VerdictExecuted.String():
+		return usageError{"-status and -body go only with -verdict executed"}
+	case *status != 0 && (*status < 100 || *status > 599):
+		return usageError{fmt.Sprintf("-status %d is not an HTTP status", *status)}
+	}
+	if *status != 0 || *body != "" {
+		req.Response = &idem.AdminResponse{Status: max(*status, 0), Body: *body}
+		if req.Response.Status == 0 {
+			req.Response.Status = 200
+		}
+	}
+	b, err := open(ctx, &c, true, now)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	rec, err := b.resolve(ctx, req)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(stdout, rec)
+	}
+	return writeRecord(stdout, rec)
+}
+
+// recoverFlags configure the idem client that recover runs against a keystore it opens
+// itself: the API's base URL, status endpoint and key header, as the service sets them.
+type recoverFlags struct {
+	baseURL, statusPath, keyHeader, lookup string
+	authEnv, auth                          string
+	retention                              time.Duration
+}
+
+func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) error {
+	var c common
+	var rc recoverFlags
+	fs := newFlags("recover", stderr, &c)
+	fs.StringVar(&rc.baseURL, "base-url", "", "with -db/-dsn: the API's base `URL`, as the service's Config.BaseURL (required)")
+	fs.StringVar(&rc.statusPath, "status-path", "", "with -db/-dsn: the status endpoint, e.g. /v1/payments/operations/{key} (Config.StatusURL)")
+	fs.StringVar(&rc.keyHeader, "key-header", "", "with -db/-dsn: the idempotency key header (default Idempotency-Key)")
+	fs.StringVar(&rc.authEnv, "auth-env", "", "with -db/-dsn: the environment variable `NAME` whose value is the API's Authorization header")
+	fs.StringVar(&rc.lookup, "lookup", "", "with -db/-dsn: search-by-reference `path` that settles manual records (idem.LookupByReference)")
+	fs.DurationVar(&rc.retention, "retention", 0, "with -db/-dsn: Config.Retention; older succeeded/failed records are purged (default 72h)")
+	if _, err := parse(fs, &c, args, 0); err != nil {
+		return err
+	}
+	if c.url == "" && rc.baseURL == "" {
+		return usageError{"recover on -db or -dsn sends requests: -base-url URL is required (with -status-path and -auth-env as the service has them)"}
+	}
+	if rc.retention < 0 {
+		return usageError{"-retention must not be negative"}
+	}
+	var err error
+	if rc.auth, err = secretFromEnv("-auth-env", rc.authEnv); err != nil {
+		return err
+	}
+	b, err := open(ctx, &c, true, now)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	out, err := b.recover(ctx, rc)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(stdout, out)
+	}
+	return writeRecover(stdout, out)
 }

@@ -6,39 +6,15 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/keystore"
 )
 
-// summary is one row of ls -json: the record without its bodies.
-type summary struct {
-	Scope      string         `json:"scope"`
-	Key        string         `json:"key"`
-	Intent     string         `json:"intent,omitempty"`
-	State      keystore.State `json:"state"`
-	Method     string         `json:"method"`
-	URL        string         `json:"url"`
-	Attempts   int            `json:"attempts"`
-	LastStatus int            `json:"last_status,omitempty"`
-	Reason     string         `json:"reason,omitempty"`
-	Error      string         `json:"error,omitempty"`
-	AgeSeconds int64          `json:"age_seconds"`
-	CreatedAt  time.Time      `json:"created_at"`
-	UpdatedAt  time.Time      `json:"updated_at"`
-}
-
-func summaries(recs []*keystore.Record, now time.Time) []summary {
-	out := make([]summary, 0, len(recs))
-	for _, r := range recs {
-		out = append(out, summary{Scope: r.Scope, Key: r.Key, Intent: r.Intent, State: r.State,
-			Method: r.Request.Method, URL: r.Request.URL, Attempts: r.Attempts, LastStatus: r.LastStatus,
-			Reason: r.Reason, Error: r.Error, AgeSeconds: int64(now.Sub(r.CreatedAt) / time.Second),
-			CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt})
-	}
-	return out
-}
+// Human tables fit in 100 columns: long values are clipped with "…" (-json has them whole).
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -46,36 +22,13 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func writeTable(w io.Writer, recs []*keystore.Record, now time.Time) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "STATE\tAGE\tATTEMPTS\tLAST\tTENANT\tINTENT\tKEY\tREASON")
-	for _, r := range recs {
-		last := "-"
-		if r.LastStatus != 0 {
-			last = fmt.Sprint(r.LastStatus)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.State, age(now.Sub(r.CreatedAt)), r.Attempts, last,
-			dash(r.Scope), dash(r.Intent), r.Key, dash(r.Reason))
+// clip shortens s to at most n runes, marking the cut with "…".
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(w, "%d record(s)\n", len(recs))
-	return err
-}
-
-// age formats d to the second, or in whole minutes/hours/days once it is long.
-func age(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "0s"
-	case d < time.Hour:
-		return d.Truncate(time.Second).String()
-	case d < 48*time.Hour:
-		return d.Truncate(time.Minute).String()
-	default:
-		return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
-	}
+	return string(r[:n-1]) + "…"
 }
 
 func dash(s string) string {
@@ -85,9 +38,49 @@ func dash(s string) string {
 	return s
 }
 
+// writeTable prints ls: widest row 9+6+4+8+12+36+19 runes plus 6 one-space gaps = 100.
+func writeTable(w io.Writer, recs []idem.AdminRecord) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	fmt.Fprintln(tw, "STATE\tAGE\tLAST\tTENANT\tINTENT\tKEY\tREASON")
+	for _, r := range recs {
+		last := "-"
+		if r.LastStatus != 0 {
+			last = fmt.Sprint(r.LastStatus)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.State, age(time.Duration(r.AgeSeconds)*time.Second), last,
+			clip(dash(r.Scope), 8), clip(dash(r.Intent), 12), clip(r.Key, 36), clip(dash(r.Reason), 19))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d record(s)\n", len(recs))
+	return err
+}
+
+// age formats d in at most 6 characters: 45s, 12m30s, 2h05m, 30h, 4d.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+	case d < 10*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	case d < 72*time.Hour:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	default:
+		return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+	}
+}
+
+// writeRecord prints show and resolve: a label column of 14 and values clipped to 84 runes.
 func writeRecord(w io.Writer, r *keystore.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	row := func(k string, v any) {
+		fmt.Fprintf(tw, "%s\t%s\n", k, clip(strings.ReplaceAll(fmt.Sprint(v), "\n", " "), 84))
+	}
 	row("key", r.Key)
 	row("tenant", dash(r.Scope))
 	row("intent", dash(r.Intent))
@@ -104,9 +97,13 @@ func writeRecord(w io.Writer, r *keystore.Record) error {
 	row("last status", r.LastStatus)
 	row("reason", dash(r.Reason))
 	row("error", dash(r.Error))
+	row("note", dash(r.Note))
 	row("not executed", r.NotExecuted)
 	row("created", r.CreatedAt.UTC().Format(time.RFC3339Nano))
 	row("updated", r.UpdatedAt.UTC().Format(time.RFC3339Nano))
+	if r.Owner != "" {
+		row("lease", fmt.Sprintf("%s until %s, fence %d", r.Owner, r.LeaseUntil.UTC().Format(time.RFC3339), r.Fence))
+	}
 	if r.Response != nil {
 		row("response", r.Response.Status)
 		row("  body", string(r.Response.Body))
@@ -114,42 +111,45 @@ func writeRecord(w io.Writer, r *keystore.Record) error {
 	return tw.Flush()
 }
 
-// stats is what the stats command reports.
-type stats struct {
-	Total                int                    `json:"total"`
-	ByState              map[keystore.State]int `json:"by_state"`
-	OldestPendingSeconds int64                  `json:"oldest_pending_seconds"`
-	OldestManualSeconds  int64                  `json:"oldest_manual_seconds"`
-	Tenants              int                    `json:"tenants"`
-}
-
-func computeStats(recs []*keystore.Record, now time.Time) stats {
-	s := stats{Total: len(recs), ByState: map[keystore.State]int{
-		keystore.StatePending: 0, keystore.StateSucceeded: 0, keystore.StateFailed: 0, keystore.StateManual: 0}}
-	tenants := map[string]bool{}
-	for _, r := range recs {
-		s.ByState[r.State]++
-		tenants[r.Scope] = true
-		a := int64(now.Sub(r.CreatedAt) / time.Second)
-		switch r.State {
-		case keystore.StatePending:
-			s.OldestPendingSeconds = max(s.OldestPendingSeconds, a)
-		case keystore.StateManual:
-			s.OldestManualSeconds = max(s.OldestManualSeconds, a)
-		}
-	}
-	s.Tenants = len(tenants)
-	return s
-}
-
-func writeStats(w io.Writer, s stats) error {
+func writeStats(w io.Writer, s statsOut) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, st := range []keystore.State{keystore.StatePending, keystore.StateManual, keystore.StateSucceeded, keystore.StateFailed} {
-		fmt.Fprintf(tw, "%s\t%d\n", st, s.ByState[st])
+		fmt.Fprintf(tw, "%s\t%d\n", st, s.Records.ByState[st])
 	}
-	fmt.Fprintf(tw, "total\t%d\n", s.Total)
-	fmt.Fprintf(tw, "tenants\t%d\n", s.Tenants)
-	fmt.Fprintf(tw, "oldest pending\t%s\n", age(time.Duration(s.OldestPendingSeconds)*time.Second))
-	fmt.Fprintf(tw, "oldest manual\t%s\n", age(time.Duration(s.OldestManualSeconds)*time.Second))
+	fmt.Fprintf(tw, "total\t%d\n", s.Records.Total)
+	fmt.Fprintf(tw, "tenants\t%d\n", s.Records.Tenants)
+	fmt.Fprintf(tw, "oldest pending\t%s\n", age(time.Duration(s.Records.OldestPendingSeconds)*time.Second))
+	fmt.Fprintf(tw, "oldest manual\t%s\n", age(time.Duration(s.Records.OldestManualSeconds)*time.Second))
+	if len(s.Client) > 0 {
+		fmt.Fprintf(tw, "client counters (since the service started):\t\n")
+		for _, k := range slices.Sorted(maps.Keys(s.Client)) {
+			fmt.Fprintf(tw, "  %s\t%d\n", k, s.Client[k])
+		}
+	}
+	return tw.Flush()
+}
+
+var reportOrder = []string{"pending", "skipped", "succeeded", "failed", "manual", "unknown", "purged", "resolved"}
+
+// writeRecover prints the report on one line, then one row per record Recover worked on:
+// widest row 9+8+12+36+31 runes plus 4 one-space gaps = 100.
+func writeRecover(w io.Writer, out recoverOut) error {
+	parts := make([]string, 0, len(reportOrder))
+	for _, k := range reportOrder {
+		parts = append(parts, fmt.Sprintf("%s %d", k, out.Report[k]))
+	}
+	if _, err := fmt.Fprintln(w, strings.Join(parts, ", ")); err != nil {
+		return err
+	}
+	if len(out.Records) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	fmt.Fprintln(tw, "STATE\tTENANT\tINTENT\tKEY\tERROR")
+	for _, e := range out.Records {
+		r := e.Record
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.State, clip(dash(r.Scope), 8), clip(dash(r.Intent), 12),
+			clip(r.Key, 36), clip(dash(e.Error), 31))
+	}
 	return tw.Flush()
 }

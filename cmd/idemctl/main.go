@@ -1,24 +1,47 @@
 // Command idemctl is the operator's view of an idem keystore: it lists, shows and counts the
-// records a service persisted (pending and manual ones are the stuck payments), and purges
-// finished ones.
+// records a service persisted (pending and manual ones are the stuck payments), settles a
+// manual record, runs Recover, and purges finished records.
 //
-// Usage:
+// Usage (TARGET is one of -db FILE, -dsn DSN, -url ADMIN_URL):
 //
-//	idemctl ls    -db FILE [-state pending,manual] [-min-age 10m] [-tenant T] [-json]
-//	idemctl show  -db FILE [-tenant T] (KEY | -intent INTENT) [-json]
-//	idemctl stats -db FILE [-json]
-//	idemctl purge -db FILE -older-than 72h [-dry-run] [-json]
+//	idemctl ls      TARGET [-state pending,manual] [-min-age 10m] [-tenant T] [-json]
+//	idemctl show    TARGET [-tenant T] (KEY | -intent INTENT) [-json]
+//	idemctl stats   TARGET [-json]
+//	idemctl resolve TARGET [-tenant T] (KEY | -intent INTENT) -verdict executed|not_executed
+//	                -note "who, evidence" [-status 201 -body '{"id":"ch_1"}'] [-json]
+//	idemctl recover TARGET [-base-url URL -status-path P -auth-env NAME -lookup P] [-json]
+//	idemctl purge   (-db FILE | -dsn DSN) -older-than 72h [-dry-run] [-json]
+//	idemctl migrate -dsn DSN
 //
-// ls, show and stats open the bbolt file read-only (boltstore.OpenReadOnly): they never write
-// to it. purge opens it for writing and deletes succeeded and failed records last updated
-// before the cutoff; pending and manual records are never purged. A running service holds
-// the file's lock: idemctl then stops after -timeout (1s) with a message saying so, instead
-// of waiting; stop the service, or use its admin endpoint. Output is a human table by
-// default and JSON with -json. Records hold no credentials (idem never persists them), but
-// show prints request and response bodies.
+// Targets. -db opens a bbolt keystore file: read-only (boltstore.OpenReadOnly) for ls, show and
+// stats, for writing for resolve, recover and purge. A running service holds the file's lock:
+// idemctl then stops after -timeout (1s) with a message saying so, instead of waiting; stop
+// the service, or use -url. -dsn opens a Postgres keystore (keystore/pgstore) that migrate
+// created; the DSN may set search_path. -url talks to a running service's admin handler
+// (idem.NewAdminHandler), which answers with the service's own client: its credentials,
+// status endpoint and lookup. The value of the environment variable named by -token-env
+// (default IDEMCTL_TOKEN) is sent in the -token-header header (default Authorization), for
+// example IDEMCTL_TOKEN="Bearer ...".
 //
-// Exit status: 0 on success, 1 on an error (a locked or damaged file, an unknown key), 2 on
-// a usage error or a command that is not available yet (resolve, recover, -url, -dsn).
+// resolve settles a manual record (a stored 5xx, a key past KeyTTL) through
+// idem.Client.Resolve: executed makes it succeeded with the answer given (-status, -body;
+// default an empty 200), not_executed makes it failed, so that the application may pay again
+// under a new intent. The note is kept on the record. A record that is not manual is refused.
+//
+// recover runs idem.Client.Recover: pending records are reconciled (status endpoint first,
+// resent with their key only when that is safe), manual ones are settled by -lookup if given,
+// and succeeded/failed records older than -retention are purged. On -db and -dsn idemctl is
+// the client, so it needs the service's client settings: -base-url, -status-path, -key-header,
+// and credentials from the environment variable named by -auth-env (its value is sent as the
+// Authorization header). Credentials are never taken from a flag's value, which would land in
+// shell history and the process list, and never persisted. With -url the service recovers.
+//
+// Output is a human table within 100 columns by default (long values clipped with "…") and
+// JSON with -json. Records hold no credentials (idem never persists them, and idemctl strips
+// them again before printing), but show prints request and response bodies.
+//
+// Exit status: 0 on success, 1 on an error (a locked or damaged file, an unknown key, a
+// record that is not manual, a refused admin request), 2 on a usage error.
 package main
 
 import (
@@ -26,24 +49,34 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 )
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, time.Now))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, time.Now)
+	stop()
+	os.Exit(code)
 }
 
 // usage is printed for -h and for a usage error.
-const usage = `idemctl: the operator's view of an idem keystore (bbolt file)
+const usage = `idemctl: the operator's view of an idem keystore
 
 commands:
-  ls     list records (read-only): -state pending,manual -min-age 10m -tenant T
-  show   one record by key or -intent, bodies included (read-only)
-  stats  records by state, oldest pending and manual (read-only)
-  purge  delete succeeded and failed records older than -older-than (writes)
+  ls       list records: -state pending,manual -min-age 10m -tenant T
+  show     one record by KEY or -intent, bodies included
+  stats    records by state, oldest pending and manual
+  resolve  settle a manual record: -verdict executed|not_executed -note "who, evidence"
+  recover  run Recover now (-db/-dsn: -base-url, -status-path, -auth-env NAME)
+  purge    delete succeeded and failed records older than -older-than (-db, -dsn)
+  migrate  create or upgrade the Postgres schema (-dsn)
+  probe    grade a SANDBOX API against idem's contract: probe -sandbox URL (creates payments)
 
-common flags: -db FILE (required), -json, -timeout 1s (longest wait for the file lock)
-not yet: resolve, recover, -url (admin endpoint), -dsn (Postgres)
+target (exactly one): -db FILE (bbolt), -dsn DSN (Postgres), -url ADMIN_URL (a running
+service's idem.NewAdminHandler; token from $IDEMCTL_TOKEN, see -token-env)
+common flags: -json, -timeout 1s (longest wait for the file lock or the database)
 
 run "idemctl COMMAND -h" for a command's flags
 `
@@ -58,18 +91,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, now func(
 		return 0
 	}
 	cmd, rest := args[0], args[1:]
+	if cmd == "probe" { // its own exit codes: 1 means a contract row is broken
+		return runProbe(rest, stdout, stderr)
+	}
 	var err error
 	switch cmd {
 	case "ls":
 		err = cmdLs(ctx, rest, stdout, stderr, now)
 	case "show":
-		err = cmdShow(ctx, rest, stdout, stderr)
+		err = cmdShow(ctx, rest, stdout, stderr, now)
 	case "stats":
 		err = cmdStats(ctx, rest, stdout, stderr, now)
 	case "purge":
 		err = cmdPurge(ctx, rest, stdout, stderr, now)
-	case "resolve", "recover":
-		err = usageError{fmt.Sprintf("%s is not available yet: it needs the service's admin endpoint (coming with idem's admin handler); the keystore file is locked while the service runs", cmd)}
+	case "resolve":
+		err = cmdResolve(ctx, rest, stdout, stderr, now)
+	case "recover":
+		err = cmdRecover(ctx, rest, stdout, stderr, now)
+	case "migrate":
+		err = cmdMigrate(ctx, rest, stdout, stderr)
 	default:
 		err = usageError{fmt.Sprintf("unknown command %q", cmd)}
 	}

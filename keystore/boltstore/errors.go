@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/idemkit/idem/keystore"
 )
@@ -43,10 +43,10 @@ var (
 // openError maps an error from bbolt.Open on path to this package's errors.
 func openError(path string, err error) error {
 	switch {
-	case errors.Is(err, bbolt.ErrTimeout):
+	case errors.Is(err, bolterrors.ErrTimeout):
 		return fmt.Errorf("%w: %s: %w", ErrLocked, path, err)
-	case errors.Is(err, bbolt.ErrInvalid), errors.Is(err, bbolt.ErrChecksum),
-		errors.Is(err, bbolt.ErrVersionMismatch), errors.Is(err, bbolt.ErrInvalidMapping):
+	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum),
+		errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, bolterrors.ErrInvalidMapping):
 		// The file starts like a bbolt file (checked before), so it is damaged.
 		return fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
 	}
@@ -55,7 +55,7 @@ func openError(path string, err error) error {
 
 // dbError maps an error from a bbolt transaction to this package's errors.
 func dbError(err error) error {
-	if errors.Is(err, bbolt.ErrDatabaseNotOpen) {
+	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
 		return keystore.ErrClosed
 	}
 	return err

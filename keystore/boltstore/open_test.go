@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
@@ -28,7 +29,7 @@ func TestLocked(t *testing.T) {
 	_, err := boltstore.Open(path, &boltstore.Options{Timeout: timeout})
 	elapsed := time.Since(start)
 	t.Log(elapsed, err)
-	if !errors.Is(err, boltstore.ErrLocked) || !errors.Is(err, bbolt.ErrTimeout) {
+	if !errors.Is(err, boltstore.ErrLocked) || !errors.Is(err, bolterrors.ErrTimeout) {
 		t.Fatalf("second Open: %v, want ErrLocked wrapping bbolt.ErrTimeout", err)
 	}
 	if elapsed > 5*timeout {

@@ -1,0 +1,152 @@
+package idem
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"unicode"
+)
+
+// The operator's view over HTTP: a handler a service mounts on its admin port, so that stuck
+// payments can be listed, shown and settled while the service holds its keystore.
+
+// AdminOptions configure NewAdminHandler.
+type AdminOptions struct {
+	// Authorize decides whether a request may use the handler; a non-nil error refuses it
+	// with 401 and the error's text as the problem's detail (so it must not echo a
+	// credential). Required: without it every request is refused with 403. It runs before
+	// anything else, for every path and method, so that an unauthorised caller learns nothing
+	// (not even which paths exist).
+	Authorize func(*http.Request) error
+	// OnReconciled is handed every outcome of a Recover run started with POST /recover (see
+	// Client.Recover's handle): set it to the function the service passes to Recover at
+	// start-up, so that an order settled from the admin port is marked like any other. Nil:
+	// outcomes are only returned in the response.
+	OnReconciled func(Reconciled)
+	// MaxLimit caps the page size of GET /records. Default DefaultAdminLimit.
+	MaxLimit int
+}
+
+// DefaultAdminLimit is the default and largest page size of GET /records unless
+// AdminOptions.MaxLimit says otherwise.
+const DefaultAdminLimit = 100
+
+// maxAdminBody bounds a request body of the admin handler (1 MiB).
+const maxAdminBody = 1 << 20
+
+// NewAdminHandler returns the operator's view of c's keystore as JSON over HTTP. It serves
+// these paths, relative to where it is mounted (mount it under a prefix with http.StripPrefix):
+//
+//	GET  /records?state=pending,manual&min_age=10m&tenant=T&limit=100&offset=0
+//	     records oldest first, without bodies; "tenant" absent means every tenant.
+//	     {"records":[...],"total":N,"next_offset":N} (next_offset only when more follow)
+//	GET  /record?tenant=T&key=K   or   /record?tenant=T&intent=I
+//	     one record as keystore.Record's JSON (bodies base64, as encoding/json writes []byte)
+//	POST /resolve  {"tenant":"","key":"K" or "intent":"I","verdict":"executed"|"not_executed",
+//	                "note":"who and why (required)","response":{"status":200,"header":{},"body":"text"}}
+//	     settles a manual record through Client.Resolve; answers the record as persisted
+//	POST /recover  runs Client.Recover now; answers {"report":{...},"records":[...]}
+//	GET  /stats    {"client":{...Client.Stats},"records":{"total":N,"by_state":{...},...}}
+//
+// Errors are RFC 9457 problem documents (application/problem+json): 403 when there is no
+// Authorize function, 401 when it refuses, 400 for bad input (an unknown state, a bad
+// duration or number, unknown JSON fields, a body over 1 MiB), 404 for an unknown path or
+// record, 405 with an Allow header for a wrong method, 409 when the record to resolve is not
+// manual or a Recover started here is still running, 500 when the keystore fails.
+//
+// Records never hold credentials (idem strips Authorization, Cookie, Proxy-Authorization,
+// Config.SecretHeaders and Set-Cookie before persisting); the handler strips the same headers
+// again on output, so a keystore written by something else leaks none either. It does show
+// request and response bodies: put it behind the service's admin authentication.
+func NewAdminHandler(c *Client, opts AdminOptions) http.Handler {
+	if opts.MaxLimit <= 0 {
+		opts.MaxLimit = DefaultAdminLimit
+	}
+	return &adminHandler{c: c, opts: opts}
+}
+
+type adminHandler struct {
+	c          *Client
+	opts       AdminOptions
+	recovering sync.Mutex
+}
+
+type adminRoute struct {
+	method string
+	serve  func(*adminHandler, http.ResponseWriter, *http.Request)
+}
+
+var adminRoutes = map[string]adminRoute{
+	"/records": {http.MethodGet, (*adminHandler).list},
+	"/record":  {http.MethodGet, (*adminHandler).show},
+	"/resolve": {http.MethodPost, (*adminHandler).resolve},
+	"/recover": {http.MethodPost, (*adminHandler).recoverNow},
+	"/stats":   {http.MethodGet, (*adminHandler).stats},
+}
+
+func (h *adminHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Authorize == nil {
+		problem(w, http.StatusForbidden, "the admin handler has no Authorize function: every request is refused")
+		return
+	}
+	if err := h.opts.Authorize(r); err != nil {
+		problem(w, http.StatusUnauthorized, "unauthorized: "+err.Error())
+		return
+	}
+	route, ok := adminRoutes[r.URL.Path]
+	if !ok {
+		problem(w, http.StatusNotFound, fmt.Sprintf("no admin endpoint %q (records, record, resolve, recover, stats)", r.URL.Path))
+		return
+	}
+	if r.Method != route.method && !(route.method == http.MethodGet && r.Method == http.MethodHead) {
+		w.Header().Set("Allow", route.method)
+		problem(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s takes %s, not %s", r.URL.Path, route.method, r.Method))
+		return
+	}
+	route.serve(h, w, r)
+}
+
+// problem writes an RFC 9457 problem document.
+func problem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail})
+}
+
+func writeAdminJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// snakeFields turns a struct of int64/int counters (Stats, RecoverReport) into a map keyed by
+// the snake_case of each field name, so that the JSON reads like the rest of the handler's.
+func snakeFields(v any) map[string]any {
+	rv := reflect.ValueOf(v)
+	out := make(map[string]any, rv.NumField())
+	for i := range rv.NumField() {
+		out[snake(rv.Type().Field(i).Name)] = rv.Field(i).Interface()
+	}
+	return out
+}
+
+func snake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

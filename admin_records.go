@@ -1,0 +1,315 @@
+package idem
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// AdminRecord is one row of the admin handler's GET /records: a record without its bodies
+// and headers. AgeSeconds is measured from CreatedAt by the client's clock (Config.Now).
+type AdminRecord struct {
+	Scope      string         `json:"scope"`
+	Key        string         `json:"key"`
+	Intent     string         `json:"intent,omitempty"`
+	State      keystore.State `json:"state"`
+	Method     string         `json:"method"`
+	URL        string         `json:"url"`
+	Attempts   int            `json:"attempts"`
+	LastStatus int            `json:"last_status,omitempty"`
+	Reason     string         `json:"reason,omitempty"`
+	Error      string         `json:"error,omitempty"`
+	Note       string         `json:"note,omitempty"`
+	AgeSeconds int64          `json:"age_seconds"`
+	CreatedAt  time.Time      `json:"created_at"`
+	UpdatedAt  time.Time      `json:"updated_at"`
+}
+
+// AdminRecordStats is the "records" member of the admin handler's GET /stats: what the
+// keystore holds now. Ages are in whole seconds, 0 when there is no such record.
+type AdminRecordStats struct {
+	Total                int                    `json:"total"`
+	ByState              map[keystore.State]int `json:"by_state"`
+	OldestPendingSeconds int64                  `json:"oldest_pending_seconds"`
+	OldestManualSeconds  int64                  `json:"oldest_manual_seconds"`
+	Tenants              int                    `json:"tenants"`
+}
+
+// ComputeAdminRecordStats counts recs by state and finds the oldest pending and manual ones,
+// ages measured at now.
+func ComputeAdminRecordStats(recs []*keystore.Record, now time.Time) AdminRecordStats {
+	s := AdminRecordStats{Total: len(recs), ByState: map[keystore.State]int{
+		keystore.StatePending: 0, keystore.StateSucceeded: 0, keystore.StateFailed: 0, keystore.StateManual: 0}}
+	tenants := map[string]bool{}
+	for _, r := range recs {
+		s.ByState[r.State]++
+		tenants[r.Scope] = true
+		a := int64(now.Sub(r.CreatedAt) / time.Second)
+		switch r.State {
+		case keystore.StatePending:
+			s.OldestPendingSeconds = max(s.OldestPendingSeconds, a)
+		case keystore.StateManual:
+			s.OldestManualSeconds = max(s.OldestManualSeconds, a)
+		}
+	}
+	s.Tenants = len(tenants)
+	return s
+}
+
+func adminSummary(r *keystore.Record, now time.Time) AdminRecord {
+	return AdminRecord{Scope: r.Scope, Key: r.Key, Intent: r.Intent, State: r.State,
+		Method: r.Request.Method, URL: r.Request.URL, Attempts: r.Attempts, LastStatus: r.LastStatus,
+		Reason: r.Reason, Error: r.Error, Note: r.Note, AgeSeconds: int64(now.Sub(r.CreatedAt) / time.Second),
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+}
+
+// list serves GET /records.
+func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var states []keystore.State
+	if s := q.Get("state"); s != "" {
+		for part := range strings.SplitSeq(s, ",") {
+			st := keystore.State(strings.TrimSpace(part))
+			if !st.Valid() {
+				problem(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q (pending, succeeded, failed, manual)", st))
+				return
+			}
+			states = append(states, st)
+		}
+	}
+	var minAge time.Duration
+	if s := q.Get("min_age"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			problem(w, http.StatusBadRequest, fmt.Sprintf("min_age %q is not a non-negative duration such as 10m", s))
+			return
+		}
+		minAge = d
+	}
+	limit, ok := queryInt(w, q.Get("limit"), "limit", h.opts.MaxLimit, 1, h.opts.MaxLimit)
+	if !ok {
+		return
+	}
+	offset, ok := queryInt(w, q.Get("offset"), "offset", 0, 0, -1)
+	if !ok {
+		return
+	}
+	recs, err := h.c.store.List(r.Context(), states...)
+	if err != nil {
+		problem(w, http.StatusInternalServerError, "listing records: "+err.Error())
+		return
+	}
+	now := h.c.cfg.Now()
+	_, oneTenant := q["tenant"]
+	tenant := q.Get("tenant")
+	recs = slices.DeleteFunc(recs, func(rec *keystore.Record) bool {
+		return now.Sub(rec.CreatedAt) < minAge || (oneTenant && rec.Scope != tenant)
+	})
+	page := struct {
+		Records    []AdminRecord `json:"records"`
+		Total      int           `json:"total"`
+		NextOffset int           `json:"next_offset,omitempty"`
+	}{Records: []AdminRecord{}, Total: len(recs)}
+	for i := offset; i < len(recs) && i < offset+limit; i++ {
+		page.Records = append(page.Records, adminSummary(recs[i], now))
+	}
+	if offset+limit < len(recs) {
+		page.NextOffset = offset + limit
+	}
+	writeAdminJSON(w, page)
+}
+
+// queryInt parses a query number in [lo, hi] (hi < 0: no upper bound), def when absent.
+func queryInt(w http.ResponseWriter, s, name string, def, lo, hi int) (int, bool) {
+	if s == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || (hi >= 0 && n > hi) {
+		bound := fmt.Sprintf("at least %d", lo)
+		if hi >= 0 {
+			bound = fmt.Sprintf("%d to %d", lo, hi)
+		}
+		problem(w, http.StatusBadRequest, fmt.Sprintf("%s %q must be a whole number, %s", name, s, bound))
+		return 0, false
+	}
+	return n, true
+}
+
+// find reads the record named by (tenant, key) or (tenant, intent): exactly one of the two.
+func (h *adminHandler) find(w http.ResponseWriter, r *http.Request, tenant, key, intent string) (*keystore.Record, bool) {
+	if (key == "") == (intent == "") {
+		problem(w, http.StatusBadRequest, "name the record by key or by intent (one of the two), with its tenant")
+		return nil, false
+	}
+	var rec *keystore.Record
+	var err error
+	if key != "" {
+		rec, err = h.c.get(r.Context(), tenant, key)
+	} else {
+		rec, err = h.c.getByIntent(r.Context(), tenant, intent)
+	}
+	switch {
+	case errors.Is(err, keystore.ErrNotFound):
+		what := fmt.Sprintf("key %q", key)
+		if key == "" {
+			what = fmt.Sprintf("intent %q", intent)
+		}
+		problem(w, http.StatusNotFound, fmt.Sprintf("no record for %s in tenant %q", what, tenant))
+		return nil, false
+	case err != nil:
+		problem(w, http.StatusInternalServerError, "reading the record: "+err.Error())
+		return nil, false
+	}
+	return rec, true
+}
+
+// scrub drops credential headers from a record about to be shown, whatever wrote it.
+func (h *adminHandler) scrub(rec *keystore.Record) *keystore.Record {
+	return keystore.StoredCopy(rec, h.c.cfg.SecretHeaders...)
+}
+
+// show serves GET /record.
+func (h *adminHandler) show(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	rec, ok := h.find(w, r, q.Get("tenant"), q.Get("key"), q.Get("intent"))
+	if ok {
+		writeAdminJSON(w, h.scrub(rec))
+	}
+}
+
+// AdminResolveRequest is the body of the admin handler's POST /resolve.
+type AdminResolveRequest struct {
+	Tenant  string `json:"tenant"`
+	Key     string `json:"key,omitempty"`
+	Intent  string `json:"intent,omitempty"`
+	Verdict string `json:"verdict"` // "executed" or "not_executed" (Verdict.String)
+	Note    string `json:"note"`    // required: who decided, on what evidence
+	// Response is the answer found for "executed" (the charge), kept as the record's answer;
+	// nil means an empty 200. Body is the text of the answer.
+	Response *AdminResponse `json:"response,omitempty"`
+}
+
+// AdminResponse is the answer an operator records with an "executed" verdict.
+type AdminResponse struct {
+	Status int         `json:"status"`
+	Header http.Header `json:"header,omitempty"`
+	Body   string      `json:"body,omitempty"`
+}
+
+// resolve serves POST /resolve.
+func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
+	var req AdminResolveRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		problem(w, http.StatusBadRequest, "the body must be one JSON resolve request: "+err.Error())
+		return
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		problem(w, http.StatusBadRequest, "the body must hold one JSON object, nothing after it")
+		return
+	}
+	var res Resolution
+	switch req.Verdict {
+	case VerdictExecuted.String():
+		res.Verdict = VerdictExecuted
+	case VerdictNotExecuted.String():
+		res.Verdict = VerdictNotExecuted
+	default:
+		problem(w, http.StatusBadRequest, fmt.Sprintf("verdict %q: want %q or %q", req.Verdict, VerdictExecuted, VerdictNotExecuted))
+		return
+	}
+	if strings.TrimSpace(req.Note) == "" {
+		problem(w, http.StatusBadRequest, "a note is required: who decided, and on what evidence")
+		return
+	}
+	res.Note = req.Note
+	if req.Response != nil {
+		if res.Verdict != VerdictExecuted {
+			problem(w, http.StatusBadRequest, "a response goes only with the executed verdict")
+			return
+		}
+		if req.Response.Status < 100 || req.Response.Status > 599 {
+			problem(w, http.StatusBadRequest, fmt.Sprintf("response status %d is not an HTTP status", req.Response.Status))
+			return
+		}
+		res.Response = &keystore.Response{Status: req.Response.Status,
+			Header: keystore.StripSecrets(req.Response.Header, h.c.cfg.SecretHeaders...), Body: []byte(req.Response.Body)}
+	}
+	rec, ok := h.find(w, r, req.Tenant, req.Key, req.Intent)
+	if !ok {
+		return
+	}
+	out, err := h.c.Resolve(r.Context(), rec.Scope, rec.Key, res)
+	switch {
+	case errors.Is(err, ErrNotManual):
+		problem(w, http.StatusConflict, fmt.Sprintf("key %q is %s, not manual: only a manual record can be resolved", rec.Key, rec.State))
+	case errors.Is(err, keystore.ErrNotFound):
+		problem(w, http.StatusNotFound, fmt.Sprintf("key %q is gone", rec.Key))
+	case errors.Is(err, ErrInvalidOperation):
+		problem(w, http.StatusBadRequest, err.Error())
+	case err != nil:
+		problem(w, http.StatusInternalServerError, err.Error())
+	default:
+		writeAdminJSON(w, h.scrub(out))
+	}
+}
+
+// recoverNow serves POST /recover.
+func (h *adminHandler) recoverNow(w http.ResponseWriter, r *http.Request) {
+	if !h.recovering.TryLock() {
+		problem(w, http.StatusConflict, "a recover started from the admin handler is still running")
+		return
+	}
+	defer h.recovering.Unlock()
+	now := h.c.cfg.Now()
+	var mu sync.Mutex // Recover calls handle from several goroutines
+	var outcomes []map[string]any
+	rep, err := h.c.Recover(r.Context(), func(rc Reconciled) {
+		if rc.Record != nil {
+			o := map[string]any{"record": adminSummary(rc.Record, now)}
+			if rc.Err != nil {
+				o["error"] = rc.Err.Error()
+			}
+			mu.Lock()
+			outcomes = append(outcomes, o)
+			mu.Unlock()
+		}
+		if h.opts.OnReconciled != nil {
+			h.opts.OnReconciled(rc)
+		}
+	})
+	if err != nil {
+		problem(w, http.StatusInternalServerError, "recover: "+err.Error())
+		return
+	}
+	if outcomes == nil {
+		outcomes = []map[string]any{}
+	}
+	slices.SortFunc(outcomes, func(a, b map[string]any) int {
+		ra, rb := a["record"].(AdminRecord), b["record"].(AdminRecord)
+		return strings.Compare(ra.Scope+"\x00"+ra.Key, rb.Scope+"\x00"+rb.Key)
+	})
+	writeAdminJSON(w, map[string]any{"report": snakeFields(rep), "records": outcomes})
+}
+
+// stats serves GET /stats.
+func (h *adminHandler) stats(w http.ResponseWriter, r *http.Request) {
+	recs, err := h.c.store.List(r.Context())
+	if err != nil {
+		problem(w, http.StatusInternalServerError, "listing records: "+err.Error())
+		return
+	}
+	writeAdminJSON(w, map[string]any{"client": snakeFields(h.c.Stats()),
+		"records": ComputeAdminRecordStats(recs, h.c.cfg.Now())})
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/keystore"
+)
+
+// adminBackend talks to a running service's admin handler (idem.NewAdminHandler): the way to
+// reach a keystore whose file the service holds locked, or a fleet's shared database through
+// a service's own client (its credentials, status endpoint and lookup).
+type adminBackend struct {
+	base   *url.URL
+	header string
+	token  string
+	http   *http.Client
+}
+
+func newAdminBackend(c *common) (*adminBackend, error) {
+	u, err := url.Parse(c.url)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageError{fmt.Sprintf("-url %q is not an absolute http(s) URL", c.url)}
+	}
+	token, err := secretFromEnv("-token-env", c.tokenEnv)
+	if err != nil {
+		return nil, err
+	}
+	return &adminBackend{base: u, header: c.tokenHeader, token: token,
+		http: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}, nil
+}
+
+func (b *adminBackend) close() error { return nil }
+
+// do sends one request to path (relative to the admin URL) and decodes a 200 answer into out.
+// Any other answer becomes an error carrying the problem's detail.
+func (b *adminBackend) do(ctx context.Context, method, path string, q url.Values, body any, out any) error {
+	u := b.base.JoinPath(path)
+	u.RawQuery = q.Encode()
+	var rd io.Reader
+	if body != nil {
+		buf, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if b.token != "" {
+		req.Header.Set(b.header, b.token)
+	}
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("admin endpoint: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("admin endpoint: reading the answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var p struct {
+			Detail string `json:"detail"`
+		}
+		if json.Unmarshal(data, &p) != nil || p.Detail == "" {
+			p.Detail = strings.TrimSpace(string(data))
+		}
+		err := fmt.Errorf("admin endpoint answered %s: %s", resp.Status, p.Detail)
+		if resp.StatusCode == http.StatusNotFound && strings.HasPrefix(p.Detail, "no record") {
+			err = fmt.Errorf("%w: %s", errNotFound, p.Detail)
+		}
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("admin endpoint: the answer is not the JSON expected (is -url the admin handler?): %w", err)
+	}
+	return nil
+}
+
+func (b *adminBackend) list(ctx context.Context, f listFilter) ([]idem.AdminRecord, error) {
+	q := url.Values{}
+	if len(f.states) > 0 {
+		s := make([]string, len(f.states))
+		for i, st := range f.states {
+			s[i] = string(st)
+		}
+		q.Set("state", strings.Join(s, ","))
+	}
+	if f.minAge > 0 {
+		q.Set("min_age", f.minAge.String())
+	}
+	if f.tenant != nil {
+		q.Set("tenant", *f.tenant)
+	}
+	out := []idem.AdminRecord{}
+	for offset := 0; ; {
+		q.Set("offset", strconv.Itoa(offset))
+		var page struct {
+			Records    []idem.AdminRecord `json:"records"`
+			NextOffset int                `json:"next_offset"`
+		}
+		if err := b.do(ctx, http.MethodGet, "records", q, nil, &page); err != nil {
+			return nil, err
+		}
+		out = append(out, page.Records...)
+		if page.NextOffset <= offset {
+			return out, nil
+		}
+		offset = page.NextOffset
+	}
+}
+
+func (b *adminBackend) get(ctx context.Context, tenant, key, intent string) (*keystore.Record, error) {
+	q := url.Values{"tenant": {tenant}}
+	if intent != "" {
+		q.Set("intent", intent)
+	} else {
+		q.Set("key", key)
+	}
+	var rec keystore.Record
+	if err := b.do(ctx, http.MethodGet, "record", q, nil, &rec); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+func (b *adminBackend) stats(ctx context.Context) (statsOut, error) {
+	var out statsOut
+	err := b.do(ctx, http.MethodGet, "stats", nil, nil, &out)
+	return out, err
+}
+
+func (b *adminBackend) purge(context.Context, time.Time, bool) (int, error) {
+	return 0, usageError{"purge works on -db or -dsn; a running service purges old records in Recover (idemctl recover -url)"}
+}
+
+func (b *adminBackend) resolve(ctx context.Context, req idem.AdminResolveRequest) (*keystore.Record, error) {
+	var rec keystore.Record
+	if err := b.do(ctx, http.MethodPost, "resolve", nil, req, &rec); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+func (b *adminBackend) recover(ctx context.Context, rc recoverFlags) (recoverOut, error) {
+	if rc.baseURL != "" || rc.statusPath != "" || rc.keyHeader != "" || rc.auth != "" || rc.lookup != "" || rc.retention != 0 {
+		return recoverOut{}, usageError{"with -url the service's own client configuration applies: drop -base-url, -status-path, -key-header, -auth-env, -lookup and -retention"}
+	}
+	var out recoverOut
+	err := b.do(ctx, http.MethodPost, "recover", nil, nil, &out)
+	return out, err
+}

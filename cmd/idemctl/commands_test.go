@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/keystore/boltstore"
+	"github.com/idemkit/idem/keystore/pgstore"
+)
+
+func readRecord(t *testing.T, db, scope, key string) *keystore.Record {
+	t.Helper()
+	s, err := boltstore.OpenReadOnly(db, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	rec, err := s.Get(context.Background(), scope, key)
+	require.NoError(t, err)
+	return rec
+}
+
+func TestResolveFile(t *testing.T) {
+	db := seed(t)
+	code, out, errs := runCmd(t, "resolve", "-db", db, "-intent", "order-2", "-verdict", "executed",
+		"-note", "ops: charge ch_9 in the dashboard, ticket 7", "-status", "201", "-body", `{"id":"ch_9"}`, "-json")
+	require.Equal(t, 0, code, errs)
+	rec := readRecord(t, db, "", "k-manual")
+	assert.Equal(t, keystore.StateSucceeded, rec.State)
+	assert.Equal(t, idem.ReasonExecuted, rec.Reason)
+	assert.Equal(t, "ops: charge ch_9 in the dashboard, ticket 7", rec.Note)
+	assert.Equal(t, &keystore.Response{Status: 201, Body: []byte(`{"id":"ch_9"}`)}, rec.Response)
+	assert.Equal(t, testNow, rec.UpdatedAt)
+	want, _ := json.Marshal(rec)
+	assert.JSONEq(t, string(want), out)
+
+	// Only a manual record can be resolved; nothing is written otherwise.
+	for _, key := range []string{"k-manual", "k-pending"} {
+		code, _, errs = runCmd(t, "resolve", "-db", db, key, "-verdict", "not_executed", "-note", "again")
+		assert.Equal(t, 1, code)
+		assert.Contains(t, errs, `not manual: only a manual record can be resolved`)
+	}
+	assert.Equal(t, keystore.StatePending, readRecord(t, db, "", "k-pending").State)
+	code, _, errs = runCmd(t, "resolve", "-db", db, "nope", "-verdict", "executed", "-note", "x")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, `no record for key "nope" in tenant ""`)
+}
+
+// apiWithAuth is idemtest's payments API behind a check of the Authorization header, which
+// records every value it saw.
+func apiWithAuth(t *testing.T) (*httptest.Server, *idemtest.Handler, func() []string) {
+	h := idemtest.NewHandler(idemtest.Config{})
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { h.Close(); srv.Close() })
+	return srv, h, func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), seen...) }
+}
+
+// addPayment persists a pending record of a real payment the API has never seen.
+func addPayment(t *testing.T, s keystore.Store, scope, key, intent string) {
+	t.Helper()
+	body := []byte(`{"amount":1250,"currency":"EUR","customer":"cus_1","reference":"ref-` + key + `"}`)
+	at := testNow.Add(-2 * time.Hour)
+	require.NoError(t, s.Create(context.Background(), &keystore.Record{Scope: scope, Key: key, Intent: intent,
+		Fingerprint: idem.Fingerprint(http.MethodPost, "/v1/payments", body), State: keystore.StatePending,
+		Request: keystore.Request{Method: http.MethodPost, URL: "/v1/payments",
+			Header: http.Header{"Content-Type": {"application/json"}}, Body: body},
+		CreatedAt: at, UpdatedAt: at}))
+}
+
+func TestRecoverFile(t *testing.T) {
+	srv, api, seen := apiWithAuth(t)
+	db := seed(t)
+	s, err := boltstore.Open(db, nil)
+	require.NoError(t, err)
+	addPayment(t, s, "", "3f0c1d0e-5b8a-4c52-9a55-2b0d6b1f7a10", "order-9")
+	require.NoError(t, s.Close())
+
+	t.Setenv("IDEMCTL_TEST_API_KEY", "Bearer sk_test_1")
+	code, out, errs := runCmd(t, "recover", "-db", db, "-base-url", srv.URL, "-status-path", idemtest.PaymentsPath+"/operations/{key}",
+		"-auth-env", "IDEMCTL_TEST_API_KEY", "-json")
+	require.Equal(t, 0, code, errs)
+	var got recoverOut
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	// k-ok (100 h) is past the 72 h retention: purged. The real payment is asked about, then
+	// sent once with its key; the two seeded pending records hold no valid payment body: the
+	// API refuses them (400), a permanent failure.
+	assert.Equal(t, map[string]int{"pending": 3, "skipped": 0, "succeeded": 1, "failed": 2, "manual": 0,
+		"unknown": 0, "purged": 1, "resolved": 0}, got.Report)
+	require.Len(t, got.Records, 3)
+	assert.Equal(t, "3f0c1d0e-5b8a-4c52-9a55-2b0d6b1f7a10", got.Records[0].Record.Key)
+	assert.Equal(t, keystore.StateSucceeded, got.Records[0].Record.State)
+	assert.Equal(t, 1, api.ExecutionsFor("3f0c1d0e-5b8a-4c52-9a55-2b0d6b1f7a10"))
+	for _, v := range seen() {
+		assert.Equal(t, "Bearer sk_test_1", v, "every request carries the credential from the environment")
+	}
+	rec := readRecord(t, db, "", "3f0c1d0e-5b8a-4c52-9a55-2b0d6b1f7a10")
+	assert.Equal(t, keystore.StateSucceeded, rec.State)
+	assert.Empty(t, rec.Request.Header.Values("Authorization"), "the credential is never persisted")
+
+	code, out, errs = runCmd(t, "recover", "-db", db, "-base-url", srv.URL)
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, "pending 0, skipped 0, succeeded 0, failed 0, manual 0, unknown 0, purged 0, resolved 0\n", out)
+}
+
+// adminService is a running service: it holds the bbolt file and serves the admin handler.
+func adminService(t *testing.T, db, apiURL string) *httptest.Server {
+	t.Helper()
+	s, err := boltstore.Open(db, nil)
+	require.NoError(t, err)
+	c, err := idem.NewClient(idem.Config{Store: s, BaseURL: apiURL, Now: fixedNow,
+		StatusURL: idemtest.PaymentsPath + "/operations/{key}"})
+	require.NoError(t, err)
+	h := idem.NewAdminHandler(c, idem.AdminOptions{Authorize: func(r *http.Request) error {
+		if r.Header.Get("X-Admin-Token") != "t0ken" {
+			return errors.New("bad admin token")
+		}
+		return nil
+	}, MaxLimit: 2})
+	srv := httptest.NewServer(http.StripPrefix("/idem", h))
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	return srv
+}
+
+func TestAdminURL(t *testing.T) {
+	api, _, _ := apiWithAuth(t)
+	db := seed(t)
+	srv := adminService(t, db, api.URL)
+	url := srv.URL + "/idem"
+	t.Setenv("IDEMCTL_TEST_TOKEN", "t0ken")
+	tgt := []string{"-url", url, "-token-env", "IDEMCTL_TEST_TOKEN", "-token-header", "X-Admin-Token"}
+	cmd := func(args ...string) (int, string, string) { return runCmd(t, append(args, tgt...)...) }
+
+	// The file is the service's: -db gives up at once, -url works.
+	code, _, errs := runCmd(t, "ls", "-db", db, "-timeout", "50ms")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, "is in use by another process")
+
+	code, out, errs := cmd("ls", "-json") // 5 records over pages of 2
+	require.Equal(t, 0, code, errs)
+	var rows []idem.AdminRecord
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	var keys []string
+	for _, r := range rows {
+		keys = append(keys, r.Key)
+	}
+	assert.Equal(t, []string{"k-ok", "k-manual", "k-pending", "k-acme", "k-failed"}, keys)
+	assert.Equal(t, int64(30*3600), rows[1].AgeSeconds)
+
+	code, out, errs = cmd("ls", "-state", "pending,manual", "-min-age", "1h", "-tenant", "")
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, 4, len(strings.Split(strings.TrimSpace(out), "\n")), out)
+
+	code, out, errs = cmd("show", "-intent", "order-1", "-tenant", "acme", "-json")
+	require.Equal(t, 0, code, errs)
+	var rec keystore.Record
+	require.NoError(t, json.Unmarshal([]byte(out), &rec))
+	assert.Equal(t, "k-acme", rec.Key)
+	assert.Equal(t, []byte(`{"amount":12}`), rec.Request.Body)
+
+	code, _, errs = cmd("show", "nope")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, `no record for key "nope" in tenant ""`)
+
+	code, out, errs = cmd("stats", "-json")
+	require.Equal(t, 0, code, errs)
+	var st statsOut
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	assert.Equal(t, 5, st.Records.Total)
+	assert.Contains(t, st.Client, "resolved_by_caller")
+
+	code, out, errs = cmd("resolve", "k-manual", "-verdict", "not_executed", "-note", "no charge found, ticket 8")
+	require.Equal(t, 0, code, errs)
+	assert.Regexp(t, `(?m)^state +failed$`, out)
+	assert.Regexp(t, `(?m)^note +no charge found, ticket 8$`, out)
+	code, _, errs = cmd("resolve", "k-manual", "-verdict", "executed", "-note", "again")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, "409 Conflict")
+	assert.Contains(t, errs, "not manual")
+
+	code, out, errs = cmd("recover", "-json")
+	require.Equal(t, 0, code, errs)
+	var got recoverOut
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	assert.Equal(t, 2, got.Report["pending"])
+	assert.Equal(t, 1, got.Report["purged"])
+	code, _, errs = cmd("recover", "-base-url", "http://api")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errs, "the service's own client configuration applies")
+	code, _, errs = cmd("purge", "-older-than", "1h")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errs, "purge works on -db or -dsn")
+
+	// A refused request: no token, or a wrong one.
+	code, _, errs = runCmd(t, "ls", "-url", url, "-token-env", "")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, "admin endpoint answered 401 Unauthorized: unauthorized: bad admin token")
+	t.Setenv("IDEMCTL_TEST_TOKEN", "wrong")
+	code, _, errs = cmd("stats")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, "401 Unauthorized")
+}
+
+// Human tables stay within 100 columns, whatever the lengths of tenants, intents and keys.
+func TestTablesFit100Columns(t *testing.T) {
+	long := strings.Repeat("x", 200)
+	recs := []idem.AdminRecord{{Scope: long, Key: long, Intent: long, State: keystore.StateSucceeded,
+		LastStatus: 500, Reason: long, AgeSeconds: 9 * 3600}}
+	rec := &keystore.Record{Key: long, Scope: long, Intent: long, Request: keystore.Request{Method: "POST", URL: long,
+		Body: []byte(long), Header: http.Header{"X-Long": {long}}}, Error: long, Note: long,
+		Response: &keystore.Response{Status: 201, Body: []byte(long)}}
+	var b strings.Builder
+	require.NoError(t, writeTable(&b, recs))
+	require.NoError(t, writeRecord(&b, rec))
+	require.NoError(t, writeRecover(&b, recoverOut{Report: map[string]int{"pending": 1000000},
+		Records: []recoveredEntry{{Record: recs[0], Error: long}}}))
+	for _, line := range strings.Split(b.String(), "\n") {
+		assert.LessOrEqual(t, utf8.RuneCountInString(line), 100, line)
+	}
+	assert.Equal(t, []string{"0s", "45s", "12m30s", "2h05m", "30h", "4d"}, []string{age(-time.Second), age(45 * time.Second),
+		age(12*time.Minute + 30*time.Second), age(2*time.Hour + 5*time.Minute), age(30 * time.Hour), age(100 * time.Hour)})
+}
+
+// The Postgres target: migrate, then every command on -dsn, in a schema of its own.
+func TestPostgres(t *testing.T) {
+	dsn := os.Getenv("IDEM_TEST_PG_DSN")
+	if dsn == "" {
+		t.Skip("IDEM_TEST_PG_DSN not set: skipping the idemctl -dsn test")
+	}
+	ctx := context.Background()
+	admin, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	schema := "idemctl_test_" + hex.EncodeToString(b)
+	_, err = admin.Exec(ctx, `CREATE SCHEMA `+schema)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := admin.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`)
+		assert.NoError(t, err)
+		admin.Close()
+	})
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	sdsn := dsn + sep + "search_path=" + schema
+
+	code, _, errs := runCmd(t, "ls", "-dsn", sdsn)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, "run idemctl migrate -dsn first")
+	code, out, errs := runCmd(t, "migrate", "-dsn", sdsn)
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, "idem schema at version 1\n", out)
+
+	cfg, err := pgxpool.ParseConfig(sdsn)
+	require.NoError(t, err)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	s, err := pgstore.Open(ctx, pool, nil)
+	require.NoError(t, err)
+	seedStore(t, s)
+
+	code, out, errs = runCmd(t, "ls", "-dsn", sdsn, "-state", "pending,manual", "-json")
+	require.Equal(t, 0, code, errs)
+	var rows []idem.AdminRecord
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, 3)
+	assert.Equal(t, "k-manual", rows[0].Key)
+
+	code, out, errs = runCmd(t, "stats", "-dsn", sdsn, "-json")
+	require.Equal(t, 0, code, errs)
+	assert.JSONEq(t, `{"records":{"total":5,"tenants":2,"oldest_pending_seconds":7200,"oldest_manual_seconds":108000,
+		"by_state":{"pending":2,"manual":1,"succeeded":1,"failed":1}}}`, out)
+
+	code, _, errs = runCmd(t, "resolve", "-dsn", sdsn, "k-manual", "-verdict", "executed", "-note", "charge found, ticket 9")
+	require.Equal(t, 0, code, errs)
+	rec, err := s.Get(ctx, "", "k-manual")
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StateSucceeded, rec.State)
+	assert.Equal(t, "charge found, ticket 9", rec.Note)
+	require.NotNil(t, rec.Response)
+	assert.Equal(t, 200, rec.Response.Status)
+	assert.Empty(t, rec.Response.Body)
+
+	code, out, errs = runCmd(t, "show", "-dsn", sdsn, "k-manual")
+	require.Equal(t, 0, code, errs)
+	assert.Regexp(t, `(?m)^note +charge found, ticket 9$`, out)
+
+	code, out, errs = runCmd(t, "purge", "-dsn", sdsn, "-older-than", "72h")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "purged 1 ")
+
+	api, _, _ := apiWithAuth(t)
+	addPayment(t, s, "acme", "6a1e2c55-0f0b-4f31-8c6e-1d2b3c4d5e6f", "order-7")
+	code, out, errs = runCmd(t, "recover", "-dsn", sdsn, "-base-url", api.URL, "-json")
+	require.Equal(t, 0, code, errs)
+	var got recoverOut
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	assert.Equal(t, 3, got.Report["pending"])
+	assert.Equal(t, 1, got.Report["succeeded"])
+	rec, err = s.Get(ctx, "acme", "6a1e2c55-0f0b-4f31-8c6e-1d2b3c4d5e6f")
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StateSucceeded, rec.State)
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/idemkit/idem/probe"
+)
+
+// probeUsage is printed for "idemctl probe -h" and for a usage error.
+const probeUsage = `usage: idemctl probe URL -sandbox [flags]
+
+Sends the Idempotency-Key contract's checks to the API at URL and prints which rows it
+honours, and the idem client configuration that fits it.
+
+THE PROBE CREATES REAL OPERATIONS (payments, with the default body): point it only at a
+sandbox or test environment. It sends nothing unless -sandbox says the target is one.
+
+flags:
+  -sandbox            required: the target is a sandbox where operations may be created
+  -json               print the report as JSON
+  -path P             the POST endpoint (default /v1/payments)
+  -body FILE          the JSON body of one operation, with {reference} where the probe puts a
+                      fresh reference (default: a 100 EUR payment to cus_probe); the key-reuse
+                      check sends it with another reference
+  -status-path P      the status endpoint with {key} (default PATH/operations/{key}; - for none)
+  -search-path P      the search by reference with {reference} (default PATH?reference={reference}; - for none)
+  -key-header H       the idempotency key header (default Idempotency-Key)
+  -header 'N: V'      a header sent with every request, e.g. a tenant header (repeatable)
+  -auth-env VAR       send the Authorization header from environment variable VAR
+                      (credentials never go on the command line)
+  -concurrency N      identical requests sent at once for the in-progress check (default 8)
+  -rounds N           bursts of them at most, one operation each, until one overlaps (default 3)
+  -timeout D          per request (default 10s)
+
+exit status: 0 every row honoured or not observed, 1 a row broken or the probe failed,
+2 usage error (no -sandbox included)
+`
+
+// probeHeaders is the repeatable -header flag.
+type probeHeaders http.Header
+
+func (h probeHeaders) String() string { return "" }
+
+func (h probeHeaders) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" || strings.ContainsAny(name, " \t") {
+		return fmt.Errorf("header %q is not 'Name: value'", v)
+	}
+	http.Header(h).Add(name, strings.TrimSpace(value))
+	return nil
+}
+
+// runProbe is "idemctl probe": it returns the exit status.
+func runProbe(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var (
+		cfg       probe.Config
+		asJSON    = fs.Bool("json", false, "")
+		authEnv   = fs.String("auth-env", "", "")
+		bodyFile  = fs.String("body", "", "")
+		timeout   = fs.Duration("timeout", probe.DefaultTimeout, "")
+		headers   = probeHeaders{}
+		usageFail = func(msg string) int {
+			fmt.Fprintf(stderr, "idemctl probe: %s\n\n%s", msg, probeUsage)
+			return 2
+		}
+	)
+	fs.BoolVar(&cfg.Sandbox, "sandbox", false, "")
+	fs.StringVar(&cfg.Path, "path", "", "")
+	fs.StringVar(&cfg.StatusPath, "status-path", "", "")
+	fs.StringVar(&cfg.SearchPath, "search-path", "", "")
+	fs.StringVar(&cfg.KeyHeader, "key-header", "", "")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "")
+	fs.IntVar(&cfg.Rounds, "rounds", 0, "")
+	fs.Var(headers, "header", "")
+
+	// The URL may come before or after the flags.
+	var urls []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprint(stderr, probeUsage)
+				return 0
+			}
+			return usageFail(err.Error())
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		urls = append(urls, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	switch {
+	case len(urls) != 1:
+		return usageFail(fmt.Sprintf("want one URL, got %d", len(urls)))
+	case !cfg.Sandbox:
+		return usageFail("refusing to probe " + urls[0] + ": the probe creates real operations; add -sandbox if it is a sandbox")
+	case *timeout <= 0:
+		return usageFail("-timeout must be positive")
+	}
+	cfg.BaseURL = urls[0]
+	if *bodyFile != "" {
+		tmpl, err := os.ReadFile(*bodyFile)
+		if err != nil {
+			return usageFail("-body: " + err.Error())
+		}
+		if !strings.Contains(string(tmpl), "{reference}") {
+			return usageFail("-body: " + *bodyFile + " has no {reference} placeholder")
+		}
+		cfg.Body = func(ref string) []byte { return []byte(strings.ReplaceAll(string(tmpl), "{reference}", ref)) }
+		cfg.OtherBody = func(ref string) []byte { return cfg.Body(ref + "-other") }
+	}
+	if *authEnv != "" {
+		v, ok := os.LookupEnv(*authEnv)
+		if !ok || v == "" {
+			return usageFail("-auth-env: environment variable " + *authEnv + " is not set")
+		}
+		http.Header(headers).Set("Authorization", v)
+	}
+	cfg.Header = http.Header(headers)
+	cfg.HTTPClient = &http.Client{Timeout: *timeout}
+
+	rep, err := probe.Run(context.Background(), cfg)
+	if errors.Is(err, probe.ErrInvalidConfig) {
+		return usageFail(err.Error())
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "idemctl probe:", err)
+		return 1
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	} else {
+		err = rep.WriteText(stdout, 100)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "idemctl probe:", err)
+		return 1
+	}
+	if len(rep.Broken()) > 0 {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/probe"
+)
+
+func probeCmd(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = runProbe(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// slowIdemtest is idemtest with the first concurrent request of the probe held, so that the
+// in-progress check sees 409s.
+func slowIdemtest(t *testing.T) *idemtest.Server {
+	t.Helper()
+	api := idemtest.NewServer(idemtest.Config{SlowDelay: 400 * time.Millisecond})
+	t.Cleanup(api.Close)
+	api.Script(idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultSlow)
+	return api
+}
+
+func TestProbeTableAgainstIdemtest(t *testing.T) {
+	api := slowIdemtest(t)
+	t.Setenv("IDEM_PROBE_TEST_AUTH", "Bearer sk_sandbox")
+	code, out, errOut := probeCmd(api.URL, "-sandbox", "-auth-env", "IDEM_PROBE_TEST_AUTH", "-header", "X-Tenant: acme")
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	for _, c := range probe.Checks {
+		if !strings.Contains(out, fmt.Sprintf("%-17s %-13s ", c, probe.Honoured)) {
+			t.Errorf("row %s not honoured:\n%s", c, out)
+		}
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if len(l) > 100 {
+			t.Errorf("line of %d columns: %q", len(l), l)
+		}
+	}
+	if !strings.Contains(out, "StatusURL: /v1/payments/operations/{key}") {
+		t.Errorf("no StatusURL suggestion:\n%s", out)
+	}
+	if strings.Contains(out, "sk_sandbox") {
+		t.Error("the credential is printed")
+	}
+	if ex := api.Executions(); len(ex) != 2 || ex[0].Tenant != "Bearer sk_sandbox" {
+		t.Errorf("ledger = %+v, want two payments under the -auth-env credential", ex)
+	}
+}
+
+func TestProbeJSON(t *testing.T) {
+	api := slowIdemtest(t)
+	code, out, _ := probeCmd("-sandbox", "-json", "-status-path", "/v1/payments/operations/{key}", api.URL)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	var rep probe.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(rep.Rows) != len(probe.Checks) || len(rep.Broken()) != 0 || rep.Suggestion.StatusURL != "/v1/payments/operations/{key}" {
+		t.Errorf("report = %+v", rep)
+	}
+	for _, r := range rep.Rows {
+		if r.Result != probe.Honoured {
+			t.Errorf("%s: %s (%s)", r.Check, r.Result, r.Evidence)
+		}
+	}
+}
+
+// -body gives the operation's JSON, with a fresh reference in place of {reference}.
+func TestProbeBodyTemplate(t *testing.T) {
+	api := slowIdemtest(t)
+	body := filepath.Join(t.TempDir(), "body.json")
+	if err := os.WriteFile(body, []byte(`{"amount":4200,"currency":"USD","customer":"cus_tmpl","reference":"{reference}"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := probeCmd(api.URL, "-sandbox", "-body", body)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	ex := api.Executions()
+	if len(ex) != 2 || ex[0].Amount != 4200 || ex[0].Currency != "USD" || ex[0].Customer != "cus_tmpl" ||
+		!strings.HasPrefix(ex[0].Reference, "probe-") {
+		t.Errorf("ledger = %+v", ex)
+	}
+	if api.Stats().KeyReused != 1 {
+		t.Errorf("the key-reuse check did not send another body: %v", api.Stats())
+	}
+}
+
+// A server that executes every request names its broken rows and exits 1.
+func TestProbeBrokenServerExitsOne(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":"ch_%d"}`, n.Add(1))
+	}))
+	defer srv.Close()
+	code, out, _ := probeCmd(srv.URL, "-sandbox", "-json", "-search-path", "-")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, out)
+	}
+	var rep probe.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{probe.CheckReplay, probe.CheckKeyReuse, probe.CheckInProgress, probe.CheckExecutesOnce}
+	if got := rep.Broken(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("broken = %v, want %v", got, want)
+	}
+	if rep.Suggestion.Safe {
+		t.Error("suggestion is Safe")
+	}
+}
+
+// Without -sandbox (or with bad flags) nothing is sent and the exit status is 2.
+func TestProbeUsage(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	t.Setenv("IDEM_PROBE_EMPTY", "")
+	noPlaceholder := filepath.Join(t.TempDir(), "body.json")
+	if err := os.WriteFile(noPlaceholder, []byte(`{"amount":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{srv.URL}, "creates real operations"},
+		{[]string{"-sandbox"}, "want one URL, got 0"},
+		{[]string{"-sandbox", srv.URL, srv.URL}, "want one URL, got 2"},
+		{[]string{"-sandbox", "-header", "nocolon", srv.URL}, "not 'Name: value'"},
+		{[]string{"-sandbox", "-auth-env", "IDEM_PROBE_EMPTY", srv.URL}, "IDEM_PROBE_EMPTY is not set"},
+		{[]string{"-sandbox", "-timeout", "0s", srv.URL}, "-timeout"},
+		{[]string{"-sandbox", "-status-path", "/status", srv.URL}, "StatusPath"},
+		{[]string{"-sandbox", "-bogus", srv.URL}, "-bogus"},
+		{[]string{"-sandbox", "-body", "/nonexistent/body.json", srv.URL}, "-body"},
+		{[]string{"-sandbox", "-body", noPlaceholder, srv.URL}, "no {reference} placeholder"},
+		{[]string{"-sandbox", "-rounds", "-1", srv.URL}, "Rounds"},
+	} {
+		code, out, errOut := probeCmd(tc.args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "usage: idemctl probe") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 naming %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+	if hits.Load() != 0 {
+		t.Errorf("%d requests sent by refused invocations", hits.Load())
+	}
+	if code, _, errOut := probeCmd("-h"); code != 0 || !strings.Contains(errOut, "CREATES REAL OPERATIONS") {
+		t.Errorf("-h: exit %d, %q", code, errOut)
+	}
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/keystore"
+)
+
+// storeBackend works on a keystore idemctl opened itself (bbolt or Postgres).
+type storeBackend struct {
+	s       keystore.Store
+	now     func() time.Time
+	closeFn func() // releases what the store was opened on (a connection pool)
+}
+
+func (b *storeBackend) close() error {
+	err := b.s.Close()
+	if b.closeFn != nil {
+		b.closeFn()
+	}
+	return err
+}
+
+func (b *storeBackend) list(ctx context.Context, f listFilter) ([]idem.AdminRecord, error) {
+	recs, err := b.s.List(ctx, f.states...)
+	if err != nil {
+		return nil, err
+	}
+	t := b.now()
+	out := []idem.AdminRecord{}
+	for _, r := range recs {
+		if t.Sub(r.CreatedAt) < f.minAge || (f.tenant != nil && r.Scope != *f.tenant) {
+			continue
+		}
+		out = append(out, summary(r, t))
+	}
+	return out, nil
+}
+
+func summary(r *keystore.Record, now time.Time) idem.AdminRecord {
+	return idem.AdminRecord{Scope: r.Scope, Key: r.Key, Intent: r.Intent, State: r.State,
+		Method: r.Request.Method, URL: r.Request.URL, Attempts: r.Attempts, LastStatus: r.LastStatus,
+		Reason: r.Reason, Error: r.Error, Note: r.Note, AgeSeconds: int64(now.Sub(r.CreatedAt) / time.Second),
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+}
+
+func (b *storeBackend) get(ctx context.Context, tenant, key, intent string) (*keystore.Record, error) {
+	var rec *keystore.Record
+	var err error
+	if intent != "" {
+		rec, err = b.s.GetByIntent(ctx, tenant, intent)
+	} else {
+		rec, err = b.s.Get(ctx, tenant, key)
+	}
+	if errors.Is(err, keystore.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no record for %s in tenant %q", errNotFound, describe(key, intent), tenant)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// A keystore written by something other than idem could hold credentials: never show them.
+	return keystore.StoredCopy(rec), nil
+}
+
+func describe(key, intent string) string {
+	if intent != "" {
+		return fmt.Sprintf("intent %q", intent)
+	}
+	return fmt.Sprintf("key %q", key)
+}
+
+func (b *storeBackend) stats(ctx context.Context) (statsOut, error) {
+	recs, err := b.s.List(ctx)
+	if err != nil {
+		return statsOut{}, err
+	}
+	return statsOut{Records: idem.ComputeAdminRecordStats(recs, b.now())}, nil
+}
+
+func (b *storeBackend) purge(ctx context.Context, cutoff time.Time, dryRun bool) (int, error) {
+	if !dryRun {
+		return b.s.Purge(ctx, cutoff)
+	}
+	recs, err := b.s.List(ctx, keystore.StateSucceeded, keystore.StateFailed)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range recs {
+		if r.UpdatedAt.Before(cutoff) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// resolve settles a manual record through idem.Client.Resolve, as the admin handler does.
+func (b *storeBackend) resolve(ctx context.Context, req idem.AdminResolveRequest) (*keystore.Record, error) {
+	c, err := idem.NewClient(idem.Config{Store: b.s, Now: b.now})
+	if err != nil {
+		return nil, err
+	}
+	rec, err := b.get(ctx, req.Tenant, req.Key, req.Intent)
+	if err != nil {
+		return nil, err
+	}
+	res := idem.Resolution{Note: req.Note, Verdict: idem.VerdictNotExecuted}
+	if req.Verdict == idem.VerdictExecuted.String() {
+		res.Verdict = idem.VerdictExecuted
+	}
+	if req.Response != nil {
+		res.Response = &keystore.Response{Status: req.Response.Status, Header: req.Response.Header, Body: []byte(req.Response.Body)}
+	}
+	out, err := c.Resolve(ctx, rec.Scope, rec.Key, res)
+	if errors.Is(err, idem.ErrNotManual) {
+		return nil, fmt.Errorf("key %q is %s, not manual: only a manual record can be resolved", rec.Key, rec.State)
+	}
+	return out, err
+}
+
+// recover runs idem.Client.Recover with the client configuration given on the command line.
+func (b *storeBackend) recover(ctx context.Context, rc recoverFlags) (recoverOut, error) {
+	cfg := idem.Config{Store: b.s, Now: b.now, BaseURL: rc.baseURL, StatusURL: rc.statusPath,
+		KeyHeader: rc.keyHeader, Retention: rc.retention}
+	if rc.auth != "" {
+		auth := rc.auth
+		cfg.Credentials = func(r *http.Request) error { r.Header.Set("Authorization", auth); return nil }
+	}
+	if rc.lookup != "" {
+		l, err := idem.LookupByReference(rc.lookup, "")
+		if err != nil {
+			return recoverOut{}, usageError{err.Error()}
+		}
+		cfg.Lookup = l
+	}
+	c, err := idem.NewClient(cfg)
+	if err != nil {
+		return recoverOut{}, usageError{err.Error()}
+	}
+	t := b.now()
+	var entries []recoveredEntry
+	done := make(chan recoveredEntry)
+	collected := make(chan struct{})
+	go func() {
+		for e := range done {
+			entries = append(entries, e)
+		}
+		close(collected)
+	}()
+	rep, err := c.Recover(ctx, func(r idem.Reconciled) {
+		e := recoveredEntry{Record: summary(r.Record, t)}
+		if r.Err != nil {
+			e.Error = r.Err.Error()
+		}
+		done <- e
+	})
+	close(done)
+	<-collected
+	if err != nil {
+		return recoverOut{}, err
+	}
+	if entries == nil {
+		entries = []recoveredEntry{}
+	}
+	slices.SortFunc(entries, func(a, b recoveredEntry) int {
+		return strings.Compare(a.Record.Scope+"\x00"+a.Record.Key, b.Record.Scope+"\x00"+b.Record.Key)
+	})
+	return recoverOut{Records: entries, Report: map[string]int{"pending": rep.Pending, "skipped": rep.Skipped,
+		"succeeded": rep.Succeeded, "failed": rep.Failed, "manual": rep.Manual, "unknown": rep.Unknown,
+		"purged": rep.Purged, "resolved": rep.Resolved}}, nil
+}

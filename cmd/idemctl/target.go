@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/keystore/boltstore"
+)
+
+// errHelp: -h was given; the flag package printed the command's flags.
+var errHelp = errors.New("help")
+
+// errNotFound: the record a command names does not exist (exit status 1, clear message).
+var errNotFound = errors.New("no such record")
+
+// backend is where the records are: a keystore (a bbolt file or a Postgres database) that
+// idemctl opens itself, or a running service's admin handler.
+type backend interface {
+	list(ctx context.Context, f listFilter) ([]idem.AdminRecord, error)
+	// get finds the record by key, or by intent when intent is set; errNotFound if none.
+	get(ctx context.Context, tenant, key, intent string) (*keystore.Record, error)
+	stats(ctx context.Context) (statsOut, error)
+	purge(ctx context.Context, cutoff time.Time, dryRun bool) (int, error)
+	resolve(ctx context.Context, req idem.AdminResolveRequest) (*keystore.Record, error)
+	recover(ctx context.Context, rc recoverFlags) (recoverOut, error)
+	close() error
+}
+
+// listFilter selects the records of ls.
+type listFilter struct {
+	states []keystore.State
+	minAge time.Duration
+	tenant *string // nil: every tenant
+}
+
+// statsOut is what stats prints: the keystore's records, and (from an admin URL only) the
+// running client's counters, keyed like the admin handler's JSON.
+type statsOut struct {
+	Records idem.AdminRecordStats `json:"records"`
+	Client  map[string]int64      `json:"client,omitempty"`
+}
+
+// recoverOut is what recover prints, the admin handler's POST /recover answer.
+type recoverOut struct {
+	Report  map[string]int   `json:"report"`
+	Records []recoveredEntry `json:"records"`
+}
+
+type recoveredEntry struct {
+	Record idem.AdminRecord `json:"record"`
+	Error  string           `json:"error,omitempty"`
+}
+
+// common holds the flags every command takes.
+type common struct {
+	db, dsn, url string
+	json         bool
+	timeout      time.Duration
+	tokenEnv     string
+	tokenHeader  string
+}
+
+func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {
+	fs := flag.NewFlagSet("idemctl "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.db, "db", "", "keystore file (bbolt) `path`")
+	fs.StringVar(&c.dsn, "dsn", "", "Postgres keystore `DSN` (keystore/pgstore), e.g. postgres://user@host/db")
+	fs.StringVar(&c.url, "url", "", "a running service's admin handler `URL` (idem.NewAdminHandler)")
+	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
+	fs.DurationVar(&c.timeout, "timeout", boltstore.DefaultTimeout, "longest wait for the file lock (-db) or the database connection (-dsn)")
+	fs.StringVar(&c.tokenEnv, "token-env", "IDEMCTL_TOKEN", "with -url: the environment variable `NAME` whose value is sent as the authorization header")
+	fs.StringVar(&c.tokenHeader, "token-header", "Authorization", "with -url: the authorization header's `name`")
+	return fs
+}
+
+// parse parses args and checks the common flags; positional arguments, which may come
+// before, between or after the flags, are returned.
+func parse(fs *flag.FlagSet, c *common, args []string, maxArgs int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errHelp
+			}
+			return nil, usageError{err.Error()}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	n := 0
+	for _, s := range []string{c.db, c.dsn, c.url} {
+		if s != "" {
+			n++
+		}
+	}
+	switch {
+	case n != 1:
+		return nil, usageError{"name the keystore with exactly one of -db FILE, -dsn DSN or -url ADMIN_URL"}
+	case len(pos) > maxArgs:
+		return nil, usageError{fmt.Sprintf("unexpected arguments: %s", strings.Join(pos[maxArgs:], " "))}
+	case c.timeout <= 0:
+		return nil, usageError{"-timeout must be positive"}
+	}
+	return pos, nil
+}
+
+// open returns the backend the flags name; a bbolt file is opened read-only unless write.
+func open(ctx context.Context, c *common, write bool, now func() time.Time) (backend, error) {
+	switch {
+	case c.url != "":
+		return newAdminBackend(c)
+	case c.dsn != "":
+		return openPG(ctx, c, now)
+	}
+	s, err := openBolt(c, write)
+	if err != nil {
+		return nil, err
+	}
+	return &storeBackend{s: s, now: now}, nil
+}
+
+// openBolt opens the keystore file, read-only unless write is set, with a message that says
+// what to do when the service holds the file.
+func openBolt(c *common, write bool) (*boltstore.Store, error) {
+	opts := &boltstore.Options{Timeout: c.timeout}
+	var s *boltstore.Store
+	var err error
+	if write {
+		s, err = boltstore.Open(c.db, opts)
+	} else {
+		s, err = boltstore.OpenReadOnly(c.db, opts)
+	}
+	if errors.Is(err, boltstore.ErrLocked) {
+		return nil, fmt.Errorf("%s is in use by another process (a running service holds its lock); gave up after %s: stop the service, or use its admin endpoint (-url): %w", c.db, c.timeout, err)
+	}
+	return s, err
+}
+
+// secretFromEnv reads a credential from the environment variable name: never from a flag's
+// value, which would land in shell history and in the process list.
+func secretFromEnv(flagName, name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return "", usageError{fmt.Sprintf("%s %s: the environment variable %s is not set", flagName, name, name)}
+	}
+	return v, nil
+}
+
+func parseStates(s string) ([]keystore.State, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []keystore.State
+	for part := range strings.SplitSeq(s, ",") {
+		st := keystore.State(strings.TrimSpace(part))
+		if !st.Valid() {
+			return nil, usageError{fmt.Sprintf("unknown state %q (pending, succeeded, failed, manual)", st)}
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}

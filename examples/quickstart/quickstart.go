@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/keystore/boltstore"
+)
+
+// pay charges order 42 once, whatever fails on the way, and says what the application
+// should do next.
+func pay(ctx context.Context, baseURL, dbPath, apiKey string) (string, error) {
+	store, err := boltstore.Open(dbPath, nil) // durable pending keys
+	if err != nil {
+		return "", err
+	}
+	defer store.Close()
+
+	c, err := idem.NewClient(idem.Config{
+		BaseURL:     baseURL,
+		Store:       store,
+		StatusURL:   "/v1/payments/operations/{key}",
+		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", "Bearer "+apiKey); return nil },
+	})
+	if err != nil {
+		return "", err
+	}
+
+	// After a restart: finish what a crash interrupted.
+	if _, err := c.Recover(ctx, func(r idem.Reconciled) { markOrder(r.Record.Intent, r.Result, r.Err) }); err != nil {
+		return "", err // the keystore could not be read
+	}
+
+	body := []byte(`{"amount":1250,"currency":"EUR","customer":"cus_42","reference":"order-42"}`)
+	op := idem.NewOperation(http.MethodPost, "/v1/payments", body, idem.WithIntent("order-42"))
+	res, err := c.Do(ctx, op, idem.WithMaxAttempts(5)) // policy per call
+	switch {
+	case err == nil: // paid: res.StatusCode, res.Body (res.Source says from where)
+		markOrder("order-42", res, nil)
+		return "paid", nil
+	case errors.Is(err, idem.ErrStoredServerError):
+		// The server stored a 5xx for the key: execution began, effect unknown. Never pay again
+		// here. The record is manual; Config.Lookup or Client.Resolve settles it.
+		return "reconcile", err
+	case errors.Is(err, idem.ErrOutcomeUnknown): // maybe paid: the record stays pending; Recover or Do again
+		return "unknown", err
+	case errors.Is(err, idem.ErrNotExecuted):
+		// Settled as not executed: only now may this order be paid again, as a new intent:
+		// idem.NewOperation(..., idem.WithIntent("order-42#2")).
+		return "pay again", err
+	case errors.Is(err, idem.ErrPermanent): // declined / invalid (4xx, any 422 that is not key reuse): never retried
+		return "declined", err
+	case errors.Is(err, idem.ErrKeyConflict): // a bug: the key was reused with another payload
+		return "bug", err
+	default: // not executed yet (exhausted, throttled, deadline, budget, canceled):
+		// the record stays pending; Do again later or let Recover finish it
+		return "later", err
+	}
+}
+
+// markOrder is where the application records a payment's outcome (here, a line on stdout).
+func markOrder(order string, res *idem.Result, err error) {
+	if err != nil {
+		fmt.Printf("order %s: not paid yet: %v\n", order, err)
+		return
+	}
+	fmt.Printf("order %s: paid, HTTP %d %s\n", order, res.StatusCode, res.Body)
+}

@@ -1,0 +1,137 @@
+package probe
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	// DefaultPath is the POST endpoint probed: the payments convention of this repository.
+	DefaultPath = "/v1/payments"
+	// DefaultKeyHeader is the idempotency key header sent.
+	DefaultKeyHeader = "Idempotency-Key"
+	// DefaultConcurrency is how many identical requests the in-progress check sends at once.
+	DefaultConcurrency = 8
+	// DefaultRounds is how many bursts the in-progress check sends at most, each with a
+	// fresh key (one operation each), until one shows an overlap.
+	DefaultRounds = 3
+	// DefaultTimeout bounds each request the probe sends.
+	DefaultTimeout = 10 * time.Second
+	// StatusSuffix is appended to Path for the default status endpoint (DESIGN.md §1).
+	StatusSuffix = "/operations/{key}"
+	// ReplayedHeader marks a replayed answer (Stripe's and idemserver's spelling).
+	ReplayedHeader = "Idempotent-Replayed"
+	// SearchSuffix is appended to Path for the default search by reference.
+	SearchSuffix = "?reference={reference}"
+)
+
+// ErrNotSandbox is returned by Run when Config.Sandbox is false: the probe creates real
+// operations and sends nothing until the caller says the target is a sandbox.
+var ErrNotSandbox = errors.New("probe: the target is not declared a sandbox; the probe creates real operations (set Config.Sandbox)")
+
+// ErrInvalidConfig is returned by Run for a configuration that cannot work; the message
+// names the field.
+var ErrInvalidConfig = errors.New("probe: invalid config")
+
+// Config says what to probe and how. BaseURL and Sandbox are required.
+type Config struct {
+	// BaseURL is the API's absolute http(s) URL, such as "https://sandbox.example.com".
+	BaseURL string
+	// Sandbox must be true: the caller declares that the target is a sandbox where the
+	// probe may create operations (payments). Without it Run returns ErrNotSandbox.
+	Sandbox bool
+	// Path is the POST endpoint; "" means DefaultPath.
+	Path string
+	// Body returns the JSON body of one operation carrying reference ref; nil means a
+	// payment: {"amount":100,"currency":"EUR","customer":"cus_probe","reference":ref}.
+	Body func(ref string) []byte
+	// OtherBody returns a body that differs from Body(ref), for the key-reuse check; nil
+	// means the default payment with amount 101.
+	OtherBody func(ref string) []byte
+	// KeyHeader is the idempotency key header; "" means DefaultKeyHeader.
+	KeyHeader string
+	// StatusPath is the status endpoint, relative to BaseURL, with "{key}"; "" means
+	// Path+StatusSuffix, and "-" means the API has none (the status rows are NotObserved).
+	StatusPath string
+	// SearchPath is the search by reference, relative to BaseURL, with "{reference}"; ""
+	// means Path+SearchSuffix, "-" means none (executes-once falls back on response ids).
+	SearchPath string
+	// Header is sent with every request: credentials, a tenant header. Never stored.
+	Header http.Header
+	// Concurrency is how many identical requests the in-progress check sends at once; 0
+	// means DefaultConcurrency.
+	Concurrency int
+	// Rounds is how many bursts the in-progress check sends at most, each creating one
+	// operation; 0 means DefaultRounds.
+	Rounds int
+	// HTTPClient sends the requests; nil means a client with DefaultTimeout.
+	HTTPClient *http.Client
+	// Now is the clock for Retry-After dates; nil means time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if !c.Sandbox {
+		return c, ErrNotSandbox
+	}
+	u, err := url.Parse(c.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return c, fmt.Errorf("%w: BaseURL %q is not an absolute http(s) URL", ErrInvalidConfig, c.BaseURL)
+	}
+	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
+	if c.Path == "" {
+		c.Path = DefaultPath
+	}
+	if !strings.HasPrefix(c.Path, "/") {
+		return c, fmt.Errorf("%w: Path %q does not start with /", ErrInvalidConfig, c.Path)
+	}
+	if c.KeyHeader == "" {
+		c.KeyHeader = DefaultKeyHeader
+	}
+	if c.StatusPath == "" {
+		c.StatusPath = c.Path + StatusSuffix
+	}
+	if c.StatusPath != "-" && !strings.Contains(c.StatusPath, "{key}") {
+		return c, fmt.Errorf("%w: StatusPath %q has no {key}", ErrInvalidConfig, c.StatusPath)
+	}
+	if c.SearchPath == "" {
+		c.SearchPath = c.Path + SearchSuffix
+	}
+	if c.SearchPath != "-" && !strings.Contains(c.SearchPath, "{reference}") {
+		return c, fmt.Errorf("%w: SearchPath %q has no {reference}", ErrInvalidConfig, c.SearchPath)
+	}
+	if c.Body == nil {
+		c.Body = func(ref string) []byte { return paymentBody(100, ref) }
+	}
+	if c.OtherBody == nil {
+		c.OtherBody = func(ref string) []byte { return paymentBody(101, ref) }
+	}
+	if c.Concurrency < 0 {
+		return c, fmt.Errorf("%w: Concurrency %d is negative", ErrInvalidConfig, c.Concurrency)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Rounds < 0 {
+		return c, fmt.Errorf("%w: Rounds %d is negative", ErrInvalidConfig, c.Rounds)
+	}
+	if c.Rounds == 0 {
+		c.Rounds = DefaultRounds
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Timeout: DefaultTimeout}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}
+
+func paymentBody(amount int, ref string) []byte {
+	return fmt.Appendf(nil, `{"amount":%d,"currency":"EUR","customer":"cus_probe","reference":%q}`, amount, ref)
+}

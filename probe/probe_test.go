@@ -1,0 +1,256 @@
+package probe_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/probe"
+)
+
+// want builds the expected verdicts: every check Honoured unless listed.
+func want(broken, notObserved []string) map[string]probe.Result {
+	out := map[string]probe.Result{}
+	for _, c := range probe.Checks {
+		out[c] = probe.Honoured
+	}
+	for _, c := range broken {
+		out[c] = probe.Broken
+	}
+	for _, c := range notObserved {
+		out[c] = probe.NotObserved
+	}
+	return out
+}
+
+func check(t *testing.T, rep *probe.Report, wantV map[string]probe.Result) {
+	t.Helper()
+	if len(rep.Rows) != len(probe.Checks) {
+		t.Fatalf("%d rows, want %d", len(rep.Rows), len(probe.Checks))
+	}
+	for i, r := range rep.Rows {
+		if r.Check != probe.Checks[i] || r.Rule == "" || r.Evidence == "" {
+			t.Errorf("row %d = %+v", i, r)
+		}
+		if r.Result != wantV[r.Check] {
+			t.Errorf("%s = %s (%s), want %s", r.Check, r.Result, r.Evidence, wantV[r.Check])
+		}
+	}
+}
+
+func run(t *testing.T, base string, mod func(*probe.Config)) *probe.Report {
+	t.Helper()
+	cfg := probe.Config{BaseURL: base, Sandbox: true}
+	if mod != nil {
+		mod(&cfg)
+	}
+	rep, err := probe.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// Against idemtest (idemserver's middleware) every row is honoured. The in-progress check
+// needs a request that is still executing: the first of the concurrent ones is held.
+func TestIdemtestHonoursEveryRow(t *testing.T) {
+	api := idemtest.NewServer(idemtest.Config{SlowDelay: 500 * time.Millisecond})
+	defer api.Close()
+	// create, replay and key reuse consume one fault each; the first concurrent arrival is slow.
+	api.Script(idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultSlow)
+	rep := run(t, api.URL, func(c *probe.Config) { c.Header = http.Header{"Authorization": {"Bearer sk_sandbox"}} })
+	check(t, rep, want(nil, nil))
+	if len(rep.Broken()) != 0 {
+		t.Errorf("Broken() = %v", rep.Broken())
+	}
+
+	// The probe created exactly two payments (create, and one for the concurrent requests),
+	// each once, under the tenant of its header.
+	ex := api.Executions()
+	if len(ex) != 2 || ex[0].Reference == ex[1].Reference || ex[0].Tenant != "Bearer sk_sandbox" {
+		t.Fatalf("ledger = %+v", ex)
+	}
+	for _, e := range ex {
+		if n := api.ExecutionsByReference(e.Reference); n != 1 {
+			t.Errorf("reference %s executed %d times", e.Reference, n)
+		}
+	}
+	st := api.Stats()
+	if st.Replays < 1 || st.KeyReused != 1 || st.InProgress < 1 {
+		t.Errorf("server stats %v", st)
+	}
+
+	s := rep.Suggestion
+	if s.BaseURL != api.URL || s.KeyHeader != "Idempotency-Key" || s.StatusURL != "/v1/payments/operations/{key}" ||
+		s.LookupPath != "/v1/payments?reference={reference}" || len(s.KeyConflictCodes) != 0 || !s.Safe {
+		t.Errorf("suggestion = %+v", s)
+	}
+
+	// The suggested configuration works: a payment through idem's client, once.
+	cfg, err := s.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Sleep = func(context.Context, time.Duration) error { return nil }
+	c, err := idem.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.Script(idemtest.FaultDropAfterCommit)
+	res, err := c.Do(context.Background(), idem.NewOperation(http.MethodPost, "/v1/payments",
+		[]byte(`{"amount":5,"currency":"EUR","customer":"c","reference":"after-probe"}`)))
+	if err != nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("Do = %+v, %v", res, err)
+	}
+	if n := api.ExecutionsByReference("after-probe"); n != 1 {
+		t.Errorf("after-probe executed %d times", n)
+	}
+}
+
+// Deliberately broken servers: the broken rows are named exactly, and each verdict agrees
+// with the fake's own ledger.
+func TestBrokenServers(t *testing.T) {
+	tests := []struct {
+		name        string
+		api         *fake
+		broken      []string
+		notObserved []string
+		safe        bool
+	}{
+		{
+			name:        "re-executes on retry",
+			api:         &fake{noIdempotency: true, noStatus: true},
+			broken:      []string{probe.CheckReplay, probe.CheckKeyReuse, probe.CheckInProgress, probe.CheckExecutesOnce},
+			notObserved: []string{probe.CheckReplayMarker, probe.CheckStatusCompleted, probe.CheckStatusNotFound, probe.CheckRetryAfter},
+		},
+		{
+			name:   "replays the answer but charges again",
+			api:    &fake{hiddenCharge: true, hold: 200 * time.Millisecond},
+			broken: []string{probe.CheckExecutesOnce},
+		},
+		{
+			name:        "422 for an identical resend, never replays",
+			api:         &fake{reuse422: true},
+			broken:      []string{probe.CheckReplay, probe.CheckInProgress},
+			notObserved: []string{probe.CheckReplayMarker, probe.CheckRetryAfter},
+		},
+		{
+			name:        "no status endpoint",
+			api:         &fake{noStatus: true, hold: 200 * time.Millisecond},
+			notObserved: []string{probe.CheckStatusCompleted, probe.CheckStatusNotFound},
+			safe:        true,
+		},
+		{
+			name:   "Retry-After that is not a delay",
+			api:    &fake{throttleOnce: "soon", hold: 200 * time.Millisecond},
+			broken: []string{probe.CheckRetryAfter},
+			safe:   true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := tt.api.start(t)
+			rep := run(t, srv.URL, nil)
+			check(t, rep, want(tt.broken, tt.notObserved))
+			if got := strings.Join(rep.Broken(), ","); got != strings.Join(tt.broken, ",") {
+				t.Errorf("Broken() = %s, want %s", got, strings.Join(tt.broken, ","))
+			}
+			if rep.Suggestion.Safe != tt.safe {
+				t.Errorf("Safe = %v, want %v (notes %q)", rep.Suggestion.Safe, tt.safe, rep.Suggestion.Notes)
+			}
+			if tt.api.noStatus && rep.Suggestion.StatusURL != "" {
+				t.Errorf("StatusURL %q for an API without one", rep.Suggestion.StatusURL)
+			}
+		})
+	}
+}
+
+// Retry-After in both RFC 9110 forms is honoured, and the throttled request is resent with
+// the same key after it.
+func TestRetryAfterForms(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, v := range []string{"0", now.Format(http.TimeFormat)} {
+		f := &fake{throttleOnce: v, hold: 200 * time.Millisecond}
+		srv := f.start(t)
+		rep := run(t, srv.URL, func(c *probe.Config) { c.Now = func() time.Time { return now } })
+		row, _ := rep.Row(probe.CheckRetryAfter)
+		if row.Result != probe.Honoured || !strings.Contains(row.Evidence, "429: ") {
+			t.Errorf("Retry-After %q: %+v", v, row)
+		}
+		if c, _ := rep.Row(probe.CheckCreate); c.Result != probe.Honoured {
+			t.Errorf("create after a 429: %+v", c)
+		}
+	}
+}
+
+// A key-reuse 422 whose code idem does not recognise is honoured, and the suggested
+// configuration classifies it as a key conflict.
+func TestKeyConflictCodeSuggested(t *testing.T) {
+	f := &fake{conflictCode: "key_in_use", hold: 200 * time.Millisecond}
+	rep := run(t, f.start(t).URL, nil)
+	check(t, rep, want(nil, nil))
+	s := rep.Suggestion
+	if len(s.KeyConflictCodes) != 1 || s.KeyConflictCodes[0] != "key_in_use" {
+		t.Fatalf("KeyConflictCodes = %q", s.KeyConflictCodes)
+	}
+	cfg, err := s.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &idem.Attempt{Response: &http.Response{StatusCode: 422}, Body: []byte(`{"code":"key_in_use"}`)}
+	if got := cfg.Classifiers.Classify(a); got != idem.ClassKeyConflict {
+		t.Errorf("suggested classifiers give %v, want ClassKeyConflict", got)
+	}
+}
+
+// Without Sandbox nothing is sent.
+func TestRefusesWithoutSandbox(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	_, err := probe.Run(context.Background(), probe.Config{BaseURL: srv.URL})
+	if !errors.Is(err, probe.ErrNotSandbox) {
+		t.Errorf("Run = %v, want ErrNotSandbox", err)
+	}
+	if hits.Load() != 0 {
+		t.Errorf("%d requests sent without Sandbox", hits.Load())
+	}
+}
+
+func TestInvalidConfig(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  probe.Config
+		name string
+	}{
+		{probe.Config{BaseURL: "example.com"}, "BaseURL"},
+		{probe.Config{BaseURL: "ftp://x"}, "BaseURL"},
+		{probe.Config{BaseURL: "http://x", Path: "v1"}, "Path"},
+		{probe.Config{BaseURL: "http://x", StatusPath: "/status"}, "StatusPath"},
+		{probe.Config{BaseURL: "http://x", SearchPath: "/search"}, "SearchPath"},
+		{probe.Config{BaseURL: "http://x", Concurrency: -1}, "Concurrency"},
+		{probe.Config{BaseURL: "http://x", Rounds: -1}, "Rounds"},
+	} {
+		tc.cfg.Sandbox = true
+		_, err := probe.Run(context.Background(), tc.cfg)
+		if !errors.Is(err, probe.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("%+v: %v, want ErrInvalidConfig naming %s", tc.cfg, err, tc.name)
+		}
+	}
+}
+
+// An unreachable API is a report, not an error: create is broken, the rest not observed.
+func TestUnreachable(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	rep := run(t, url, nil)
+	check(t, rep, want([]string{probe.CheckCreate}, []string{probe.CheckReplay, probe.CheckReplayMarker, probe.CheckKeyReuse,
+		probe.CheckInProgress, probe.CheckStatusCompleted, probe.CheckStatusNotFound, probe.CheckRetryAfter, probe.CheckExecutesOnce}))
+}

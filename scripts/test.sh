@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The tests, as README.md and CI run them: `go test -race` over the root module and every
+# nested module (each directory below the root with a go.mod). keystore/pgstore and
+# cmd/idemctl need PostgreSQL: when IDEM_TEST_PG_DSN is not set, a throwaway server is
+# started with .ci/postgres.sh (which installs Debian's postgresql package if initdb is
+# missing) and stopped on exit. Extra arguments go to every `go test`, e.g. -run TestX.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. .ci/postgres.sh
+
+if [ -z "${IDEM_TEST_PG_DSN:-}" ]; then
+  echo "== postgres for keystore/pgstore and cmd/idemctl"
+  pg_start
+fi
+
+nested=$(find . -mindepth 2 -name go.mod -not -path '*/testdata/*' -not -path './.*' -printf '%h\n' | sort)
+echo "== tests: the root module, then every nested module:" $nested
+# Every module runs even when an earlier one fails; the exit status says whether all passed.
+failed=""
+go test -race -count=1 "$@" ./... || failed="$failed ."
+for m in $nested; do
+  echo "== $m"
+  (cd "$m" && go test -race -count=1 "$@" ./...) || failed="$failed $m"
+done
+if [ -n "$failed" ]; then
+  echo "== FAILED in:$failed"
+  exit 1
+fi
