@@ -39,6 +39,7 @@ type call struct {
 	lastCode     int           // status of the last response in this call, 0 if none
 	lastAnswer   *Attempt      // the last attempt that got a response: every stop after it carries it
 	credErr      error         // Config.Credentials failed: nothing was sent, nothing will be
+	lease        callLease     // the record's lease while the call runs (fleet.go)
 
 	result *Result
 	stop   *OperationError
@@ -60,7 +61,10 @@ func (c *Client) newCall(s callSettings, rec *keystore.Record, header http.Heade
 
 // run drives the call to a known state. resumed means the record existed before this call,
 // so an earlier attempt may have executed: the status endpoint is asked before any send.
+// The record must be claimed by this client (created claimed, or Claim / ClaimExpired).
 func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
+	ctx = cl.startLease(ctx)
+	defer cl.lease.cancel(nil)
 	switch {
 	case resumed && cl.rec.NotExecuted:
 		// The last call ended knowing nothing was executed: send without asking, but first
@@ -68,6 +72,13 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		cl.rec.NotExecuted = false
 		cl.rec.UpdatedAt = cl.c.cfg.Now()
 		if err := cl.c.store.Update(ctx, cl.rec); err != nil { // nothing sent: the caller may retry
+			if errors.Is(err, keystore.ErrFenced) {
+				cl.loseLease(err)
+				cl.stopLeaseLost(err)
+				return cl.finish(ctx)
+			}
+			cl.endLease()
+			cl.release(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("idem: recording the resend before it starts: %w", err)
 		}
 	case resumed:
@@ -116,6 +127,11 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		return false, errStopped
 	}
 	cl.last = nil
+	if err := cl.leaseLost(); err != nil { // another instance owns the key now: never send again
+		cl.unknown = cl.unknown || a.Written
+		cl.stopLeaseLost(err)
+		return false, errStopped
+	}
 	if cl.credErr != nil {
 		cl.halt(ErrInvalidOperation, cl.credErr)
 		return false, errStopped
@@ -213,7 +229,9 @@ func (cl *call) retry(ctx context.Context, a *Attempt, reason Class, waited bool
 	}
 	cl.delay = d
 	cl.c.onRetry(cl, d, reason, fromRA)
-	cl.persistProgress(ctx)
+	if !cl.persistProgress(ctx) {
+		return false, errStopped
+	}
 	return true, nil
 }
 
@@ -223,7 +241,17 @@ func (cl *call) prepareRetry(req *http.Request) error {
 	d := cl.delay
 	cl.delay = 0
 	if err := cl.c.cfg.Sleep(req.Context(), d); err != nil {
+		if lerr := cl.leaseLost(); lerr != nil {
+			cl.stopLeaseLost(lerr)
+			return errStopped
+		}
 		cl.halt(ErrCanceled, err)
+		return errStopped
+	}
+	// Another instance may have taken the record during the wait: a fenced renewal proves
+	// this call still holds it before the resend, and extends the lease over the attempt.
+	if err := cl.renew(context.WithoutCancel(req.Context())); err != nil {
+		cl.stopLeaseLost(err)
 		return errStopped
 	}
 	return nil

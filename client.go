@@ -104,6 +104,26 @@ type Config struct {
 	// RecoverConcurrency is how many records Recover reconciles at once. Default
 	// DefaultRecoverConcurrency.
 	RecoverConcurrency int
+	// Owner identifies this client in a fleet of instances sharing one Store (see
+	// keystore.Lease): every record it sends holds a lease under this id. It must be unique
+	// per running Client; a restarted process must take a new one. Default: host name,
+	// process id and 8 random bytes ("host/1234/9f86d081884c7d65"), new for every Client.
+	Owner string
+	// LeaseTTL is how long a claim on a record lasts without renewal. A call creates its
+	// record already claimed (no extra write before the first byte), renews the lease every
+	// LeaseTTL/3 while it runs and before every resend, and releases it when it ends with the
+	// record still pending. Another instance waits for a live lease and takes over the record
+	// once it has expired, so a crashed instance's calls are continued after at most LeaseTTL.
+	// It must be longer than Policy.AttemptTimeout (ErrInvalidConfig otherwise), so that an
+	// attempt never outlives the lease it was sent under. Default DefaultLeaseTTL (30 s).
+	LeaseTTL time.Duration
+	// ReclaimInterval, if positive, makes the client take over orphaned records in the
+	// background every interval: pending records whose lease expired or was released (an
+	// instance died, or a call gave up), claimed in batches with keystore.Store.ClaimExpired
+	// and reconciled as Recover does, with the default policy. A long-running service thus
+	// finishes a dead peer's payments without a restart. Close stops it. Default 0: off (call
+	// Recover yourself). Stats.OrphansReclaimed counts the records taken.
+	ReclaimInterval time.Duration
 	// Now and Sleep replace the clock and the wait between attempts (for tests). Sleep must
 	// return ctx.Err() promptly when ctx is done. Defaults: time.Now and a timer.
 	Now   func() time.Time
@@ -125,12 +145,14 @@ type Client struct {
 	locks      keyLocks
 	stats      counters
 	purger     purger                // background retention purge (purge.go)
+	reclaimer  reclaimer             // background orphan reclaim (reclaim.go)
 	retrier    *retryablehttp.Client // shared by every call (retrier.go)
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
 // field: a BaseURL that is not absolute, a relative StatusURL without BaseURL, a Retention
-// shorter than KeyTTL, negative values) or ErrInvalidPolicy.
+// shorter than KeyTTL, a LeaseTTL not longer than Policy.AttemptTimeout, negative values) or
+// ErrInvalidPolicy.
 func NewClient(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, policy: cfg.Policy.withDefaults()}
 	if err := c.policy.Validate(); err != nil {
@@ -182,6 +204,9 @@ func NewClient(cfg Config) (*Client, error) {
 	if err := c.purgeDefaults(); err != nil {
 		return nil, err
 	}
+	if err := c.leaseDefaults(); err != nil {
+		return nil, err
+	}
 	c.http = cfg.HTTPClient
 	if c.http == nil {
 		c.http = cleanhttp.DefaultPooledClient()
@@ -206,6 +231,7 @@ func NewClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.budget = b
+	c.startReclaimer()
 	return c, nil
 }
 
@@ -245,15 +271,20 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // then opts). The record is persisted before the first byte is sent. It returns the
 // successful Result, or an *OperationError matching ErrPermanent, ErrKeyConflict,
 // ErrOutcomeUnknown, ErrStoredServerError (with ErrOutcomeUnknown), ErrExhausted,
-// ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired, ErrNotExecuted or
-// ErrCanceled; invalid input gives ErrInvalidOperation, ErrInvalidPolicy or ErrInvalidConfig.
+// ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired, ErrNotExecuted,
+// ErrLeaseLost or ErrCanceled; invalid input gives ErrInvalidOperation, ErrInvalidPolicy or ErrInvalidConfig.
 // Only ErrPermanent and ErrKeyConflict are failures, and ErrNotExecuted the one answer after
 // which the application may pay again under a new intent. After ErrStoredServerError and
 // ErrKeyExpired the record is manual (never resent; Config.Lookup or Client.Resolve settles
 // it); after the others it stays pending, and a later Do of the same operation or Recover
 // finishes it. A second Do of
 // the same key (or intent) waits for the first and returns its outcome, never sending
-// concurrently.
+// concurrently; across the instances of a fleet sharing the Store the same holds through
+// the record's lease (Config.LeaseTTL): a Do that finds the record claimed by another
+// instance waits, bounded by ctx (ErrCanceled, outcome unknown), until the record is final
+// (its stored outcome is returned) or the lease expired (the owner died: Do claims the record
+// and continues the same key, status endpoint first). A call whose record another instance
+// took over stops at once and returns ErrLeaseLost, without sending again or writing.
 func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {
 	if err := op.validate(); err != nil {
 		return nil, err
@@ -321,6 +352,12 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 			continue
 		}
 		defer unlock()
+		if !created && rec.State == keystore.StatePending {
+			// Another instance may be sending it: take the lease, waiting while it is live.
+			if rec, err = c.acquire(ctx, s, rec); err != nil {
+				return nil, err
+			}
+		}
 		if !created && rec.State != keystore.StatePending {
 			res, err := c.storedOutcome(rec)
 			if r, lerr, ok := c.businessLookup(ctx, rec, op.header, err); ok {

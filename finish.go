@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"unicode/utf8"
 
 	"github.com/idemkit/idem/keystore"
@@ -10,17 +11,35 @@ import (
 // persistProgress records the attempts made so far before a retry waits, so that a crash
 // during the wait leaves an honest record. A store error here is logged, not fatal: the
 // record is still pending, which is all recovery needs.
-func (cl *call) persistProgress(ctx context.Context) {
+// A fenced refusal means another instance owns the record now: the call stops (false).
+func (cl *call) persistProgress(ctx context.Context) bool {
 	cl.rec.Attempts = cl.baseAttempts + cl.attempts
 	cl.rec.UpdatedAt = cl.c.cfg.Now()
 	if err := cl.c.store.Update(context.WithoutCancel(ctx), cl.rec); err != nil {
+		if errors.Is(err, keystore.ErrFenced) {
+			cl.loseLease(err)
+			cl.stopLeaseLost(err)
+			return false
+		}
 		cl.c.warn("recording attempt", cl.rec, err)
 	}
+	return true
 }
 
 // finish persists the call's final state and returns what Do returns. A cancelled caller
 // still gets its record written (context.WithoutCancel).
 func (cl *call) finish(ctx context.Context) (*Result, error) {
+	cl.endLease()
+	if err := cl.leaseLost(); err != nil {
+		if cl.result == nil {
+			return cl.finishLost(err)
+		}
+		// The server answered before the loss was seen: the answer is true, and the new
+		// owner learns the same from the server. Only the write is left to it.
+		cl.result.Attempts, cl.result.StatusChecks = cl.attempts, cl.statusChecks
+		cl.c.stats.succeeded.Add(1)
+		return cl.result, nil
+	}
 	rec := cl.rec
 	rec.Attempts = cl.baseAttempts + cl.attempts
 	rec.UpdatedAt = cl.c.cfg.Now()
@@ -73,9 +92,20 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		cl.c.onGiveUp(cl, e)
 	}
 	if err := cl.c.updateFinal(context.WithoutCancel(ctx), rec); err != nil {
-		// The answer is known but not recorded. The record stays pending, so a later Do or
-		// Recover asks the server again and finds the same answer: safe, so report the outcome.
-		cl.c.warn("recording final state", rec, err)
+		if errors.Is(err, keystore.ErrFenced) { // taken over meanwhile: the new owner writes
+			cl.loseLease(err)
+			if cl.result == nil {
+				return cl.finishLost(err)
+			}
+		} else {
+			// The answer is known but not recorded. The record stays pending, so a later Do
+			// or Recover asks the server again and finds the same answer: safe, so report it.
+			cl.c.warn("recording final state", rec, err)
+		}
+	} else if rec.State == keystore.StatePending && !cl.lease.keep {
+		// Ordered after the final write (a deferred write is committed with or before the
+		// release), and fenced like it: another instance may now reclaim the record at once.
+		cl.release(context.WithoutCancel(ctx))
 	}
 	if cl.result != nil {
 		cl.c.budget.succeeded(cl)
@@ -109,4 +139,18 @@ func (cl *call) persistedResponse(r *Result) *keystore.Response {
 		}
 	}
 	return &keystore.Response{Status: r.StatusCode, Header: h, Body: r.Body}
+}
+
+// finishLost ends a call whose record another instance took over: nothing is written (the
+// new owner's record must not be overwritten) and the caller gets ErrLeaseLost, with
+// Unknown set when a request of this call may have executed.
+func (cl *call) finishLost(cause error) (*Result, error) {
+	rec := cl.rec
+	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrLeaseLost,
+		Attempts: cl.attempts, LastStatus: cl.lastCode, Cause: cause,
+		Unknown:  cl.unknown || (cl.stop != nil && cl.stop.Unknown),
+		Response: cl.response(cl.lastAnswer, SourceResponse)}
+	cl.stop, cl.result = e, nil
+	cl.c.onGiveUp(cl, e)
+	return nil, e
 }

@@ -117,6 +117,9 @@ type Hooks struct {
 	OnStoredServerError func(StoredServerErrorEvent) // a stored 5xx: outcome unknown, record manual
 	OnResolved          func(ResolvedEvent)          // a manual record was settled
 	OnDamagedRecord     func(DamagedRecordEvent)     // Recover skipped a record that cannot be decoded
+	// OnClaimLost: another instance took the call's record over (fenced write); the call
+	// stops sending. It may run on the call's lease-renewal goroutine.
+	OnClaimLost func(ClaimLostEvent)
 }
 
 func (c *Client) event(cl *call) Event {

@@ -97,10 +97,12 @@ func (c *Client) purgeOld(ctx context.Context, cutoff time.Time) (int, error) {
 	}
 }
 
-// Close stops the background retention purge and waits for a pass under way to stop after
-// its current step. It does not close the Store, which the caller owns. Do and Recover still
-// work after Close; they only no longer start background passes. Close always returns nil.
+// Close stops the background retention purge and the background reclaimer
+// (Config.ReclaimInterval), and waits for a pass under way to stop after its current step.
+// It does not close the Store, which the caller owns. Do and Recover still work after Close;
+// they only no longer start background passes. Close always returns nil.
 func (c *Client) Close() error {
+	c.stopReclaimer()
 	p := &c.purger
 	p.mu.Lock()
 	p.closed = true

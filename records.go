@@ -57,6 +57,8 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keysto
 			Request: keystore.Request{Method: op.method, URL: op.url,
 				Header: withoutSecrets(op.header, c.cfg.SecretHeaders...), Body: op.body},
 			CreatedAt: now, UpdatedAt: now,
+			// Created already claimed (fence 1): the first attempt needs no write of its own.
+			Owner: c.cfg.Owner, LeaseUntil: now.Add(c.cfg.LeaseTTL), Fence: 1,
 		}
 		err = c.store.Create(ctx, rec)
 		if err == nil {

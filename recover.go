@@ -26,7 +26,7 @@ type Reconciled struct {
 // RecoverReport counts what one Recover run did.
 type RecoverReport struct {
 	Pending   int // pending records found
-	Skipped   int // in flight in this process (their own Do finishes them)
+	Skipped   int // held by a live lease: in flight in this process or in another instance
 	Succeeded int // reconciled to success (status endpoint, replay or a fresh send)
 	Failed    int // reconciled to a permanent failure, or settled as not executed
 	Manual    int // a stored 5xx, a key past KeyTTL with an unknown outcome, or a record that cannot be sent: reported, never resent
@@ -45,8 +45,14 @@ type RecoverReport struct {
 // application can, say, mark its order paid; handle is called from several goroutines at once
 // (Config.RecoverConcurrency), so it must be safe for that.
 //
-// Recover is safe to run while Do calls are in flight: records that a call in this process
-// holds are skipped. Records are sent with their persisted headers, which never include
+// Recover is safe to run while Do calls are in flight, here or in other instances sharing
+// the Store: it first takes the orphans (pending records with no live lease: never claimed,
+// released, or left by a dead instance) with keystore.Store.ClaimExpired, in batches no
+// larger than its idle workers, so that instances recovering at once never send one key
+// twice (Stats.OrphansReclaimed); records it leaves pending are released when it ends.
+// Records another instance, or a call in this process, holds a live lease on are skipped
+// (RecoverReport.Skipped). A listing then claims one at a time the pending records the
+// batches did not take. Records are sent with their persisted headers, which never include
 // credentials: set Config.Credentials. opts apply to every record, as with Do. It also purges
 // terminal records older than Config.Retention. Pending records are read a page at a time
 // when the store is a keystore.Pager; a record that cannot be decoded is then skipped, left
@@ -67,12 +73,29 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 		return rep, fmt.Errorf("idem: purging old records: %w", err)
 	}
 	rep.Purged = n
+	var mu sync.Mutex
+	record := func(out Reconciled, ran bool) {
+		mu.Lock()
+		rep.count(out, ran)
+		mu.Unlock()
+		if ran && handle != nil {
+			handle(out)
+		}
+	}
+	// First the orphans, claimed in batches: records other instances hold are left to them.
+	claimed, claimErr := c.reclaimPass(ctx, s, record)
+	if claimErr != nil {
+		c.warnf("claiming orphaned records; falling back to one claim per listed record", claimErr)
+	}
+	rep.Pending = len(claimed)
+
+	// Then one listing: it reports damaged records, finds manual records for Config.Lookup,
+	// and claims one by one the pending records the batches did not take (created since, or
+	// left by an ended process of an exclusive store, or all of them if ClaimExpired failed).
 	states := []keystore.State{keystore.StatePending}
 	if c.cfg.Lookup != nil {
 		states = append(states, keystore.StateManual)
 	}
-
-	var mu sync.Mutex
 	work := make(chan *keystore.Record)
 	var wg sync.WaitGroup
 	for range c.cfg.RecoverConcurrency {
@@ -80,24 +103,20 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 		go func() {
 			defer wg.Done()
 			for rec := range work {
-				var out Reconciled
-				var ran bool
 				if rec.State == keystore.StateManual {
-					out, ran = c.resolveOne(ctx, rec)
-					mu.Lock()
+					out, ran := c.resolveOne(ctx, rec)
 					if ran {
+						mu.Lock()
 						rep.Resolved++
+						mu.Unlock()
+						if handle != nil {
+							handle(out)
+						}
 					}
-					mu.Unlock()
-				} else {
-					out, ran = c.recoverOne(ctx, s, rec)
-					mu.Lock()
-					rep.count(out, ran)
-					mu.Unlock()
+					continue
 				}
-				if ran && handle != nil {
-					handle(out)
-				}
+				out, ran := c.recoverOne(ctx, s, rec)
+				record(out, ran)
 			}
 		}()
 	}
@@ -105,20 +124,25 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 	var damaged []keystore.DamagedRecord
 	err = keystore.ListAll(ctx, c.store, states, 0, func(p keystore.Page) error {
 		damaged = append(damaged, c.onDamaged(p.Damaged)...)
-		mu.Lock()
-		for _, rec := range p.Records {
-			if rec != nil && rec.State == keystore.StatePending {
-				rep.Pending++
-			}
-		}
-		mu.Unlock()
 		for _, rec := range p.Records {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if rec != nil {
-				work <- rec
+			if rec == nil || (rec.State == keystore.StatePending && claimed[scopedKey{rec.Scope, rec.Key}]) {
+				continue
 			}
+			if rec.State == keystore.StatePending {
+				mu.Lock()
+				rep.Pending++
+				mu.Unlock()
+				if rec.Live(c.cfg.Now()) && rec.Owner != c.cfg.Owner && !c.deadOwner(rec) {
+					mu.Lock()
+					rep.Skipped++ // another instance is sending it
+					mu.Unlock()
+					continue
+				}
+			}
+			work <- rec
 		}
 		return nil
 	})
@@ -164,8 +188,9 @@ func (rep *RecoverReport) count(out Reconciled, ran bool) {
 	}
 }
 
-// recoverOne reconciles one record under its key (and intent) lock; ran is false when a call
-// in this process holds it or it is no longer pending.
+// recoverOne claims and reconciles one listed pending record under its key (and intent)
+// lock; ran is false when a call in this process holds it, another instance holds its lease,
+// or it is no longer pending.
 func (c *Client) recoverOne(ctx context.Context, s callSettings, rec *keystore.Record) (Reconciled, bool) {
 	if rec.Intent != "" {
 		unlock, ok := c.locks.tryLock(intentLockName(rec.Scope, rec.Intent))
@@ -183,22 +208,16 @@ func (c *Client) recoverOne(ctx context.Context, s callSettings, rec *keystore.R
 	if err != nil || fresh.State != keystore.StatePending {
 		return Reconciled{}, false
 	}
-	target, err := c.resolveURL(fresh.Request.URL)
-	if err == nil && !isToken(fresh.Request.Method) {
-		err = fmt.Errorf("%w: bad method %q", ErrInvalidOperation, fresh.Request.Method)
+	fresh, err = c.store.Claim(ctx, fresh.Scope, fresh.Key, c.leaseFor(fresh))
+	if err != nil { // claimed by another instance, finished meanwhile, or unreadable
+		if !errors.Is(err, keystore.ErrClaimed) && !errors.Is(err, keystore.ErrNotPending) {
+			c.warn("claiming a pending record", rec, err)
+		}
+		return Reconciled{}, false
 	}
-	if err != nil { // a record this client can never send: a person must look at it
-		return c.unsendable(ctx, fresh, err), true
-	}
-	cl := c.newCall(s, fresh, fresh.Request.Header.Clone(), target)
-	res, err := cl.run(ctx, true)
-	if err == nil {
-		c.stats.recovered.Add(1)
-	} else if errors.Is(err, ErrPermanent) || errors.Is(err, ErrKeyConflict) || errors.Is(err, ErrKeyExpired) ||
-		errors.Is(err, ErrStoredServerError) || errors.Is(err, ErrNotExecuted) {
-		c.stats.recovered.Add(1)
-	}
-	return Reconciled{Record: cl.rec.Clone(), Result: res, Err: err}, true
+	c.stats.orphans.Add(1) // no live lease (released, expired, or an ended process's)
+	out, ran, _ := c.reconcileClaimed(ctx, s, fresh, false)
+	return out, ran
 }
 
 // resolveOne asks Config.Lookup about a manual record under its key (and intent) lock; ran

@@ -32,6 +32,17 @@ type Stats struct {
 	ResolvedByLookup   int64 // manual records Config.Lookup settled (executed or not executed)
 	ResolvedByCaller   int64 // manual records settled through Client.Resolve
 	DamagedRecords     int64 // undecodable records Recover skipped (see DamagedRecordsError)
+	// ClaimsLost counts calls that found, by a fenced write (keystore.ErrFenced), that another
+	// instance took their record over: they stopped sending and returned ErrLeaseLost.
+	ClaimsLost int64
+	// OrphansReclaimed counts pending records this client took over with no live lease on
+	// them: any such record Recover or the background reclaimer (Config.ReclaimInterval)
+	// claimed (left by a dead instance or process, or released by a call that gave up), and
+	// records Do claimed from another instance whose lease had expired (its owner died).
+	OrphansReclaimed int64
+	// LeaseWaits counts Do calls that found their record claimed by another instance and
+	// waited for it to end or its lease to expire.
+	LeaseWaits int64
 }
 
 type counters struct {
@@ -39,7 +50,7 @@ type counters struct {
 	sameKey, keyExpired, inProgress, inProgressTimeouts, unknown, unknownResolved    atomic.Int64
 	stillUnknown, finalFailures, budgetDenied, throttled, recovered                  atomic.Int64
 	storedServerErrors, lookups, resolvedByLookup, resolvedByCaller                  atomic.Int64
-	damaged                                                                          atomic.Int64
+	damaged, claimsLost, orphans, leaseWaits                                         atomic.Int64
 }
 
 // Stats returns a snapshot of the counters. Safe to call at any time.
@@ -54,6 +65,7 @@ func (c *Client) Stats() Stats {
 		FinalFailures: s.finalFailures.Load(), BudgetDenied: s.budgetDenied.Load(), ThrottledWaits: s.throttled.Load(),
 		Recovered: s.recovered.Load(), StoredServerErrors: s.storedServerErrors.Load(), Lookups: s.lookups.Load(),
 		ResolvedByLookup: s.resolvedByLookup.Load(), ResolvedByCaller: s.resolvedByCaller.Load(),
-		DamagedRecords: s.damaged.Load(),
+		DamagedRecords: s.damaged.Load(), ClaimsLost: s.claimsLost.Load(), OrphansReclaimed: s.orphans.Load(),
+		LeaseWaits: s.leaseWaits.Load(),
 	}
 }

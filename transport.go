@@ -25,6 +25,10 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if cl == nil {
 		return nil, &notSentError{errNoCall}
 	}
+	if err := cl.guardSend(req.Context()); err != nil { // never send without the lease
+		cl.last = &Attempt{Number: cl.attempts + 1, Err: &notSentError{err}}
+		return nil, cl.last.Err
+	}
 	ctx, cancel := context.WithTimeout(req.Context(), cl.s.policy.AttemptTimeout)
 	defer cancel()
 	var written atomic.Bool

@@ -122,6 +122,15 @@ var counters = []counter{
 	{"idem.resolved_by_caller", "{operation}",
 		"Manual records settled through Client.Resolve (an application's or operator's verdict).",
 		func(s *idem.Stats) int64 { return s.ResolvedByCaller }},
+	{"idem.claims_lost", "{call}",
+		"Calls that found, by a fenced keystore write, that another instance had taken their record over: they stopped sending (ErrLeaseLost). Non-zero means leases expired under live calls: lengthen Config.LeaseTTL or look for stalls.",
+		func(s *idem.Stats) int64 { return s.ClaimsLost }},
+	{"idem.orphans_reclaimed", "{operation}",
+		"Pending records without a live lease (a dead instance's, or released by a call that gave up) taken over by Recover or the background reclaimer.",
+		func(s *idem.Stats) int64 { return s.OrphansReclaimed }},
+	{"idem.lease_waits", "{call}",
+		"Do calls that found their record claimed by another instance and waited for it.",
+		func(s *idem.Stats) int64 { return s.LeaseWaits }},
 }
 
 // Register creates the idem.* observable counters and, when the client has a retry budget,

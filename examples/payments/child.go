@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/keystore/boltstore"
 )
 
 // childEnv carries the child's configuration (JSON) from the parent. Its presence is what
@@ -35,14 +34,18 @@ const maxUnanswered = 3
 
 // childConfig is what the parent tells a child.
 type childConfig struct {
-	Gen         int    `json:"gen"`
-	BaseURL     string `json:"base_url"`
-	StatusPath  string `json:"status_path"`
-	LookupPath  string `json:"lookup_path"`
-	Store       string `json:"store"`
-	N           int    `json:"n"`
-	Seed        int64  `json:"seed"`
-	Concurrency int    `json:"concurrency"`
+	Gen         int       `json:"gen"`
+	BaseURL     string    `json:"base_url"`
+	StatusPath  string    `json:"status_path"`
+	LookupPath  string    `json:"lookup_path"`
+	Store       storeSpec `json:"store"`
+	N           int       `json:"n"`
+	Seed        int64     `json:"seed"`
+	Concurrency int       `json:"concurrency"`
+	// Instance is the sender's place in the fleet (0..Instances-1): it offers every payment,
+	// starting at its own share, so that instances mostly work apart and meet at the end.
+	Instance  int `json:"instance"`
+	Instances int `json:"instances"`
 }
 
 // childMain is a sender process: reopen the keystore, reconcile what a killed predecessor
@@ -53,18 +56,18 @@ func childMain(raw string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "child: bad %s: %v\n", childEnv, err)
 		return 2
 	}
-	// The lock of a killed predecessor is released by the kernel; the timeout is for safety.
-	store, err := boltstore.Open(cfg.Store, &boltstore.Options{Timeout: 5 * time.Second})
+	store, closeStore, err := cfg.Store.open(context.Background())
 	if err != nil {
 		fmt.Fprintf(stderr, "child %d: %v\n", cfg.Gen, err)
 		return 1
 	}
-	defer store.Close()
-	client, err := newClient(cfg.BaseURL, cfg.StatusPath, cfg.LookupPath, store, cfg.Concurrency)
+	defer closeStore()
+	client, err := newClient(cfg.BaseURL, cfg.StatusPath, cfg.LookupPath, store, cfg.Concurrency, cfg.Store.fleet())
 	if err != nil {
 		fmt.Fprintf(stderr, "child %d: %v\n", cfg.Gen, err)
 		return 1
 	}
+	defer client.Close() // stops the background reclaimer (fleet)
 	em := &emitter{w: stdout}
 	stopStats := flushStats(client, em)
 	defer stopStats()
@@ -99,8 +102,13 @@ func childMain(raw string, stdout, stderr io.Writer) int {
 	}
 	// Every payment is offered again: one finished by an earlier process is answered from
 	// the keystore (Do finds its intent) without sending anything.
-	for _, p := range generate(cfg.N, cfg.Seed) {
-		work <- p
+	ps := generate(cfg.N, cfg.Seed)
+	first := 0
+	if cfg.Instances > 1 {
+		first = cfg.Instance * len(ps) / cfg.Instances
+	}
+	for k := range ps {
+		work <- ps[(first+k)%len(ps)]
 	}
 	close(work)
 	wg.Wait()

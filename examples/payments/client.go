@@ -25,7 +25,11 @@ const paymentsPath = "/v1/payments"
 // lookupPath, if not empty, is the API's search by reference ("{reference}" is replaced):
 // the business lookup that settles a key the server stored a 5xx for. Without it such a
 // payment waits for reconciliation and is never paid again blindly.
-func newClient(baseURL, statusPath, lookupPath string, store keystore.Store, concurrency int) (*idem.Client, error) {
+//
+// fleet configures the client for a keystore shared by several sender processes: short
+// leases (a killed sender's payments are continued by the others within LeaseTTL) and a
+// background reclaimer that takes over what a dead sender left.
+func newClient(baseURL, statusPath, lookupPath string, store keystore.Store, concurrency int, fleet bool) (*idem.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 2 * concurrency // the default 2 would redial most requests
 	var lookup idem.LookupFunc
@@ -57,5 +61,29 @@ func newClient(baseURL, statusPath, lookupPath string, store keystore.Store, con
 			MaxRetryAfter:  5 * time.Second,
 		},
 		RecoverConcurrency: concurrency,
+		LeaseTTL:           fleetLease(fleet),
+		ReclaimInterval:    fleetReclaim(fleet),
 	})
+}
+
+// The fleet's lease and reclaim period: a killed sender holds its records at most
+// fleetLeaseTTL (renewed every third of it while alive), much longer than the 150 ms attempt
+// timeout; the survivors look for orphans every fleetReclaimEvery.
+const (
+	fleetLeaseTTL     = 2 * time.Second
+	fleetReclaimEvery = 250 * time.Millisecond
+)
+
+func fleetLease(fleet bool) time.Duration {
+	if fleet {
+		return fleetLeaseTTL
+	}
+	return 0 // the default
+}
+
+func fleetReclaim(fleet bool) time.Duration {
+	if fleet {
+		return fleetReclaimEvery
+	}
+	return 0 // off
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
-	"github.com/idemkit/idem/keystore/boltstore"
 )
 
 // verdict is the cross-check of every payment: idem's records on disk against the server's
@@ -43,18 +42,26 @@ type verdict struct {
 
 // finalState opens the keystore after the last child, reconciles anything still pending
 // (a last Recover, as an operator would) and returns every record, with what it did.
-func finalState(ctx context.Context, path, baseURL, statusPath, lookupPath string, concurrency int) ([]*keystore.Record, idem.Stats, idem.RecoverReport, error) {
+func finalState(ctx context.Context, spec storeSpec, baseURL, statusPath, lookupPath string, concurrency int) ([]*keystore.Record, idem.Stats, idem.RecoverReport, error) {
 	var total idem.RecoverReport
-	store, err := boltstore.Open(path, nil)
+	store, closeStore, err := spec.open(ctx)
 	if err != nil {
 		return nil, idem.Stats{}, total, err
 	}
-	defer store.Close()
-	client, err := newClient(baseURL, statusPath, lookupPath, store, concurrency)
+	defer closeStore()
+	client, err := newClient(baseURL, statusPath, lookupPath, store, concurrency, spec.fleet())
 	if err != nil {
 		return nil, idem.Stats{}, total, err
 	}
-	for round := 0; round < 5; round++ {
+	defer client.Close()
+	// A fleet's dead sender may still hold leases for up to fleetLeaseTTL: keep going until
+	// they have expired and Recover took the records over.
+	rounds := 5
+	if spec.fleet() {
+		rounds = 5 + int(2*fleetLeaseTTL/(200*time.Millisecond))
+	}
+	counted := map[string]bool{}
+	for round := 0; round < rounds; round++ {
 		pending, err := store.List(ctx, keystore.StatePending)
 		if err != nil || len(pending) == 0 {
 			break
@@ -62,12 +69,15 @@ func finalState(ctx context.Context, path, baseURL, statusPath, lookupPath strin
 		if round > 0 && allUnanswered(pending) {
 			break // the last round got no answer for any of them: the API is unreachable
 		}
+		for _, r := range pending { // later rounds find the same records again: count each once
+			if !counted[r.Key] {
+				counted[r.Key] = true
+				total.Pending++
+			}
+		}
 		rep, err := client.Recover(ctx, nil)
 		if err != nil {
 			return nil, client.Stats(), total, err
-		}
-		if round == 0 { // later rounds find the same records again: count each once
-			total.Pending = rep.Pending
 		}
 		total.Succeeded += rep.Succeeded
 		total.Failed += rep.Failed

@@ -3,6 +3,7 @@
 // payment ran twice and none was lost.
 //
 //	go run ./examples/payments [-n 1000] [-concurrency 16] [-crashes 3] [-seed 1] [-json]
+//	go run ./examples/payments -store postgres://USER@HOST:PORT/DB -instances 3
 //
 // The parent process runs the API (idemtest, in-process) and starts the senders as child
 // processes of this same program. Each child reopens the bbolt keystore, runs
@@ -12,6 +13,12 @@
 // keys. With -target the API is external and its search by reference (when it has one) and
 // status endpoint are the oracle instead. -serve ADDR serves the same fault-injecting API
 // standalone, for a -target run from another process.
+//
+// With -store postgres://... the keystore is PostgreSQL (keystore/pgstore, in a schema of
+// its own created and migrated for the run, dropped after it) and -instances N senders run
+// at once, sharing the store and the workload (each offers every payment, from its own
+// starting point). Each sender is SIGKILLed -crashes times and restarted, except the last,
+// which is killed once and never restarted: the others must reclaim its orphans.
 //
 // A key the server stored a 5xx for is an unknown outcome: the search by reference (-lookup)
 // settles it (charge found: succeeded; none: a new intent pays), and without a lookup it is
@@ -46,6 +53,7 @@ func main() {
 
 type options struct {
 	n, concurrency, crashes int
+	instances               int
 	faultRate               float64
 	seed                    int64
 	store                   string
@@ -63,7 +71,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.faultRate, "fault-rate", 0.3, "share of POSTs the embedded server faults (0..1)")
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the workload, the faults and the kill moments")
 	fs.IntVar(&o.crashes, "crashes", 3, "times the sender process is SIGKILLed mid-run")
-	fs.StringVar(&o.store, "store", "", "keystore file (default: a temporary file, removed after the run)")
+	fs.StringVar(&o.store, "store", "", "keystore: a bbolt file (default: a temporary file, removed after the run), or postgres://... for a fleet")
+	fs.IntVar(&o.instances, "instances", 1, "sender processes at once, sharing the keystore (more than 1 needs -store postgres://...)")
 	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object instead of the table")
 	fs.StringVar(&o.target, "target", "", "base URL of an external API with the same contract (no embedded server)")
 	fs.StringVar(&o.statusPath, "status-path", "/v1/payments/operations/{key}", "status endpoint path; {key} is replaced by the key")
@@ -76,8 +85,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case o.n < 1 || o.concurrency < 1 || o.crashes < 0:
-		return o, errors.New("-n and -concurrency must be at least 1, -crashes at least 0")
+	case o.n < 1 || o.concurrency < 1 || o.crashes < 0 || o.instances < 1:
+		return o, errors.New("-n, -concurrency and -instances must be at least 1, -crashes at least 0")
+	case o.instances > 1 && !isPostgres(o.store):
+		return o, errors.New("-instances above 1 needs a shared keystore: -store postgres://... (a bbolt file is locked by one process)")
 	}
 	if err := checkRates(fs); err != nil {
 		return o, err
@@ -129,7 +140,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(o, stdout, stderr)
 	}
 	start := time.Now()
-	storePath, cleanup, err := prepareStore(o.store)
+	var spec storeSpec
+	var cleanup func()
+	if isPostgres(o.store) {
+		spec, cleanup, err = preparePostgres(context.Background(), o.store)
+	} else {
+		spec.Path, cleanup, err = prepareStore(o.store)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "payments:", err)
 		return 2
@@ -154,28 +171,41 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "idem payments demo: %d payments, concurrency %d, %s, seed %d, %d crashes requested\nAPI %s\n",
 			o.n, o.concurrency, faults, o.seed, o.crashes, baseURL)
+		if spec.fleet() {
+			fmt.Fprintf(stdout, "keystore PostgreSQL, schema %s; %d sender instances, the last killed once for good\n",
+				spec.Schema, o.instances)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
 	defer cancel()
-	cfg := childConfig{BaseURL: baseURL, StatusPath: o.statusPath, LookupPath: o.lookupPath, Store: storePath,
-		N: o.n, Seed: o.seed, Concurrency: o.concurrency}
+	cfg := childConfig{BaseURL: baseURL, StatusPath: o.statusPath, LookupPath: o.lookupPath, Store: spec,
+		N: o.n, Seed: o.seed, Concurrency: o.concurrency, Instances: o.instances}
 	prog.start()
-	err = runChildren(ctx, cfg, killPoints(o.n, o.crashes, o.concurrency, o.seed), t, prog)
+	requested := o.crashes
+	if o.instances > 1 { // -crashes per instance, and one kill for good of the last
+		requested = o.crashes*(o.instances-1) + 1
+		err = runFleet(ctx, cfg, o.crashes, t, prog)
+	} else {
+		err = runChildren(ctx, cfg, killPoints(o.n, o.crashes, o.concurrency, o.seed), t, prog)
+	}
 	prog.finish()
 	if err != nil {
 		fmt.Fprintln(stderr, "payments:", err)
 		return 1
 	}
-	if msg := t.crashShortfall(o.crashes); msg != "" {
+	if msg := t.crashShortfall(requested); msg != "" {
 		fmt.Fprintln(stderr, "payments:", msg)
 	}
 
-	recs, parentStats, rep, err := finalState(ctx, storePath, baseURL, o.statusPath, o.lookupPath, o.concurrency)
+	recs, parentStats, rep, err := finalState(ctx, spec, baseURL, o.statusPath, o.lookupPath, o.concurrency)
 	if err != nil {
 		fmt.Fprintln(stderr, "payments: final reconciliation:", err)
 		return 1
 	}
-	s := summary{Mode: "embedded", Intents: o.n}
+	s := summary{Mode: "embedded", Intents: o.n, Store: "bbolt", Instances: o.instances}
+	if spec.fleet() {
+		s.Store = "postgres"
+	}
 	for _, p := range payments {
 		if p.Invalid {
 			s.Invalid++
@@ -184,6 +214,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if srv != nil {
 		s.addVerdict(checkLedger(payments, recs, srv))
 		s.addServer(srv.Stats())
+		t.mu.Lock()
+		s.AckWrongDetails = checkAcknowledged(t.ids, srv)
+		s.Acknowledged = len(t.ids)
+		t.mu.Unlock()
+		s.AckWrong = len(s.AckWrongDetails)
 	} else {
 		s.Mode = "target"
 		s.addVerdict(checkTarget(ctx, payments, recs, t.ids, baseURL, o.statusPath, o.lookupPath))
@@ -194,17 +229,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	s.addStats(parentStats)
 	s.Crashes, s.CrashesRequested, s.CrashLog, s.Children = len(t.crashes), o.crashes, t.crashes, t.children
+	s.CrashesRequested = requested
 	s.PendingFound = t.pending + rep.Pending
 	s.Recovered = t.recovered + rep.Succeeded + rep.Failed + rep.Manual
 	s.latencies(t.latencies)
 	t.mu.Unlock()
+	s.RecordsPending = notFinal(recs)
 	s.WallMS = time.Since(start).Milliseconds()
 	if err := s.write(stdout, o.json); err != nil {
 		fmt.Fprintln(stderr, "payments:", err)
 		return 1
 	}
 	code := 0
-	if s.Duplicates > 0 || s.Lost > 0 {
+	if s.Duplicates > 0 || s.Lost > 0 || s.AckWrong > 0 {
 		code = 1
 	}
 	if s.NeedsReconciliation > 0 {

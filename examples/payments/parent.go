@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 
 	"github.com/idemkit/idem"
 )
@@ -20,6 +22,7 @@ const maxExtraChildren = 3
 // crash is one SIGKILL the parent sent.
 type crash struct {
 	Gen      int `json:"gen"`
+	Instance int `json:"instance"` // the fleet instance the child belonged to (0 without -instances)
 	PID      int `json:"pid"`
 	Done     int `json:"done"`     // payments final when the signal was sent
 	Inflight int `json:"inflight"` // payments the child last reported in flight
@@ -40,14 +43,29 @@ type tally struct {
 	children  int
 	n         int // payments in the run
 
-	// The current child.
+	cur map[int]*childState // the children, by generation
+}
+
+// childState is what the parent knows of one running child.
+type childState struct {
 	sending  bool // past Recover
 	newDone  int  // payments it brought to a final state
 	inflight int
 }
 
 func newTally(n int) *tally {
-	return &tally{n: n, outcome: map[int]bool{}, ids: map[int]map[string]bool{}, stats: map[int]idem.Stats{}}
+	return &tally{n: n, outcome: map[int]bool{}, ids: map[int]map[string]bool{}, stats: map[int]idem.Stats{},
+		cur: map[int]*childState{}}
+}
+
+// child returns the state of child gen, created on first use. t.mu is held.
+func (t *tally) child(gen int) *childState {
+	c := t.cur[gen]
+	if c == nil {
+		c = &childState{}
+		t.cur[gen] = c
+	}
+	return c
 }
 
 // apply merges one event from child gen.
@@ -61,14 +79,14 @@ func (t *tally) apply(gen int, ev event) {
 		}
 		t.recovered += ev.Recovered
 	case "sending":
-		t.sending = true
+		t.child(gen).sending = true
 	case "call":
 		t.latencies = append(t.latencies, ev.MS)
 		if ev.Stats != nil {
 			t.stats[gen] = *ev.Stats
 		}
 	case "done":
-		t.inflight = ev.Inflight
+		t.child(gen).inflight = ev.Inflight
 		if ev.ID != "" {
 			if t.ids[ev.I] == nil {
 				t.ids[ev.I] = map[string]bool{}
@@ -77,7 +95,7 @@ func (t *tally) apply(gen int, ev event) {
 		}
 		if _, seen := t.outcome[ev.I]; !seen && !ev.Pending {
 			t.outcome[ev.I] = ev.OK
-			t.newDone++
+			t.child(gen).newDone++
 		}
 	case "stats":
 		if ev.Stats != nil {
@@ -120,22 +138,57 @@ func killPoints(n, crashes, concurrency int, seed int64) []int {
 // runChildren runs sender children until one finishes, SIGKILLing the first len(points)
 // of them when the payments done reach their point.
 func runChildren(ctx context.Context, cfg childConfig, points []int, t *tally, prog *progress) error {
+	var gens atomic.Int64
+	return runSlot(ctx, cfg, points, false, func() int { return int(gens.Add(1) - 1) }, t, prog)
+}
+
+// runSlot runs the sender children of one fleet instance, one after the other: each of the
+// first len(points) is SIGKILLed when the payments done reach its point and restarted,
+// unless forGood: then the instance stays dead after its first kill. nextGen numbers the
+// children across instances.
+func runSlot(ctx context.Context, cfg childConfig, points []int, forGood bool, nextGen func() int, t *tally, prog *progress) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the program to re-run as a child: %w", err)
 	}
-	for gen := 0; gen < len(points)+1+maxExtraChildren; gen++ {
+	for k := 0; k < len(points)+1+maxExtraChildren; k++ {
 		killAt := -1
-		if gen < len(points) {
-			killAt = points[gen]
+		if k < len(points) {
+			killAt = points[k]
 		}
-		cfg.Gen = gen
+		cfg.Gen = nextGen()
 		killed, err := runChild(ctx, exe, cfg, killAt, t, prog)
 		if err != nil || !killed {
 			return err
 		}
+		if forGood {
+			prog.println(fmt.Sprintf("instance %d stays dead: the others must reclaim its orphans", cfg.Instance))
+			return nil
+		}
 	}
 	return fmt.Errorf("children kept dying after %d starts", len(points)+1+maxExtraChildren)
+}
+
+// runFleet runs cfg.Instances sender instances at once on the shared keystore. Each but the
+// last is SIGKILLed crashes times at random moments and restarted; the last is killed once
+// and never restarted.
+func runFleet(ctx context.Context, cfg childConfig, crashes int, t *tally, prog *progress) error {
+	var gens atomic.Int64
+	nextGen := func() int { return int(gens.Add(1) - 1) }
+	errs := make([]error, cfg.Instances)
+	var wg sync.WaitGroup
+	for i := range cfg.Instances {
+		c := cfg
+		c.Instance = i
+		last := i == cfg.Instances-1
+		points := killPoints(cfg.N, crashes, cfg.Concurrency, cfg.Seed+int64(i)*7919)
+		if last {
+			points = killPoints(cfg.N, 1, cfg.Concurrency, cfg.Seed+int64(i)*7919)
+		}
+		wg.Go(func() { errs[i] = runSlot(ctx, c, points, last, nextGen, t, prog) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // runChild starts one child, reads its events until its stdout closes, and SIGKILLs it once
@@ -153,7 +206,7 @@ func runChild(ctx context.Context, exe string, cfg childConfig, killAt int, t *t
 		return false, err
 	}
 	t.mu.Lock()
-	t.sending, t.newDone, t.inflight = false, 0, 0
+	t.cur[cfg.Gen] = &childState{}
 	t.children++
 	t.mu.Unlock()
 	if err := cmd.Start(); err != nil {
@@ -171,11 +224,15 @@ func runChild(ctx context.Context, exe string, cfg childConfig, killAt int, t *t
 		t.apply(cfg.Gen, ev)
 		if ev.T == "recover" && cfg.Gen > 0 && ev.Report != nil {
 			r := ev.Report
-			prog.println(fmt.Sprintf("child %d: Recover found %d pending records: %d succeeded, %d failed, %d still unknown",
-				cfg.Gen, r.Pending, r.Succeeded, r.Failed, r.Unknown+r.Skipped))
+			msg := fmt.Sprintf("child %d: Recover found %d pending records: %d succeeded, %d failed, %d still unknown",
+				cfg.Gen, r.Pending, r.Succeeded, r.Failed, r.Unknown)
+			if r.Skipped > 0 {
+				msg += fmt.Sprintf(", %d held by a live lease (another sender's, or a dead one's until it expires)", r.Skipped)
+			}
+			prog.println(msg)
 		}
 		if killAt >= 0 && !killed {
-			if c, num, ok := t.killDue(cfg.Gen, cmd.Process.Pid, killAt); ok {
+			if c, num, ok := t.killDue(cfg.Gen, cfg.Instance, cmd.Process.Pid, killAt); ok {
 				_ = cmd.Process.Kill() // SIGKILL: no defer, no flush, no goodbye
 				killed = true
 				prog.println(fmt.Sprintf("crash %d: SIGKILL child %d (pid %d) at %d/%d payments done, %d in flight",
@@ -203,13 +260,14 @@ func runChild(ctx context.Context, exe string, cfg childConfig, killAt int, t *t
 
 // killDue reports whether the current child must die now, and records the crash (num
 // counts from 1).
-func (t *tally) killDue(gen, pid, killAt int) (c crash, num int, ok bool) {
+func (t *tally) killDue(gen, instance, pid, killAt int) (c crash, num int, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.sending || t.newDone == 0 || len(t.outcome) < killAt || len(t.outcome) >= t.n {
+	cs := t.child(gen)
+	if !cs.sending || cs.newDone == 0 || len(t.outcome) < killAt || len(t.outcome) >= t.n {
 		return crash{}, 0, false
 	}
-	c = crash{Gen: gen, PID: pid, Done: len(t.outcome), Inflight: t.inflight}
+	c = crash{Gen: gen, Instance: instance, PID: pid, Done: len(t.outcome), Inflight: cs.inflight}
 	t.crashes = append(t.crashes, c)
 	return c, len(t.crashes), true
 }

@@ -138,8 +138,11 @@ func TestBadFlags(t *testing.T) {
 		args []string
 		want string // how the first line on stderr begins
 	}{
-		{[]string{"-n", "0"}, "-n and -concurrency must be at least 1"},
-		{[]string{"-crashes", "-1"}, "-n and -concurrency must be at least 1, -crashes at least 0"},
+		{[]string{"-n", "0"}, "-n, -concurrency and -instances must be at least 1"},
+		{[]string{"-crashes", "-1"}, "-n, -concurrency and -instances must be at least 1, -crashes at least 0"},
+		{[]string{"-instances", "0"}, "-n, -concurrency and -instances must be at least 1"},
+		{[]string{"-instances", "2"}, "-instances above 1 needs a shared keystore: -store postgres://"},
+		{[]string{"-instances", "2", "-store", "/tmp/keys.db"}, "-instances above 1 needs a shared keystore"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"-fault-rate", "2"}, "-fault-rate must be a number within 0..1, got 2"},
 		{[]string{"-fault-rate", "-0.1"}, "-fault-rate must be a number within 0..1, got -0.1"},

@@ -13,7 +13,9 @@ import (
 
 // summary is the run's result: the table, or with -json one JSON object.
 type summary struct {
-	Mode         string `json:"mode"` // "embedded" (in-process idemtest server) or "target"
+	Mode         string `json:"mode"`      // "embedded" (in-process idemtest server) or "target"
+	Store        string `json:"store"`     // "bbolt" (one sender at a time) or "postgres" (a fleet)
+	Instances    int    `json:"instances"` // sender processes at once
 	Intents      int    `json:"intents"`
 	Invalid      int    `json:"invalid"` // generated with amount 0 on purpose
 	Succeeded    int    `json:"succeeded"`
@@ -23,6 +25,12 @@ type summary struct {
 	ExecutedOnce int    `json:"executed_once"`
 	Duplicates   int    `json:"duplicates"`
 	Lost         int    `json:"lost"`
+	// Payments a sender acknowledged (Do returned its id), and those of them the ledger does
+	// not show charged exactly once under that id (embedded server only): must be 0.
+	Acknowledged int `json:"acknowledged"`
+	AckWrong     int `json:"acknowledged_wrong"`
+	// Records left pending at the end, any try: every record ends final or manual.
+	RecordsPending int `json:"records_pending"`
 
 	// idem's counters, summed over every child's last snapshot and the parent's final client.
 	Attempts        int64 `json:"attempts"`
@@ -34,6 +42,11 @@ type summary struct {
 	UnknownResolved int64 `json:"unknown_resolved"`
 	FinalFailures   int64 `json:"final_failures"` // calls that gave up without a result
 	BudgetDenied    int64 `json:"budget_denied"`
+	// The fleet: records taken over from dead (or giving-up) senders, and stale owners whose
+	// fenced write was refused.
+	OrphansReclaimed int64 `json:"orphans_reclaimed"`
+	ClaimsLost       int64 `json:"claims_lost"`
+	LeaseWaits       int64 `json:"lease_waits"`
 
 	// Keys the server stored a 5xx for, those the search by reference settled, and payments
 	// still waiting for a person (never paid again blindly).
@@ -59,6 +72,7 @@ type summary struct {
 	CrashLog           []crash  `json:"crash_log"`
 	DuplicateDetails   []string `json:"duplicate_details,omitempty"`
 	LostDetails        []string `json:"lost_details,omitempty"`
+	AckWrongDetails    []string `json:"acknowledged_wrong_details,omitempty"`
 	NotExecutedDetails []string `json:"not_executed_details,omitempty"`
 	WallMS             int64    `json:"wall_ms"`
 	serverStatsString  string
@@ -76,6 +90,9 @@ func (s *summary) addStats(st idem.Stats) {
 	s.UnknownResolved += st.UnknownResolved
 	s.FinalFailures += st.FinalFailures
 	s.BudgetDenied += st.BudgetDenied
+	s.OrphansReclaimed += st.OrphansReclaimed
+	s.ClaimsLost += st.ClaimsLost
+	s.LeaseWaits += st.LeaseWaits
 }
 
 func (s *summary) addVerdict(v verdict) {
@@ -131,6 +148,9 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	row("executed exactly once", s.ExecutedOnce, executed)
 	row("duplicates", s.Duplicates, "references charged more than once, whatever the keys: 0")
 	row("lost", s.Lost, "must be 0")
+	if s.ServerRequests != nil {
+		row("acknowledged", s.Acknowledged, fmt.Sprintf("payments a sender got an id for; %d not charged once under it", s.AckWrong))
+	}
 	row("stored_errors", s.StoredErrors, "keys the server stored a 5xx for: effect unknown, not resent")
 	row("reconciled_by_lookup", s.ReconciledByLookup, "of those, settled by the search by reference (-lookup)")
 	row("needs_reconciliation", s.NeedsReconciliation, "payments a stored 5xx left unsettled: never paid again blindly")
@@ -153,6 +173,11 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	row("unknown resolved", s.UnknownResolved,
 		fmt.Sprintf("by the status endpoint, of %d unknown (timeout, reset, 5xx)", s.UnknownOutcomes))
 	row("calls that gave up", s.FinalFailures, "ended without a result, any reason; pending keys go again")
+	row("orphans_reclaimed", s.OrphansReclaimed, "pending records without a live lease (dead sender) taken over")
+	row("claims_lost", s.ClaimsLost, "stale owners whose fenced write was refused: stopped, never resent")
+	if s.Instances > 1 {
+		row("lease waits", s.LeaseWaits, "calls that waited for another sender's live lease on the key")
+	}
 	crashes := fmt.Sprintf("SIGKILLs mid-run; %d child processes", s.Children)
 	if s.Crashes != s.CrashesRequested {
 		crashes = fmt.Sprintf("SIGKILLs mid-run, of %d requested; %d child processes", s.CrashesRequested, s.Children)
@@ -175,6 +200,9 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	}
 	for _, l := range s.LostDetails {
 		fmt.Fprintf(w, "LOST %s\n", l)
+	}
+	for _, l := range s.AckWrongDetails {
+		fmt.Fprintf(w, "ACKNOWLEDGED WRONG %s\n", l)
 	}
 	fmt.Fprintf(w, "wall time %.1fs\n", float64(s.WallMS)/1000)
 	return nil

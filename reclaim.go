@@ -1,0 +1,196 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// Orphan reclaim: pending records that no instance holds a live lease on (their owner died,
+// or a call gave up and released them) are taken with keystore.Store.ClaimExpired, which hands
+// each record to one caller only, so that N instances reclaiming at once never send one key
+// twice. Recover runs a pass first; Config.ReclaimInterval runs passes in the background.
+
+type scopedKey struct{ scope, key string }
+
+// heldLease is a lease a reclaim pass keeps until its end: a record it left pending, so that
+// its own next ClaimExpired does not hand it back in the same pass.
+type heldLease struct {
+	scope, key string
+	fence      int64
+}
+
+// reclaimPass claims orphans in batches no larger than the idle workers (a claimed record
+// starts at once, well inside its lease) and reconciles each with a resumed call. out gets
+// every record handled (ran false: a call of this process holds its key, so it was skipped).
+// It returns the records it claimed, and the first ClaimExpired error.
+func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Reconciled, bool)) (map[scopedKey]bool, error) {
+	workers := c.cfg.RecoverConcurrency
+	slots := make(chan struct{}, workers)
+	claimed := make(map[scopedKey]bool)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		held []heldLease
+	)
+	hold := func(rec *keystore.Record) {
+		mu.Lock()
+		held = append(held, heldLease{rec.Scope, rec.Key, rec.Fence})
+		mu.Unlock()
+	}
+	defer func() {
+		wg.Wait()
+		for _, h := range held { // fenced: another instance took it after our lease expired
+			err := c.store.Release(context.WithoutCancel(ctx), h.scope, h.key, c.cfg.Owner, h.fence)
+			if err != nil && !errors.Is(err, keystore.ErrFenced) {
+				c.warnf("releasing a reclaimed record", fmt.Errorf("key %q: %w", h.key, err))
+			}
+		}
+	}()
+	for ctx.Err() == nil {
+		slots <- struct{}{} // wait for one idle worker, then take every idle one
+		n := 1
+	take:
+		for n < workers {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break take
+			}
+		}
+		recs, err := c.store.ClaimExpired(ctx, c.lease(), n)
+		if err != nil {
+			for range n {
+				<-slots
+			}
+			if ctx.Err() != nil {
+				return claimed, nil
+			}
+			return claimed, err
+		}
+		fresh := 0
+		for _, rec := range recs {
+			name := scopedKey{rec.Scope, rec.Key}
+			if claimed[name] { // handled in this pass and its lease ran out: hold, do not resend
+				hold(rec)
+				continue
+			}
+			claimed[name] = true
+			fresh++
+			c.stats.orphans.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				r, ran, pending := c.reclaimOne(ctx, s, rec)
+				if pending {
+					hold(rec)
+				}
+				out(r, ran)
+			}()
+		}
+		for range n - fresh {
+			<-slots
+		}
+		if len(recs) == 0 || (fresh == 0 && len(recs) < n) {
+			break
+		}
+	}
+	return claimed, nil
+}
+
+// reclaimOne reconciles rec, claimed by this client, under its key (and intent) lock. ran is
+// false when a call of this process holds the key; pending reports that rec is still
+// pending under this pass's lease, which the pass releases at its end.
+func (c *Client) reclaimOne(ctx context.Context, s callSettings, rec *keystore.Record) (out Reconciled, ran, pending bool) {
+	if rec.Intent != "" {
+		unlock, ok := c.locks.tryLock(intentLockName(rec.Scope, rec.Intent))
+		if !ok {
+			return Reconciled{}, false, true
+		}
+		defer unlock()
+	}
+	unlock, ok := c.locks.tryLock(keyLockName(rec.Scope, rec.Key))
+	if !ok {
+		return Reconciled{}, false, true
+	}
+	defer unlock()
+	return c.reconcileClaimed(ctx, s, rec, true)
+}
+
+// reconcileClaimed runs a resumed call on rec, claimed by this client, with its key locked.
+// keep leaves the lease held when the record stays pending (the caller releases it).
+func (c *Client) reconcileClaimed(ctx context.Context, s callSettings, rec *keystore.Record, keep bool) (Reconciled, bool, bool) {
+	target, err := c.resolveURL(rec.Request.URL)
+	if err == nil && !isToken(rec.Request.Method) {
+		err = fmt.Errorf("%w: bad method %q", ErrInvalidOperation, rec.Request.Method)
+	}
+	if err != nil { // a record this client can never send: a person must look at it
+		return c.unsendable(ctx, rec, err), true, false
+	}
+	cl := c.newCall(s, rec, rec.Request.Header.Clone(), target)
+	cl.lease.keep = keep
+	res, err := cl.run(ctx, true)
+	if err == nil {
+		c.stats.recovered.Add(1)
+	} else if errors.Is(err, ErrPermanent) || errors.Is(err, ErrKeyConflict) || errors.Is(err, ErrKeyExpired) ||
+		errors.Is(err, ErrStoredServerError) || errors.Is(err, ErrNotExecuted) {
+		c.stats.recovered.Add(1)
+	}
+	pending := cl.rec.State == keystore.StatePending && cl.leaseLost() == nil
+	return Reconciled{Record: cl.rec.Clone(), Result: res, Err: err}, true, pending
+}
+
+// reclaimer runs background reclaim passes every Config.ReclaimInterval until Close.
+type reclaimer struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (c *Client) startReclaimer() {
+	if c.cfg.ReclaimInterval <= 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.reclaimer = reclaimer{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.reclaimer.done)
+		t := time.NewTicker(c.cfg.ReclaimInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.reclaimNow(ctx)
+			}
+		}
+	}()
+}
+
+// reclaimNow runs one background pass with the client's default policy.
+func (c *Client) reclaimNow(ctx context.Context) {
+	s, err := c.settings(nil)
+	if err != nil {
+		c.warnf("background reclaim", err)
+		return
+	}
+	if _, err := c.reclaimPass(ctx, s, func(Reconciled, bool) {}); err != nil {
+		c.warnf("background reclaim", err)
+	}
+}
+
+// stopReclaimer stops the background passes and waits for one under way: its calls see
+// their context cancelled and stop as Do does (records stay pending, leases released).
+func (c *Client) stopReclaimer() {
+	if c.reclaimer.cancel == nil {
+		return
+	}
+	c.reclaimer.cancel()
+	<-c.reclaimer.done
+}
