@@ -34,4 +34,15 @@
 //     by reference (Config.SearchPath, default Path+"?reference={reference}", answering
 //     {"data":[...]}) when the API has one, else by the "id" member of the answers. This row
 //     catches an API that executes a retry again even when it replays the first answer.
+//
+// # Transient answers
+//
+// A row is Broken only on evidence against the contract: two executions of one reference, a
+// different answer on replay, a 2xx for a reused key with another body, an answer of a kind
+// the contract does not allow. Transient answers say nothing about it: a reset or timeout,
+// 429, 503, or a 5xx that is not a replay. A check resends after one (the same key, the
+// Retry-After honoured up to 5s) at most 5 times, then reports NotObserved with the answers
+// it met. A replayed 5xx is the key's stored answer (execution began, effect unknown): create
+// then starts another operation under a new key. An API that refuses the connection is not
+// transient: create is Broken and the rest NotObserved.
 package probe

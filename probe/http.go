@@ -128,13 +128,13 @@ func (s *sender) postWith(ctx context.Context, client *http.Client, key string, 
 	return a
 }
 
-// get asks a status or search path, waiting out 202 processing, 429 and 503 like post.
+// get asks a status or search path, waiting out 202 processing and transient answers
+// (resets, 429, 5xx; see transient), at most transientTries times.
 func (s *sender) get(ctx context.Context, path string) answer {
 	var a answer
-	for range 4 {
+	for range transientTries {
 		a = s.do(ctx, http.MethodGet, path, "", nil)
-		if a.err != nil || (a.status != http.StatusAccepted && a.status != http.StatusTooManyRequests &&
-			a.status != http.StatusServiceUnavailable) {
+		if !transient(a) && a.status != http.StatusAccepted {
 			return a
 		}
 		if !s.pause(ctx, a) {

@@ -19,9 +19,11 @@ func (p *prober) inProgress(ctx context.Context) []string {
 	var refs []string
 	for round := 1; ; round++ {
 		key, ref := uuid.NewString(), "probe-"+uuid.NewString()
-		refs = append(refs, ref)
 		p.warm(ctx, client)
-		res, evidence := p.burst(ctx, client, key, ref)
+		res, evidence, executed := p.burst(ctx, client, key, ref)
+		if executed { // a burst whose answers were all transient may have executed nothing
+			refs = append(refs, ref)
+		}
 		if res != NotObserved || round >= p.s.cfg.Rounds {
 			if round > 1 {
 				evidence += fmt.Sprintf(" (burst %d of %d)", round, p.s.cfg.Rounds)
@@ -64,8 +66,10 @@ func (p *prober) warm(ctx context.Context, client *http.Client) {
 	wg.Wait()
 }
 
-// burst sends Concurrency identical requests at once and judges their answers.
-func (p *prober) burst(ctx context.Context, client *http.Client, key, ref string) (Result, string) {
+// burst sends Concurrency identical requests at once and judges their answers. Transient
+// answers (see transient) and replays of a stored 5xx say nothing about overlap; only
+// different 2xx bodies or another kind of answer are Broken. executed reports a 2xx.
+func (p *prober) burst(ctx context.Context, client *http.Client, key, ref string) (res Result, evidence string, executed bool) {
 	n := p.s.cfg.Concurrency
 	answers := make([]answer, n)
 	start := make(chan struct{})
@@ -85,35 +89,35 @@ func (p *prober) burst(ctx context.Context, client *http.Client, key, ref string
 	for _, a := range answers {
 		p.addID(ref, a)
 		switch {
-		case a.err != nil:
-			tally["error"]++
-			other++
 		case a.ok():
 			tally[fmt.Sprint(a.status)]++
 			if !containsBytes(bodies, a.body) {
 				bodies = append(bodies, a.body)
 			}
-		case a.status == http.StatusConflict:
+		case a.err == nil && a.status == http.StatusConflict:
 			tally["409"]++
 			conflicts++
 			if a.header.Get("Retry-After") != "" {
 				withRA++
 			}
+		case transient(a), storedServerError(a):
+			tally[answerKind(a)]++
 		default:
-			tally[fmt.Sprint(a.status)]++
+			tally[answerKind(a)]++
 			other++
 		}
 	}
 	counts := formatTally(tally)
+	executed = len(bodies) > 0
 	switch {
 	case len(bodies) > 1:
-		return Broken, fmt.Sprintf("%d requests, one key: %s with %d different bodies: executed concurrently", n, counts, len(bodies))
+		return Broken, fmt.Sprintf("%d requests, one key: %s with %d different bodies: executed concurrently", n, counts, len(bodies)), executed
 	case other > 0:
-		return Broken, fmt.Sprintf("%d requests, one key: %s; want only 2xx and 409", n, counts)
+		return Broken, fmt.Sprintf("%d requests, one key: %s; want only 2xx and 409", n, counts), executed
 	case conflicts > 0 && withRA == conflicts:
-		return Honoured, fmt.Sprintf("%d requests, one key: %s, every 409 with Retry-After", n, counts)
+		return Honoured, fmt.Sprintf("%d requests, one key: %s, every 409 with Retry-After", n, counts), executed
 	case conflicts > 0:
-		return Honoured, fmt.Sprintf("%d requests, one key: %s; %d 409s without Retry-After", n, counts, conflicts-withRA)
+		return Honoured, fmt.Sprintf("%d requests, one key: %s; %d 409s without Retry-After", n, counts, conflicts-withRA), executed
 	}
-	return NotObserved, fmt.Sprintf("%d requests, one key: %s, identical: no overlap seen (best effort; executes-once confirms)", n, counts)
+	return NotObserved, fmt.Sprintf("%d requests, one key: %s: no overlap seen (best effort; executes-once confirms)", n, counts), executed
 }

@@ -51,12 +51,9 @@ func (p *prober) set(check string, res Result, format string, args ...any) {
 }
 
 func (p *prober) run(ctx context.Context) {
-	cfg := p.s.cfg
-	key1, ref1 := uuid.NewString(), "probe-"+uuid.NewString()
 	p.statusNotFound(ctx)
-	p.first = p.s.post(ctx, key1, cfg.Body(ref1))
-	if !p.first.ok() {
-		p.set(CheckCreate, Broken, "a fresh key got %s", p.first)
+	key1, ref1, ok := p.create(ctx)
+	if !ok {
 		for _, c := range Checks {
 			if _, done := p.rows[c]; !done && c != CheckRetryAfter {
 				p.set(c, NotObserved, "needs a successful create")
@@ -65,8 +62,6 @@ func (p *prober) run(ctx context.Context) {
 		p.retryAfter()
 		return
 	}
-	p.addID(ref1, p.first)
-	p.set(CheckCreate, Honoured, "HTTP %d%s", p.first.status, idEvidence(p.first))
 	p.replay(ctx, key1, ref1)
 	p.keyReuse(ctx, key1, ref1)
 	refs := p.inProgress(ctx)
@@ -75,25 +70,58 @@ func (p *prober) run(ctx context.Context) {
 	p.executesOnce(ctx, append([]string{ref1}, refs...)...)
 }
 
-// replay resends the create request: the same answer, ideally marked as a replay.
-func (p *prober) replay(ctx context.Context, key, ref string) {
-	a := p.s.post(ctx, key, p.s.cfg.Body(ref))
-	for i := 0; i < 3 && a.err == nil && a.status == http.StatusConflict; i++ { // still in progress
-		if !p.s.pause(ctx, a) {
-			break
+// create sends one operation under a fresh key until it gets a 2xx, resending the same key
+// after a transient answer. A replayed 5xx is that key's stored answer (execution began,
+// effect unknown): the probe starts another operation under a new key, at most
+// transientTries operations. Any other answer is Broken; only transient ones, NotObserved.
+func (p *prober) create(ctx context.Context) (key, ref string, ok bool) {
+	cfg := p.s.cfg
+	var met []answer
+	for range transientTries {
+		key, ref = uuid.NewString(), "probe-"+uuid.NewString()
+		a, t := p.settle(ctx, func() answer { return p.s.post(ctx, key, cfg.Body(ref)) }, nil)
+		met = append(met, t...)
+		p.first = a
+		switch {
+		case a.ok():
+			p.addID(ref, a)
+			p.set(CheckCreate, Honoured, "HTTP %d%s%s", a.status, idEvidence(a), transientNote(met))
+			return key, ref, true
+		case storedServerError(a):
+			met = append(met, a)
+			continue
+		case transient(a):
+			p.notObservedTransient(CheckCreate, a, met)
+			return "", "", false
 		}
-		a = p.s.post(ctx, key, p.s.cfg.Body(ref))
+		p.set(CheckCreate, Broken, "a fresh key got %s%s", a, transientNote(met))
+		return "", "", false
 	}
+	last := met[len(met)-1]
+	p.notObservedTransient(CheckCreate, last, met[:len(met)-1])
+	return "", "", false
+}
+
+// replay resends the create request: the same answer, ideally marked as a replay. A 409
+// (still in progress) and transient answers are resent, a bounded number of times.
+func (p *prober) replay(ctx context.Context, key, ref string) {
+	a, met := p.settle(ctx, func() answer { return p.s.post(ctx, key, p.s.cfg.Body(ref)) },
+		func(a answer) bool { return a.err == nil && a.status == http.StatusConflict })
 	p.addID(ref, a)
+	note := transientNote(met)
 	switch {
 	case a.err == nil && a.status == p.first.status && bytes.Equal(a.body, p.first.body):
-		p.set(CheckReplay, Honoured, "HTTP %d, byte-identical body", a.status)
+		p.set(CheckReplay, Honoured, "HTTP %d, byte-identical body%s", a.status, note)
 	case a.ok():
 		p.set(CheckReplay, Broken, "HTTP %d with another body%s (first: %s): executed again?", a.status, idEvidence(a), short(p.first.body))
 		p.set(CheckReplayMarker, NotObserved, "no replay")
 		return
+	case transient(a):
+		p.notObservedTransient(CheckReplay, a, met)
+		p.set(CheckReplayMarker, NotObserved, "no replay")
+		return
 	default:
-		p.set(CheckReplay, Broken, "the resend got %s instead of the first answer", a)
+		p.set(CheckReplay, Broken, "the resend got %s instead of the first answer%s", a, note)
 		p.set(CheckReplayMarker, NotObserved, "no replay")
 		return
 	}
@@ -106,9 +134,11 @@ func (p *prober) replay(ctx context.Context, key, ref string) {
 
 // keyReuse sends another body with the create key: 422 naming key reuse.
 func (p *prober) keyReuse(ctx context.Context, key, ref string) {
-	a := p.s.post(ctx, key, p.s.cfg.OtherBody(ref))
+	a, met := p.settle(ctx, func() answer { return p.s.post(ctx, key, p.s.cfg.OtherBody(ref)) }, nil)
 	p.addID(ref, a)
 	switch {
+	case transient(a):
+		p.notObservedTransient(CheckKeyReuse, a, met)
 	case a.err != nil:
 		p.set(CheckKeyReuse, Broken, "%s", a)
 	case a.status == http.StatusUnprocessableEntity && idem.IsKeyReuse(a.body):

@@ -194,7 +194,7 @@ func TestAdminURL(t *testing.T) {
 	code, out, errs = cmd("resolve", "k-manual", "-verdict", "not_executed", "-note", "no charge found, ticket 8")
 	require.Equal(t, 0, code, errs)
 	assert.Regexp(t, `(?m)^state +failed$`, out)
-	assert.Regexp(t, `(?m)^note +no charge found, ticket 8$`, out)
+	assert.Regexp(t, `(?m)^resolution +no charge found, ticket 8$`, out)
 	code, _, errs = cmd("resolve", "k-manual", "-verdict", "executed", "-note", "again")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errs, "409 Conflict")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/keystore"
@@ -38,8 +39,54 @@ func dash(s string) string {
 	return s
 }
 
-// writeTable prints ls: widest row 9+6+4+8+12+36+19 runes plus 6 one-space gaps = 100.
+// fitWidths gives each column the width of its widest value (want, in runes), narrowing the
+// widest ones first until they fit in budget together: a short tenant leaves room for a long
+// intent, and no column is cut while the table fits.
+func fitWidths(budget int, want ...int) []int {
+	w := slices.Clone(want)
+	for sum(w) > budget {
+		i := 0
+		for j := range w {
+			if w[j] > w[i] {
+				i = j
+			}
+		}
+		if w[i] <= 1 {
+			break
+		}
+		w[i]--
+	}
+	return w
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// widest is the rune count of the longest of f over recs, at least that of header.
+func widest[T any](recs []T, header string, f func(T) string) int {
+	n := utf8.RuneCountInString(header)
+	for _, r := range recs {
+		n = max(n, utf8.RuneCountInString(f(r)))
+	}
+	return n
+}
+
+// writeTable prints ls within 100 columns: STATE, AGE, LAST and KEY (up to 36 runes, a UUID
+// whole) as wide as their values, and the rest shared by TENANT, INTENT and REASON through
+// fitWidths.
 func writeTable(w io.Writer, recs []idem.AdminRecord) error {
+	scope := func(r idem.AdminRecord) string { return dash(r.Scope) }
+	intent := func(r idem.AdminRecord) string { return dash(r.Intent) }
+	reason := func(r idem.AdminRecord) string { return dash(r.Reason) }
+	fixed := widest(recs, "STATE", func(r idem.AdminRecord) string { return string(r.State) }) +
+		widest(recs, "AGE", func(r idem.AdminRecord) string { return age(time.Duration(r.AgeSeconds) * time.Second) }) +
+		len("LAST") + min(36, widest(recs, "KEY", func(r idem.AdminRecord) string { return r.Key })) + 6
+	cols := fitWidths(100-fixed, widest(recs, "TENANT", scope), widest(recs, "INTENT", intent), widest(recs, "REASON", reason))
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	fmt.Fprintln(tw, "STATE\tAGE\tLAST\tTENANT\tINTENT\tKEY\tREASON")
 	for _, r := range recs {
@@ -48,7 +95,7 @@ func writeTable(w io.Writer, recs []idem.AdminRecord) error {
 			last = fmt.Sprint(r.LastStatus)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.State, age(time.Duration(r.AgeSeconds)*time.Second), last,
-			clip(dash(r.Scope), 8), clip(dash(r.Intent), 12), clip(r.Key, 36), clip(dash(r.Reason), 19))
+			clip(scope(r), cols[0]), clip(intent(r), cols[1]), clip(r.Key, 36), clip(reason(r), cols[2]))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -96,9 +143,20 @@ func writeRecord(w io.Writer, r *keystore.Record) error {
 	row("attempts", r.Attempts)
 	row("last status", r.LastStatus)
 	row("reason", dash(r.Reason))
-	row("error", dash(r.Error))
-	row("note", dash(r.Note))
-	row("not executed", r.NotExecuted)
+	if resolved(r) {
+		// The error is what the record said before the resolution (such as "execution
+		// began, effect unknown"): history, no longer the record's state.
+		row("resolution", dash(r.Note))
+		if r.Error != "" {
+			row("before it", r.Error)
+		}
+	} else {
+		row("error", dash(r.Error))
+		row("note", dash(r.Note))
+	}
+	if r.NotExecuted { // internal: recovery may resend without asking the status endpoint
+		row("last call", "knew nothing was executed")
+	}
 	row("created", r.CreatedAt.UTC().Format(time.RFC3339Nano))
 	row("updated", r.UpdatedAt.UTC().Format(time.RFC3339Nano))
 	if r.Owner != "" {
@@ -111,6 +169,20 @@ func writeRecord(w io.Writer, r *keystore.Record) error {
 	return tw.Flush()
 }
 
+// resolved reports whether r was settled by a verdict (idemctl resolve, Client.Resolve or
+// Config.Lookup).
+func resolved(r *keystore.Record) bool {
+	return r.Reason == idem.ReasonExecuted || r.Reason == idem.ReasonNotExecuted
+}
+
+// oldest is the age of the oldest record of a state, "-" when there is none.
+func oldest(n int, seconds int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return age(time.Duration(seconds) * time.Second)
+}
+
 func writeStats(w io.Writer, s statsOut) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, st := range []keystore.State{keystore.StatePending, keystore.StateManual, keystore.StateSucceeded, keystore.StateFailed} {
@@ -118,8 +190,8 @@ func writeStats(w io.Writer, s statsOut) error {
 	}
 	fmt.Fprintf(tw, "total\t%d\n", s.Records.Total)
 	fmt.Fprintf(tw, "tenants\t%d\n", s.Records.Tenants)
-	fmt.Fprintf(tw, "oldest pending\t%s\n", age(time.Duration(s.Records.OldestPendingSeconds)*time.Second))
-	fmt.Fprintf(tw, "oldest manual\t%s\n", age(time.Duration(s.Records.OldestManualSeconds)*time.Second))
+	fmt.Fprintf(tw, "oldest pending\t%s\n", oldest(s.Records.ByState[keystore.StatePending], s.Records.OldestPendingSeconds))
+	fmt.Fprintf(tw, "oldest manual\t%s\n", oldest(s.Records.ByState[keystore.StateManual], s.Records.OldestManualSeconds))
 	if len(s.Client) > 0 {
 		fmt.Fprintf(tw, "client counters (since the service started):\t\n")
 		for _, k := range slices.Sorted(maps.Keys(s.Client)) {
@@ -131,8 +203,9 @@ func writeStats(w io.Writer, s statsOut) error {
 
 var reportOrder = []string{"pending", "skipped", "succeeded", "failed", "manual", "unknown", "purged", "resolved"}
 
-// writeRecover prints the report on one line, then one row per record Recover worked on:
-// widest row 9+8+12+36+31 runes plus 4 one-space gaps = 100.
+// writeRecover prints the report on one line, then one row per record Recover worked on,
+// within 100 columns: STATE and KEY (up to 36 runes) as wide as their values, and the rest
+// shared by TENANT, INTENT and ERROR through fitWidths.
 func writeRecover(w io.Writer, out recoverOut) error {
 	parts := make([]string, 0, len(reportOrder))
 	for _, k := range reportOrder {
@@ -144,12 +217,19 @@ func writeRecover(w io.Writer, out recoverOut) error {
 	if len(out.Records) == 0 {
 		return nil
 	}
+	scope := func(e recoveredEntry) string { return dash(e.Record.Scope) }
+	intent := func(e recoveredEntry) string { return dash(e.Record.Intent) }
+	errText := func(e recoveredEntry) string { return dash(e.Error) }
+	fixed := widest(out.Records, "STATE", func(e recoveredEntry) string { return string(e.Record.State) }) +
+		min(36, widest(out.Records, "KEY", func(e recoveredEntry) string { return e.Record.Key })) + 4
+	cols := fitWidths(100-fixed, widest(out.Records, "TENANT", scope), widest(out.Records, "INTENT", intent),
+		widest(out.Records, "ERROR", errText))
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	fmt.Fprintln(tw, "STATE\tTENANT\tINTENT\tKEY\tERROR")
 	for _, e := range out.Records {
 		r := e.Record
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.State, clip(dash(r.Scope), 8), clip(dash(r.Intent), 12),
-			clip(r.Key, 36), clip(dash(e.Error), 31))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.State, clip(scope(e), cols[0]), clip(intent(e), cols[1]),
+			clip(r.Key, 36), clip(errText(e), cols[2]))
 	}
 	return tw.Flush()
 }

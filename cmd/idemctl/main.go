@@ -72,7 +72,7 @@ commands:
   recover  run Recover now (-db/-dsn: -base-url, -status-path, -auth-env NAME)
   purge    delete succeeded and failed records older than -older-than (-db, -dsn)
   migrate  create or upgrade the Postgres schema (-dsn)
-  probe    grade a SANDBOX API against idem's contract: probe -sandbox URL (creates payments)
+  probe    grade a SANDBOX API against idem's contract: probe URL -sandbox (creates payments)
 
 target (exactly one): -db FILE (bbolt), -dsn DSN (Postgres), -url ADMIN_URL (a running
 service's idem.NewAdminHandler; token from $IDEMCTL_TOKEN, see -token-env)

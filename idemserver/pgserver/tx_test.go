@@ -126,9 +126,14 @@ func TestCommitFailureRollsBack(t *testing.T) {
 			t.Error(err)
 		}
 		if calls == 1 { // the database connection is lost after the business write
+			// pg_terminate_backend only signals: the backend releases its advisory lock as it
+			// exits, after the client has seen the connection fail, and until then the key
+			// is rightly in progress (202, 409). Wait for the exit so that the status read
+			// and the retry below see the claim gone.
 			pid := tx.Conn().PgConn().PID()
-			if _, err := s.pool.Exec(r.Context(), "SELECT pg_terminate_backend($1)", pid); err != nil {
-				t.Error(err)
+			var gone bool
+			if err := s.pool.QueryRow(r.Context(), "SELECT pg_terminate_backend($1, 10000)", pid).Scan(&gone); err != nil || !gone {
+				t.Errorf("terminate backend %d: %v, gone %v", pid, err, gone)
 			}
 		}
 		w.WriteHeader(http.StatusCreated)
