@@ -146,6 +146,7 @@ type Client struct {
 	stats      counters
 	purger     purger                // background retention purge (purge.go)
 	reclaimer  reclaimer             // background orphan reclaim (reclaim.go)
+	renewer    renewer               // lease renewal of running calls (fleet.go)
 	retrier    *retryablehttp.Client // shared by every call (retrier.go)
 }
 

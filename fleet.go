@@ -80,7 +80,7 @@ func (c *Client) lease() keystore.Lease {
 	return keystore.Lease{Owner: c.cfg.Owner, Now: now, Until: now.Add(c.cfg.LeaseTTL)}
 }
 
-// callLease is the lease state of one call. The renewal goroutine and the call share it.
+// callLease is the lease state of one call. The client's renewer and the call share it.
 type callLease struct {
 	fence int64
 	until atomic.Int64 // LeaseUntil last confirmed by the store, Unix nanoseconds
@@ -89,52 +89,132 @@ type callLease struct {
 	mu   sync.Mutex
 	lost error // why the lease is gone, nil while held
 
-	cancel context.CancelCauseFunc
-	stop   chan struct{}
-	done   chan struct{}
+	cancel     context.CancelCauseFunc
+	ctx        context.Context // the call's context, for the renewer's store writes
+	registered bool            // with the client's renewer, between startLease and endLease
+	renewing   bool            // a renewal of this call is running (guarded by renewer.mu)
 }
 
 // errLeaseGone is the cause of a call context cancelled because its lease was lost.
 var errLeaseGone = errors.New("idem: lease lost")
 
-// startLease derives the call's context, cancelled at once if the lease is lost, and starts
-// renewing the lease every LeaseTTL/3 until endLease.
+// renewer renews the leases of a Client's running calls every LeaseTTL/3. One timer serves
+// them all, armed only while calls run: most calls end in microseconds, long before their
+// first renewal is due, and then cost a map insert and delete instead of a goroutine and a
+// ticker each.
+type renewer struct {
+	mu    sync.Mutex
+	done  sync.Cond           // a renewal ended (endLease waits for its call's)
+	calls map[*call]time.Time // running calls and when each one's next renewal is due
+	timer *time.Timer         // runs renewDue; armed while calls is not empty
+	armed bool
+	every time.Duration // LeaseTTL/3
+}
+
+// startLease derives the call's context, cancelled at once if the lease is lost, and has the
+// client's renewer renew the lease every LeaseTTL/3 until endLease.
 func (cl *call) startLease(ctx context.Context) context.Context {
 	l := &cl.lease
 	l.fence = cl.rec.Fence
 	l.until.Store(cl.rec.LeaseUntil.UnixNano())
 	ctx, l.cancel = context.WithCancelCause(ctx)
-	l.stop, l.done = make(chan struct{}), make(chan struct{})
-	go cl.renewLoop(context.WithoutCancel(ctx), cl.c.cfg.LeaseTTL/3)
+	l.ctx = ctx
+	l.registered = true
+	r := &cl.c.renewer
+	r.mu.Lock()
+	if r.calls == nil {
+		r.calls = make(map[*call]time.Time)
+		r.done.L = &r.mu
+	}
+	if r.every == 0 { // preset only by tests
+		r.every = cl.c.cfg.LeaseTTL / 3
+	}
+	r.calls[cl] = time.Now().Add(r.every)
+	if !r.armed {
+		r.armed = true
+		if r.timer == nil {
+			r.timer = time.AfterFunc(r.every, cl.c.renewDue)
+		} else {
+			r.timer.Reset(r.every)
+		}
+	}
+	r.mu.Unlock()
 	return ctx
 }
 
-func (cl *call) renewLoop(ctx context.Context, every time.Duration) {
-	defer close(cl.lease.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-cl.lease.stop:
-			return
-		case <-t.C:
-			if err := cl.renew(ctx); err != nil && cl.leaseLost() == nil {
-				cl.c.warn("renewing lease", cl.rec, err) // retried at the next tick
-			}
+// renewDue runs on the renewer's timer: it renews every call whose renewal is due, each on
+// its own goroutine (one slow store round trip must not delay the others), and arms the
+// timer for the next one due.
+func (c *Client) renewDue() {
+	r := &c.renewer
+	now := time.Now()
+	var due []*call
+	r.mu.Lock()
+	for cl, at := range r.calls {
+		if !at.After(now) {
+			cl.lease.renewing = true
+			r.calls[cl] = now.Add(r.every)
+			due = append(due, cl)
 		}
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, cl := range due {
+		wg.Go(func() {
+			if err := cl.renew(context.WithoutCancel(cl.lease.ctx)); err != nil && cl.leaseLost() == nil {
+				cl.c.warn("renewing lease", cl.rec, err) // retried when it is due again
+			}
+		})
+	}
+	wg.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, cl := range due {
+		cl.lease.renewing = false
+	}
+	if len(due) > 0 {
+		r.done.Broadcast()
+	}
+	if len(r.calls) == 0 || r.timer == nil {
+		r.armed = false
+		return
+	}
+	next := time.Time{}
+	for _, at := range r.calls {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	r.timer.Reset(max(time.Until(next), 0))
+}
+
+// stopRenewer stops the renewer's timer (Close).
+func (c *Client) stopRenewer() {
+	r := &c.renewer
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.timer != nil {
+		r.timer.Stop()
+		r.armed = false
 	}
 }
 
-// endLease stops the renewals; the call writes no more lease changes after it except
-// Release. The call's context stays usable (a business lookup may follow).
+// endLease stops the renewals, waiting for one in flight; the call writes no more lease
+// changes after it except Release. The call's context stays usable (a business lookup may
+// follow).
 func (cl *call) endLease() {
 	l := &cl.lease
-	if l.stop == nil {
+	if !l.registered {
 		return
 	}
-	close(l.stop)
-	<-l.done
-	l.stop = nil
+	l.registered = false
+	r := &cl.c.renewer
+	r.mu.Lock()
+	for l.renewing {
+		r.done.Wait()
+	}
+	delete(r.calls, cl)
+	r.mu.Unlock()
 }
 
 // renew extends the lease to now+LeaseTTL. A fenced refusal marks the lease lost.

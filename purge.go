@@ -103,6 +103,7 @@ func (c *Client) purgeOld(ctx context.Context, cutoff time.Time) (int, error) {
 // they only no longer start background passes. Close always returns nil.
 func (c *Client) Close() error {
 	c.stopReclaimer()
+	c.stopRenewer()
 	p := &c.purger
 	p.mu.Lock()
 	p.closed = true
