@@ -89,14 +89,12 @@ type callLease struct {
 	mu   sync.Mutex
 	lost error // why the lease is gone, nil while held
 
-	cancel     context.CancelCauseFunc
-	ctx        context.Context // the call's context, for the renewer's store writes
-	registered bool            // with the client's renewer, between startLease and endLease
-	renewing   bool            // a renewal of this call is running (guarded by renewer.mu)
+	interrupt  []context.CancelFunc  // cancel the attempt or waits under way (interruptible), innermost last
+	ibuf       [3]context.CancelFunc // interrupt's room: an attempt, or a status check and its wait
+	ctx        context.Context       // the call's context, for the renewer's store writes
+	registered bool                  // with the client's renewer, between startLease and endLease
+	renewing   bool                  // a renewal of this call is running (guarded by renewer.mu)
 }
-
-// errLeaseGone is the cause of a call context cancelled because its lease was lost.
-var errLeaseGone = errors.New("idem: lease lost")
 
 // renewer renews the leases of a Client's running calls every LeaseTTL/3. One timer serves
 // them all, armed only while calls run: most calls end in microseconds, long before their
@@ -111,13 +109,11 @@ type renewer struct {
 	every time.Duration // LeaseTTL/3
 }
 
-// startLease derives the call's context, cancelled at once if the lease is lost, and has the
-// client's renewer renew the lease every LeaseTTL/3 until endLease.
-func (cl *call) startLease(ctx context.Context) context.Context {
+// startLease has the client's renewer renew the lease every LeaseTTL/3 until endLease.
+func (cl *call) startLease(ctx context.Context) {
 	l := &cl.lease
 	l.fence = cl.rec.Fence
 	l.until.Store(cl.rec.LeaseUntil.UnixNano())
-	ctx, l.cancel = context.WithCancelCause(ctx)
 	l.ctx = ctx
 	l.registered = true
 	r := &cl.c.renewer
@@ -139,7 +135,42 @@ func (cl *call) startLease(ctx context.Context) context.Context {
 		}
 	}
 	r.mu.Unlock()
-	return ctx
+}
+
+// interruptible derives from ctx the context of one attempt (ending after timeout, if not 0)
+// or one wait of the call, which a lost lease cancels at once: a call whose record another
+// instance took over stops sending and waiting. Only what the call is doing right now can
+// be interrupted, so the call's own context is not wrapped (that costs every call a
+// cancellable context); endInterruptible releases it.
+func (cl *call) interruptible(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	var cancel context.CancelFunc
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	l := &cl.lease
+	l.mu.Lock()
+	if l.interrupt == nil {
+		l.interrupt = l.ibuf[:0]
+	}
+	l.interrupt = append(l.interrupt, cancel) // popped by endInterruptible even when lost
+	lost := l.lost != nil
+	l.mu.Unlock()
+	if lost {
+		cancel()
+	}
+	return ctx, cancel
+}
+
+// endInterruptible ends what the innermost interruptible began.
+func (cl *call) endInterruptible(cancel context.CancelFunc) {
+	l := &cl.lease
+	l.mu.Lock()
+	l.interrupt[len(l.interrupt)-1] = nil
+	l.interrupt = l.interrupt[:len(l.interrupt)-1]
+	l.mu.Unlock()
+	cancel()
 }
 
 // renewDue runs on the renewer's timer: it renews every call whose renewal is due, each on
@@ -234,21 +265,23 @@ func (cl *call) renew(ctx context.Context) error {
 	return err
 }
 
-// loseLease records that another instance holds the record now: the call's context is
-// cancelled, so an attempt in flight stops at once, and nothing more is sent or written.
+// loseLease records that another instance holds the record now: an attempt in flight or a
+// wait stops at once (interruptible), and nothing more is sent or written.
 func (cl *call) loseLease(err error) {
 	l := &cl.lease
 	l.mu.Lock()
 	first := l.lost == nil
+	var interrupt []context.CancelFunc
 	if first {
 		l.lost = err
+		interrupt = append(interrupt, l.interrupt...) // called outside l.mu
 	}
 	l.mu.Unlock()
 	if !first {
 		return
 	}
-	if l.cancel != nil {
-		l.cancel(errLeaseGone)
+	for _, f := range interrupt {
+		f()
 	}
 	cl.c.onClaimLost(cl, err)
 }

@@ -32,10 +32,16 @@ func (c *Client) getByIntent(ctx context.Context, scope, intent string) (*keysto
 var errNilRecord = errors.New("idem: keystore returned neither a record nor an error")
 
 // open finds the record for op (by intent, then by key) or persists a new pending one.
+// Without an intent it tries the Create first and looks only when the key exists: most keys
+// are new, and a read costs a transaction (or a round trip) of its own.
 func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keystore.Record, bool, error) {
 	fp := Fingerprint(op.method, op.url, op.body)
 	for try := 0; try < 3; try++ {
-		rec, err := c.lookup(ctx, op, scope)
+		var rec *keystore.Record
+		err := keystore.ErrNotFound
+		if try > 0 || op.intent != "" {
+			rec, err = c.lookup(ctx, op, scope)
+		}
 		if err == nil {
 			if rec.Fingerprint != fp {
 				return nil, false, &OperationError{Key: rec.Key, Scope: scope, Intent: rec.Intent, Kind: ErrKeyConflict,
