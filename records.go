@@ -50,8 +50,7 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keysto
 			}
 			return rec, false, nil
 		}
-		var conflict *OperationError
-		if errors.As(err, &conflict) {
+		if _, ok := errors.AsType[*OperationError](err); ok { // a conflict (AsType: no allocation)
 			return nil, false, err
 		}
 		if !errors.Is(err, keystore.ErrNotFound) {
