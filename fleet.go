@@ -195,17 +195,15 @@ func (c *Client) renewDue() {
 			if err := cl.renew(context.WithoutCancel(cl.lease.ctx)); err != nil && cl.leaseLost() == nil {
 				cl.c.warn("renewing lease", cl.rec, err) // retried when it is due again
 			}
+			r.mu.Lock()
+			cl.lease.renewing = false // its endLease need not wait for the others' renewals
+			r.mu.Unlock()
+			r.done.Broadcast()
 		})
 	}
 	wg.Wait()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, cl := range due {
-		cl.lease.renewing = false
-	}
-	if len(due) > 0 {
-		r.done.Broadcast()
-	}
 	if len(r.calls) == 0 || r.timer == nil {
 		r.armed = false
 		return
