@@ -308,7 +308,7 @@ func TestPostgres(t *testing.T) {
 
 	code, out, errs = runCmd(t, "show", "-dsn", sdsn, "k-manual")
 	require.Equal(t, 0, code, errs)
-	assert.Regexp(t, `(?m)^note +charge found, ticket 9$`, out)
+	assert.Regexp(t, `(?m)^resolution +charge found, ticket 9$`, out)
 
 	code, out, errs = runCmd(t, "purge", "-dsn", sdsn, "-older-than", "72h")
 	require.Equal(t, 0, code, errs)
