@@ -30,7 +30,8 @@ const (
 // Config configures a Client. The zero value of every field is a documented default; only
 // BaseURL (or absolute operation URLs) is needed.
 type Config struct {
-	// BaseURL is prefixed to relative operation URLs, e.g. "https://api.example.com".
+	// BaseURL is prefixed to relative operation URLs, e.g. "https://api.example.com". It must
+	// not carry user info ("https://user:pass@..."): ErrInvalidConfig; use Credentials.
 	BaseURL string
 	// HTTPClient provides the transport (connection pool, TLS). Its Timeout, if set, also
 	// applies; redirects are never followed (a 3xx is a permanent answer). Default: a pooled
@@ -129,7 +130,7 @@ type Client struct {
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
-// field: a BaseURL that is not absolute, a relative StatusURL without BaseURL, a Retention
+// field: a BaseURL that is not absolute or carries user info, a relative StatusURL without BaseURL, a Retention
 // shorter than KeyTTL, negative values) or ErrInvalidPolicy.
 func NewClient(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, policy: cfg.Policy.withDefaults()}
@@ -140,6 +141,9 @@ func NewClient(cfg Config) (*Client, error) {
 		u, err := url.Parse(cfg.BaseURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("%w: BaseURL %q is not an absolute URL", ErrInvalidConfig, cfg.BaseURL)
+		}
+		if u.User != nil { // credentials belong in Config.Credentials, never in a URL
+			return nil, fmt.Errorf("%w: BaseURL carries user info; use Config.Credentials", ErrInvalidConfig)
 		}
 		c.base = u
 		c.baseStr = strings.TrimRight(u.String(), "/")

@@ -294,6 +294,8 @@ func TestNewClientRefusesUnworkableConfig(t *testing.T) {
 		{"Retention shorter than KeyTTL", Config{KeyTTL: 72 * time.Hour, Retention: 48 * time.Hour}, "Retention"},
 		{"KeyTTL longer than the default Retention", Config{KeyTTL: 96 * time.Hour}, "Retention"},
 		{"Retention equal to KeyTTL", Config{KeyTTL: 2 * time.Hour, Retention: 2 * time.Hour}, ""},
+		{"BaseURL with user and password", Config{BaseURL: "https://user:pass@api.example.com"}, "BaseURL"},
+		{"BaseURL with a user only", Config{BaseURL: "https://sk_live_x@api.example.com"}, "BaseURL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewClient(tc.cfg)

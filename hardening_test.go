@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,12 +21,16 @@ import (
 func TestUnsendableOperationsAreRefusedBeforePersisting(t *testing.T) {
 	e := newEnv(t, idemtest.Config{}, nil)
 	for name, op := range map[string]*Operation{
-		"mailto URL":       NewOperation("POST", "mailto:ops@example.com", nil),
-		"no host":          NewOperation("POST", "http:///x", nil),
-		"CRLF in a header": payment(1, "x", WithHeader(http.Header{"X-Note": {"a\r\nX-Evil: 1"}})),
-		"non-UTF-8 header": payment(1, "x", WithHeader(http.Header{"X-Note": {"caf\xe9"}})),
-		"bad header name":  payment(1, "x", WithHeader(http.Header{"X Note": {"a"}})),
-		"non-UTF-8 intent": payment(1, "x", WithIntent("order-\xff")),
+		"mailto URL":        NewOperation("POST", "mailto:ops@example.com", nil),
+		"no host":           NewOperation("POST", "http:///x", nil),
+		"CRLF in a header":  payment(1, "x", WithHeader(http.Header{"X-Note": {"a\r\nX-Evil: 1"}})),
+		"non-UTF-8 header":  payment(1, "x", WithHeader(http.Header{"X-Note": {"caf\xe9"}})),
+		"bad header name":   payment(1, "x", WithHeader(http.Header{"X Note": {"a"}})),
+		"non-UTF-8 intent":  payment(1, "x", WithIntent("order-\xff")),
+		"user info in URL":  NewOperation("POST", strings.Replace(e.srv.URL, "http://", "http://user:pass@", 1)+"/v1/payments", nil),
+		"user and password": NewOperation("POST", "http://user:pass@127.0.0.1:1/v1/payments", nil),
+		"user only":         NewOperation("POST", "https://sk_live_x@api.example.com/v1/payments", nil),
+		"scheme-relative":   NewOperation("POST", "//user:pass@api.example.com/v1/payments", nil),
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := e.c.Do(context.Background(), op, WithMaxAttempts(3))

@@ -72,7 +72,9 @@ func WithHeader(h http.Header) OperationOption {
 // NewOperation creates an operation for one intent: method and url (relative to
 // Config.BaseURL, such as "/v1/payments", or absolute) with body sent byte for byte on every
 // attempt (nil for none). Unless WithKey is given it mints a random UUIDv4 key (crypto/rand).
-// It never panics: invalid input is reported by Do as ErrInvalidOperation.
+// It never panics: invalid input is reported by Do as ErrInvalidOperation, among it a URL
+// with user info ("https://user:pass@host/..."), which would be persisted with the record
+// (use Config.Credentials instead).
 func NewOperation(method, url string, body []byte, opts ...OperationOption) *Operation {
 	o := &Operation{method: method, url: url, header: http.Header{}}
 	if body != nil {
@@ -126,8 +128,12 @@ func (o *Operation) validate() error {
 	if !isToken(o.method) {
 		return fmt.Errorf("%w: bad method %q", ErrInvalidOperation, o.method)
 	}
-	if _, err := url.Parse(o.url); err != nil || o.url == "" {
+	u, err := url.Parse(o.url)
+	if err != nil || o.url == "" {
 		return fmt.Errorf("%w: bad URL %q", ErrInvalidOperation, o.url)
+	}
+	if u.User != nil { // the URL is persisted with the record: never a password with it
+		return fmt.Errorf("%w: URL carries user info, which would be persisted; use Config.Credentials", ErrInvalidOperation)
 	}
 	if !utf8.ValidString(o.intent) || !utf8.ValidString(o.tenant) {
 		return fmt.Errorf("%w: intent and tenant must be valid UTF-8", ErrInvalidOperation)
