@@ -61,7 +61,9 @@ type Config struct {
 	// ErrNotExecuted. LookupByReference builds one for APIs that search payments by the
 	// caller's reference. Nil: such records wait for Client.Resolve.
 	Lookup LookupFunc
-	// KeyHeader is the header carrying the key. Default DefaultKeyHeader.
+	// KeyHeader is the header carrying the key. Default DefaultKeyHeader. It must be a header
+	// name that is persisted: a credential header (Authorization, Cookie,
+	// Proxy-Authorization, Set-Cookie) or one of SecretHeaders is ErrInvalidConfig.
 	KeyHeader string
 	// KeyAsSFString sends the key as an RFC 8941 sf-string ("quoted"), as the IETF draft
 	// specifies; the default sends the bare token most APIs (Stripe) expect.
@@ -83,7 +85,7 @@ type Config struct {
 	// before anything is sent.
 	Credentials func(*http.Request) error
 	// SecretHeaders are extra header names never persisted (Authorization, Cookie and
-	// Proxy-Authorization never are).
+	// Proxy-Authorization never are). Naming KeyHeader here is ErrInvalidConfig.
 	SecretHeaders []string
 	// KeyTTL is the server's key retention window: a key older than this is never resent,
 	// because the server may have forgotten it. Default DefaultKeyTTL.
@@ -131,7 +133,8 @@ type Client struct {
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
 // field: a BaseURL that is not absolute or carries user info, a relative StatusURL without BaseURL, a Retention
-// shorter than KeyTTL, negative values) or ErrInvalidPolicy.
+// shorter than KeyTTL, a KeyHeader that is a credential or secret header, negative values) or
+// ErrInvalidPolicy.
 func NewClient(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, policy: cfg.Policy.withDefaults()}
 	if err := c.policy.Validate(); err != nil {
@@ -155,6 +158,14 @@ func NewClient(cfg Config) (*Client, error) {
 		c.cfg.KeyHeader = DefaultKeyHeader
 	} else if !isToken(cfg.KeyHeader) {
 		return nil, fmt.Errorf("%w: KeyHeader %q is not a header name", ErrInvalidConfig, cfg.KeyHeader)
+	}
+	// A key in a credential or secret header is overwritten by Credentials or never
+	// persisted: a restart would mint a new key for a payment that may have been made.
+	if isSecretHeader(c.cfg.KeyHeader, keystore.CredentialHeaders) || isSecretHeader(c.cfg.KeyHeader, keystore.ResponseSecretHeaders) {
+		return nil, fmt.Errorf("%w: KeyHeader %q is a credential header, which is never persisted", ErrInvalidConfig, c.cfg.KeyHeader)
+	}
+	if isSecretHeader(c.cfg.KeyHeader, cfg.SecretHeaders) {
+		return nil, fmt.Errorf("%w: SecretHeaders names the key header %q, which must be persisted", ErrInvalidConfig, c.cfg.KeyHeader)
 	}
 	if cfg.StatusURL != "" && !strings.Contains(cfg.StatusURL, "{key}") {
 		return nil, fmt.Errorf("%w: StatusURL %q has no {key} placeholder", ErrInvalidConfig, cfg.StatusURL)

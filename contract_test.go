@@ -296,6 +296,14 @@ func TestNewClientRefusesUnworkableConfig(t *testing.T) {
 		{"Retention equal to KeyTTL", Config{KeyTTL: 2 * time.Hour, Retention: 2 * time.Hour}, ""},
 		{"BaseURL with user and password", Config{BaseURL: "https://user:pass@api.example.com"}, "BaseURL"},
 		{"BaseURL with a user only", Config{BaseURL: "https://sk_live_x@api.example.com"}, "BaseURL"},
+		{"KeyHeader Authorization", Config{KeyHeader: "Authorization"}, "KeyHeader"},
+		{"KeyHeader cookie", Config{KeyHeader: "cookie"}, "KeyHeader"},
+		{"KeyHeader Proxy-Authorization", Config{KeyHeader: "PROXY-AUTHORIZATION"}, "KeyHeader"},
+		{"KeyHeader Set-Cookie", Config{KeyHeader: "Set-Cookie"}, "KeyHeader"},
+		{"KeyHeader among SecretHeaders", Config{KeyHeader: "X-Op-Key", SecretHeaders: []string{"X-Api-Key", "x-op-key"}}, "SecretHeaders"},
+		{"SecretHeaders names the default key header", Config{SecretHeaders: []string{"idempotency-key"}}, "SecretHeaders"},
+		{"SecretHeaders without the key header", Config{SecretHeaders: []string{"X-Api-Key"}}, ""},
+		{"custom KeyHeader", Config{KeyHeader: "X-Op-Key"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewClient(tc.cfg)
