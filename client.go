@@ -224,11 +224,21 @@ func NewClient(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// Store returns the keystore the client writes to.
-func (c *Client) Store() keystore.Store { return c.store }
+// Store returns the keystore the client writes to (nil for a nil Client).
+func (c *Client) Store() keystore.Store {
+	if c == nil {
+		return nil
+	}
+	return c.store
+}
 
-// Budget returns the client-wide retry budget (nil when disabled).
-func (c *Client) Budget() *Budget { return c.budget }
+// Budget returns the client-wide retry budget (nil when disabled, or for a nil Client).
+func (c *Client) Budget() *Budget {
+	if c == nil {
+		return nil
+	}
+	return c.budget
+}
 
 // Source says where a Result came from.
 type Source string
@@ -261,7 +271,8 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // successful Result, or an *OperationError matching ErrPermanent, ErrKeyConflict,
 // ErrOutcomeUnknown, ErrStoredServerError (with ErrOutcomeUnknown), ErrExhausted,
 // ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired, ErrNotExecuted or
-// ErrCanceled; invalid input gives ErrInvalidOperation, ErrInvalidPolicy or ErrInvalidConfig.
+// ErrCanceled; invalid input gives ErrInvalidOperation (also a nil ctx), ErrInvalidPolicy or
+// ErrInvalidConfig (also a nil or zero *Client).
 // Only ErrPermanent and ErrKeyConflict are failures, and ErrNotExecuted the one answer after
 // which the application may pay again under a new intent. After ErrStoredServerError and
 // ErrKeyExpired the record is manual (never resent; Config.Lookup or Client.Resolve settles
@@ -270,6 +281,9 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // the same key (or intent) waits for the first and returns its outcome, never sending
 // concurrently.
 func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {
+	if err := checkEntry(c, ctx); err != nil {
+		return nil, err
+	}
 	if err := op.validate(); err != nil {
 		return nil, err
 	}

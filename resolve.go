@@ -75,11 +75,15 @@ type LookupFunc func(ctx context.Context, req LookupRequest) (Resolution, error)
 // makes it failed (Reason ReasonNotExecuted, Do then returns ErrNotExecuted). r.Note is kept
 // on the record. Resolve waits for any call of this client holding the key.
 //
-// Errors: ErrInvalidOperation for VerdictUnknown or a response status outside 100..599;
+// Errors: ErrInvalidConfig for a nil or zero *Client; ErrInvalidOperation for a nil ctx,
+// VerdictUnknown or a response status outside 100..599;
 // keystore.ErrNotFound when there is no such record; an *OperationError matching
 // ErrNotManual when the record is not manual (pending, succeeded or failed: nothing is
 // written); ErrCanceled when ctx ends while waiting; a keystore error when the write fails.
 func (c *Client) Resolve(ctx context.Context, scope, key string, r Resolution) (*keystore.Record, error) {
+	if err := checkEntry(c, ctx); err != nil {
+		return nil, err
+	}
 	if r.Verdict != VerdictExecuted && r.Verdict != VerdictNotExecuted {
 		return nil, fmt.Errorf("%w: a resolution needs VerdictExecuted or VerdictNotExecuted, got %s", ErrInvalidOperation, r.Verdict)
 	}

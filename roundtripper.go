@@ -92,9 +92,15 @@ func NewHTTPClient(c *Client) *http.Client {
 
 // RoundTrip sends req as described on Transport. It implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.Client == nil {
+	if req == nil || req.URL == nil {
+		if req != nil {
+			closeBody(req)
+		}
+		return nil, fmt.Errorf("%w: nil request or request URL", ErrInvalidOperation)
+	}
+	if t == nil || checkEntry(t.Client, req.Context()) != nil {
 		closeBody(req)
-		return nil, fmt.Errorf("%w: idem.Transport has no Client", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: idem.Transport has no Client made by NewClient", ErrInvalidConfig)
 	}
 	if t.unsafe(req.Method) {
 		return t.roundTripOperation(req)
