@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -342,4 +345,44 @@ func TestDoNotRetry5xxIsStoredServerError(t *testing.T) {
 	rec4, err := store4.Get(context.Background(), "", op4.Key())
 	require.NoError(t, err)
 	assert.Equal(t, keystore.StateFailed, rec4.State)
+}
+
+// A "do not retry" hint on an answer whose request may have been executed (a proxy's 408 or
+// 425, a 409) never makes the payment failed: the status endpoint is asked and finds the
+// charge, and nothing is sent twice.
+func TestDoNotRetryHintNeverFailsAPossiblyExecutedPayment(t *testing.T) {
+	for _, code := range []int{http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			clock := newFakeClock()
+			api := idemtest.NewHandler(idemtest.Config{Now: clock.Now})
+			var posts atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost && posts.Add(1) == 1 {
+					api.ServeHTTP(httptest.NewRecorder(), r) // charged and stored...
+					w.Header().Set("Stripe-Should-Retry", "false")
+					w.WriteHeader(code) // ...but a proxy answers this
+					return
+				}
+				api.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			store := keystore.NewMemory()
+			c, err := NewClient(Config{BaseURL: srv.URL, Store: store, StatusURL: statusPath,
+				Now: clock.Now, Sleep: clock.Sleep, Budget: BudgetConfig{Disabled: true}})
+			require.NoError(t, err)
+			op := payment(500, "hint-"+strconv.Itoa(code))
+			res, err := c.Do(context.Background(), op, WithMaxAttempts(3))
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusCreated, res.StatusCode)
+			assert.Equal(t, SourceStatus, res.Source)
+			assert.Equal(t, 1, res.Attempts)
+			assert.Equal(t, 1, res.StatusChecks)
+			st := api.Stats()
+			assert.Equal(t, 1, st.Executions)
+			assert.Equal(t, 1, st.Requests)
+			rec, err := store.Get(context.Background(), "", op.Key())
+			require.NoError(t, err)
+			assert.Equal(t, keystore.StateSucceeded, rec.State)
+		})
+	}
 }
