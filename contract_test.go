@@ -75,6 +75,62 @@ func TestUnprocessableEntityRule(t *testing.T) {
 	}
 }
 
+// A key-reuse answer ends the call as ErrKeyConflict naming the cause: a 422 whose body names
+// key reuse anywhere IsKeyReuse looks (also in an "errors" array), or a 400 whose body names
+// it precisely (Stripe documents key reuse as HTTP 400 idempotency_error), even with
+// Stripe-Should-Retry: false. A 400 that only mentions idempotency (a missing or malformed
+// key) stays a validation failure.
+func TestKeyReuseAnswers(t *testing.T) {
+	const stripe = `{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters they were first used with."}}`
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		header []string
+		extra  Classifier
+		want   error
+	}{
+		{"Stripe 400", 400, stripe, nil, nil, ErrKeyConflict},
+		{"Stripe 400, do not retry", 400, stripe, []string{"Stripe-Should-Retry", "false"}, nil, ErrKeyConflict},
+		{"errors array 400", 400, `{"errors":[{"code":"idempotency_key_reused","detail":"x"}]}`, nil, nil, ErrKeyConflict},
+		{"errors array 422", 422, `{"errors":[{"title":"bad"},{"code":"idempotency_key_reused"}]}`, nil, nil, ErrKeyConflict},
+		{"problem type 400", 400, `{"type":"https://idemkit.dev/problems/idempotency-key-reused","status":400}`, nil, nil, ErrKeyConflict},
+		{"payload mismatch 400", 400, `{"code":"IDEMPOTENCY_KEY_PAYLOAD_MISMATCH"}`, nil, nil, ErrKeyConflict},
+		{"caller's code 400", 400, `{"code":"DUPLICATE_REQUEST_ID"}`, nil, KeyConflictCodes("DUPLICATE_REQUEST_ID"), ErrKeyConflict},
+		{"missing key 400", 400, `{"type":"https://docs.upvest.co/errors/missing_idempotency_key","status":400,"title":"Missing idempotency key"}`, nil, nil, ErrPermanent},
+		{"invalid key 400", 400, `{"type":"https://idemkit.dev/problems/idempotency-key-invalid","title":"Invalid Idempotency-Key","status":400}`, nil, nil, ErrPermanent},
+		{"validation 400", 400, `{"error":{"type":"invalid_request_error","param":"amount"}}`, []string{"Stripe-Should-Retry", "false"}, nil, ErrPermanent},
+		{"errors array, validation 422", 422, `{"errors":[{"code":"amount_too_low"}]}`, nil, nil, ErrPermanent},
+		{"Stripe type on 403", 403, stripe, nil, nil, ErrPermanent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, n := fixedAnswer(tc.status, tc.body, append([]string{"Content-Type", "application/json"}, tc.header...)...)
+			c, _, store := scriptedClient(t, h, func(c *Config) {
+				if tc.extra != nil {
+					c.Classifiers = append(Classifiers{tc.extra}, DefaultClassifiers()...)
+				}
+			})
+			op := payment(1, "r")
+			_, err := c.Do(context.Background(), op)
+			require.ErrorIs(t, err, tc.want)
+			other := ErrKeyConflict
+			if tc.want == ErrKeyConflict {
+				other = ErrPermanent
+				assert.Contains(t, err.Error(), "already used with another payload")
+			}
+			assert.NotErrorIs(t, err, other)
+			assert.Equal(t, int64(1), n.Load(), "never retried")
+			oe := opErr(t, err)
+			require.NotNil(t, oe.Response)
+			assert.Equal(t, tc.status, oe.Response.StatusCode)
+			assert.Equal(t, tc.body, string(oe.Response.Body))
+			rec, err := store.Get(context.Background(), "", op.Key())
+			require.NoError(t, err)
+			assert.Equal(t, keystore.StateFailed, rec.State)
+		})
+	}
+}
+
 // keyRecorder answers POSTs from a script and the status endpoint with not_found, and
 // records every Idempotency-Key header set it saw, in order.
 type keyRecorder struct {

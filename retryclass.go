@@ -24,8 +24,8 @@ const (
 	// ClassInProgress: the server is still executing this key (409). Wait, then ask the
 	// status endpoint or resend with the same key. Never a failure by itself.
 	ClassInProgress
-	// ClassKeyConflict: the server says the key was used with another payload (422). Fail
-	// with ErrKeyConflict.
+	// ClassKeyConflict: the server says the key was used with another payload (422, or a 400
+	// such as Stripe's idempotency_error). Fail with ErrKeyConflict.
 	ClassKeyConflict
 	// ClassPermanent: a final answer that must not be retried (validation, auth). Fail with
 	// ErrPermanent. On a 5xx it is taken as ClassStoredServerError: a server error is never a
@@ -118,6 +118,8 @@ func DefaultClassifiers() Classifiers {
 //	409              ClassInProgress: the key is still executing
 //	5xx              ClassStoredServerError: execution began, effect unknown; never resent,
 //	                 the record waits for reconciliation (Config.Lookup, Client.Resolve)
+//	400, 422         ClassKeyConflict when the body names key reuse (see ClassifyStatus),
+//	                 else ClassPermanent
 //	other 4xx, 3xx   ClassPermanent: the hint confirms a final answer
 //
 // Other values, and any value on a 2xx, are undecided.
@@ -130,6 +132,9 @@ func HintHeader(name string) Classifier {
 		case "true":
 			return ClassRetry
 		case "false":
+			if keyReuseAnswer(a) { // final too, but the finer verdict: the key, not the payload
+				return ClassKeyConflict
+			}
 			return doNotRetry(a.Response.StatusCode)
 		}
 		return ClassUndecided
@@ -184,8 +189,8 @@ func ClassifyTransport(a *Attempt) Class {
 }
 
 // ClassifyStatus classifies by status code: 2xx success; 409 in progress; 422 key conflict
-// when the body names idempotency-key reuse (see IsKeyReuse), any other 422 permanent
-// (validation); 429 and 503 retry (not executed); 408, 425 (RFC 8470: a proxy may have
+// when the body names idempotency-key reuse (see IsKeyReuse), 400 key conflict when it names
+// reuse precisely (Stripe's idempotency_error), any other 400 or 422 permanent (validation); 429 and 503 retry (not executed); 408, 425 (RFC 8470: a proxy may have
 // forwarded it), 500, 502, 504 and other 5xx unknown (the request may have been executed, or
 // forwarded by a proxy); other 4xx and 3xx permanent.
 func ClassifyStatus(a *Attempt) Class {
@@ -197,8 +202,8 @@ func ClassifyStatus(a *Attempt) Class {
 		return ClassSuccess
 	case code == http.StatusConflict:
 		return ClassInProgress
-	case code == http.StatusUnprocessableEntity:
-		if IsKeyReuse(a.Body) {
+	case code == http.StatusUnprocessableEntity, code == http.StatusBadRequest:
+		if keyReuseAnswer(a) {
 			return ClassKeyConflict
 		}
 		return ClassPermanent
