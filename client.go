@@ -30,7 +30,8 @@ const (
 // Config configures a Client. The zero value of every field is a documented default; only
 // BaseURL (or absolute operation URLs) is needed.
 type Config struct {
-	// BaseURL is prefixed to relative operation URLs, e.g. "https://api.example.com".
+	// BaseURL is prefixed to relative operation URLs, e.g. "https://api.example.com". It must
+	// not carry user info ("https://user:pass@..."): ErrInvalidConfig; use Credentials.
 	BaseURL string
 	// HTTPClient provides the transport (connection pool, TLS). Its Timeout, if set, also
 	// applies; redirects are never followed (a 3xx is a permanent answer). Default: a pooled
@@ -60,7 +61,9 @@ type Config struct {
 	// ErrNotExecuted. LookupByReference builds one for APIs that search payments by the
 	// caller's reference. Nil: such records wait for Client.Resolve.
 	Lookup LookupFunc
-	// KeyHeader is the header carrying the key. Default DefaultKeyHeader.
+	// KeyHeader is the header carrying the key. Default DefaultKeyHeader. It must be a header
+	// name that is persisted: a credential header (Authorization, Cookie,
+	// Proxy-Authorization, Set-Cookie) or one of SecretHeaders is ErrInvalidConfig.
 	KeyHeader string
 	// KeyAsSFString sends the key as an RFC 8941 sf-string ("quoted"), as the IETF draft
 	// specifies; the default sends the bare token most APIs (Stripe) expect.
@@ -82,7 +85,7 @@ type Config struct {
 	// before anything is sent.
 	Credentials func(*http.Request) error
 	// SecretHeaders are extra header names never persisted (Authorization, Cookie and
-	// Proxy-Authorization never are).
+	// Proxy-Authorization never are). Naming KeyHeader here is ErrInvalidConfig.
 	SecretHeaders []string
 	// KeyTTL is the server's key retention window: a key older than this is never resent,
 	// because the server may have forgotten it. Default DefaultKeyTTL.
@@ -150,8 +153,9 @@ type Client struct {
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
-// field: a BaseURL that is not absolute, a relative StatusURL without BaseURL, a Retention
-// shorter than KeyTTL, a LeaseTTL not longer than Policy.AttemptTimeout, negative values) or
+// field: a BaseURL that is not absolute or carries user info, a relative StatusURL without
+// BaseURL, a Retention shorter than KeyTTL, a LeaseTTL not longer than Policy.AttemptTimeout,
+// a KeyHeader that is a credential or secret header, negative values) or
 // ErrInvalidPolicy.
 func NewClient(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, policy: cfg.Policy.withDefaults()}
@@ -163,6 +167,9 @@ func NewClient(cfg Config) (*Client, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("%w: BaseURL %q is not an absolute URL", ErrInvalidConfig, cfg.BaseURL)
 		}
+		if u.User != nil { // credentials belong in Config.Credentials, never in a URL
+			return nil, fmt.Errorf("%w: BaseURL carries user info; use Config.Credentials", ErrInvalidConfig)
+		}
 		c.base = u
 		c.baseStr = strings.TrimRight(u.String(), "/")
 	}
@@ -173,6 +180,14 @@ func NewClient(cfg Config) (*Client, error) {
 		c.cfg.KeyHeader = DefaultKeyHeader
 	} else if !isToken(cfg.KeyHeader) {
 		return nil, fmt.Errorf("%w: KeyHeader %q is not a header name", ErrInvalidConfig, cfg.KeyHeader)
+	}
+	// A key in a credential or secret header is overwritten by Credentials or never
+	// persisted: a restart would mint a new key for a payment that may have been made.
+	if isSecretHeader(c.cfg.KeyHeader, keystore.CredentialHeaders) || isSecretHeader(c.cfg.KeyHeader, keystore.ResponseSecretHeaders) {
+		return nil, fmt.Errorf("%w: KeyHeader %q is a credential header, which is never persisted", ErrInvalidConfig, c.cfg.KeyHeader)
+	}
+	if isSecretHeader(c.cfg.KeyHeader, cfg.SecretHeaders) {
+		return nil, fmt.Errorf("%w: SecretHeaders names the key header %q, which must be persisted", ErrInvalidConfig, c.cfg.KeyHeader)
 	}
 	if cfg.StatusURL != "" && !strings.Contains(cfg.StatusURL, "{key}") {
 		return nil, fmt.Errorf("%w: StatusURL %q has no {key} placeholder", ErrInvalidConfig, cfg.StatusURL)
@@ -235,11 +250,21 @@ func NewClient(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// Store returns the keystore the client writes to.
-func (c *Client) Store() keystore.Store { return c.store }
+// Store returns the keystore the client writes to (nil for a nil Client).
+func (c *Client) Store() keystore.Store {
+	if c == nil {
+		return nil
+	}
+	return c.store
+}
 
-// Budget returns the client-wide retry budget (nil when disabled).
-func (c *Client) Budget() *Budget { return c.budget }
+// Budget returns the client-wide retry budget (nil when disabled, or for a nil Client).
+func (c *Client) Budget() *Budget {
+	if c == nil {
+		return nil
+	}
+	return c.budget
+}
 
 // Source says where a Result came from.
 type Source string
@@ -272,7 +297,8 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // successful Result, or an *OperationError matching ErrPermanent, ErrKeyConflict,
 // ErrOutcomeUnknown, ErrStoredServerError (with ErrOutcomeUnknown), ErrExhausted,
 // ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired, ErrNotExecuted,
-// ErrLeaseLost or ErrCanceled; invalid input gives ErrInvalidOperation, ErrInvalidPolicy or ErrInvalidConfig.
+// ErrLeaseLost or ErrCanceled; invalid input gives ErrInvalidOperation (also a nil ctx),
+// ErrInvalidPolicy or ErrInvalidConfig (also a nil or zero *Client).
 // Only ErrPermanent and ErrKeyConflict are failures, and ErrNotExecuted the one answer after
 // which the application may pay again under a new intent. After ErrStoredServerError and
 // ErrKeyExpired the record is manual (never resent; Config.Lookup or Client.Resolve settles
@@ -286,6 +312,9 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // and continues the same key, status endpoint first). A call whose record another instance
 // took over stops at once and returns ErrLeaseLost, without sending again or writing.
 func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {
+	if err := checkEntry(c, ctx); err != nil {
+		return nil, err
+	}
 	if err := op.validate(); err != nil {
 		return nil, err
 	}

@@ -102,12 +102,17 @@ func (c *Client) purgeOld(ctx context.Context, cutoff time.Time) (int, error) {
 // It does not close the Store, which the caller owns. Do and Recover still work after Close;
 // they only no longer start background passes. Close always returns nil.
 func (c *Client) Close() error {
+	if c == nil {
+		return nil
+	}
 	c.stopReclaimer()
 	p := &c.purger
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	p.cancel()
+	if p.cancel != nil { // a zero Client never started a purge
+		p.cancel()
+	}
 	p.wg.Wait()
 	return nil
 }

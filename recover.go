@@ -61,9 +61,13 @@ type RecoverReport struct {
 // With Config.Lookup set, it also asks the lookup about every manual record waiting for
 // reconciliation (a stored 5xx, a key past KeyTTL) and persists a conclusive verdict
 // (RecoverReport.Resolved; handle gets those too). A manual record is never resent.
-// Otherwise the error is non-nil only when the keystore cannot be read, or ctx ended.
+// Otherwise the error is non-nil only when the keystore cannot be read, or ctx ended (or is
+// nil: ErrInvalidOperation; a nil or zero *Client: ErrInvalidConfig).
 func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...CallOption) (RecoverReport, error) {
 	var rep RecoverReport
+	if err := checkEntry(c, ctx); err != nil {
+		return rep, err
+	}
 	s, err := c.settings(opts)
 	if err != nil {
 		return rep, err

@@ -24,8 +24,8 @@ const (
 	// ClassInProgress: the server is still executing this key (409). Wait, then ask the
 	// status endpoint or resend with the same key. Never a failure by itself.
 	ClassInProgress
-	// ClassKeyConflict: the server says the key was used with another payload (422). Fail
-	// with ErrKeyConflict.
+	// ClassKeyConflict: the server says the key was used with another payload (422, or a 400
+	// such as Stripe's idempotency_error). Fail with ErrKeyConflict.
 	ClassKeyConflict
 	// ClassPermanent: a final answer that must not be retried (validation, auth). Fail with
 	// ErrPermanent. On a 5xx it is taken as ClassStoredServerError: a server error is never a
@@ -108,9 +108,21 @@ func DefaultClassifiers() Classifiers {
 	}
 }
 
-// HintHeader returns a classifier that obeys a server hint header on a non-2xx answer:
-// "true" means the request was not executed and may be resent (ClassRetry), "false" means
-// resending cannot help (ClassPermanent). Other values are undecided.
+// HintHeader returns a classifier that obeys a server hint header (such as Stripe's
+// Stripe-Should-Retry) on a non-2xx answer. "true" means the request was not executed and
+// may be resent with the same key (ClassRetry). "false" says only that resending will not
+// help; it never says the request was not executed, so it can never turn an answer whose
+// outcome may be executed into a failure:
+//
+//	408, 425         ClassUnknown: the status endpoint is asked before anything else
+//	409              ClassInProgress: the key is still executing
+//	5xx              ClassStoredServerError: execution began, effect unknown; never resent,
+//	                 the record waits for reconciliation (Config.Lookup, Client.Resolve)
+//	400, 422         ClassKeyConflict when the body names key reuse (see ClassifyStatus),
+//	                 else ClassPermanent
+//	other 4xx, 3xx   ClassPermanent: the hint confirms a final answer
+//
+// Other values, and any value on a 2xx, are undecided.
 func HintHeader(name string) Classifier {
 	return ClassifierFunc(func(a *Attempt) Class {
 		if a.Response == nil || a.Response.StatusCode/100 == 2 {
@@ -120,10 +132,30 @@ func HintHeader(name string) Classifier {
 		case "true":
 			return ClassRetry
 		case "false":
-			return ClassPermanent
+			if keyReuseAnswer(a) { // final too, but the finer verdict: the key, not the payload
+				return ClassKeyConflict
+			}
+			return doNotRetry(a.Response.StatusCode)
 		}
 		return ClassUndecided
 	})
+}
+
+// doNotRetry is what a "do not retry" hint means for a status: a failure only where the
+// status itself is a final answer; wherever the request may have been executed, the outcome
+// is still asked about (or waits for reconciliation), never given up.
+func doNotRetry(code int) Class {
+	switch {
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly:
+		return ClassUnknown
+	case code == http.StatusConflict:
+		return ClassInProgress
+	case code >= 500:
+		return ClassStoredServerError
+	case code >= 300 && code < 500:
+		return ClassPermanent
+	}
+	return ClassUnknown // 1xx or out of range: nothing final was said
 }
 
 // ClassifyReplay classifies an error answer the server marks as a replay
@@ -157,9 +189,10 @@ func ClassifyTransport(a *Attempt) Class {
 }
 
 // ClassifyStatus classifies by status code: 2xx success; 409 in progress; 422 key conflict
-// when the body names idempotency-key reuse (see IsKeyReuse), any other 422 permanent
-// (validation); 429 and 503 retry (not executed); 408, 500, 502, 504 and other 5xx unknown (the request
-// may have been executed, or forwarded by a proxy); other 4xx and 3xx permanent.
+// when the body names idempotency-key reuse (see IsKeyReuse), 400 key conflict when it names
+// reuse precisely (Stripe's idempotency_error), any other 400 or 422 permanent (validation); 429 and 503 retry (not executed); 408, 425 (RFC 8470: a proxy may have
+// forwarded it), 500, 502, 504 and other 5xx unknown (the request may have been executed, or
+// forwarded by a proxy); other 4xx and 3xx permanent.
 func ClassifyStatus(a *Attempt) Class {
 	code := a.StatusCode()
 	switch {
@@ -169,14 +202,14 @@ func ClassifyStatus(a *Attempt) Class {
 		return ClassSuccess
 	case code == http.StatusConflict:
 		return ClassInProgress
-	case code == http.StatusUnprocessableEntity:
-		if IsKeyReuse(a.Body) {
+	case code == http.StatusUnprocessableEntity, code == http.StatusBadRequest:
+		if keyReuseAnswer(a) {
 			return ClassKeyConflict
 		}
 		return ClassPermanent
 	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable:
 		return ClassRetry
-	case code == http.StatusRequestTimeout, code == http.StatusInternalServerError,
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusInternalServerError,
 		code == http.StatusBadGateway, code == http.StatusGatewayTimeout:
 		return ClassUnknown
 	case code >= 400 && code < 500:

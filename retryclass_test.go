@@ -52,6 +52,7 @@ func TestDefaultClassifiersTable(t *testing.T) {
 
 		// may have executed
 		{"408", rcResp(408), ClassUnknown},
+		{"425", rcResp(425), ClassUnknown},
 		{"500", rcResp(500), ClassUnknown},
 		{"502", rcResp(502), ClassUnknown},
 		{"504", rcResp(504), ClassUnknown},
@@ -92,11 +93,26 @@ func TestDefaultClassifiersTable(t *testing.T) {
 
 		// Stripe-Should-Retry overrides the status row
 		{"500 + Should-Retry true", rcResp(500, "Stripe-Should-Retry", "true"), ClassRetry},
-		{"500 + Should-Retry false", rcResp(500, "Stripe-Should-Retry", "false"), ClassPermanent},
 		{"400 + Should-Retry true", rcResp(400, "Stripe-Should-Retry", "true"), ClassRetry},
+		// "false" never makes a possibly executed answer a failure
+		{"408 + Should-Retry false", rcResp(408, "Stripe-Should-Retry", "false"), ClassUnknown},
+		{"409 + Should-Retry false", rcResp(409, "Stripe-Should-Retry", "false"), ClassInProgress},
+		{"425 + Should-Retry false", rcResp(425, "Stripe-Should-Retry", "false"), ClassUnknown},
+		{"500 + Should-Retry false", rcResp(500, "Stripe-Should-Retry", "false"), ClassStoredServerError},
+		{"501 + Should-Retry false", rcResp(501, "Stripe-Should-Retry", "false"), ClassStoredServerError},
+		{"502 + Should-Retry false", rcResp(502, "Stripe-Should-Retry", "false"), ClassStoredServerError},
+		{"503 + Should-Retry false", rcResp(503, "Stripe-Should-Retry", "false"), ClassStoredServerError},
+		{"504 + Should-Retry false", rcResp(504, "Stripe-Should-Retry", "false"), ClassStoredServerError},
+		{"599 + Should-Retry false", rcResp(599, "Stripe-Should-Retry", "false"), ClassStoredServerError},
+		// it confirms a final answer
 		{"400 + Should-Retry false", rcResp(400, "Stripe-Should-Retry", "false"), ClassPermanent},
-		{"503 + Should-Retry false", rcResp(503, "Stripe-Should-Retry", "false"), ClassPermanent},
-		{"409 + Should-Retry false", rcResp(409, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"401 + Should-Retry false", rcResp(401, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"402 + Should-Retry false", rcResp(402, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"404 + Should-Retry false", rcResp(404, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"422 + Should-Retry false", rcResp(422, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"429 + Should-Retry false", rcResp(429, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"302 + Should-Retry false", rcResp(302, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"1xx + Should-Retry false", rcResp(100, "Stripe-Should-Retry", "false"), ClassUnknown},
 		{"Should-Retry case and spaces", rcResp(500, "Stripe-Should-Retry", " TRUE "), ClassRetry},
 		{"Should-Retry other value ignored", rcResp(500, "Stripe-Should-Retry", "maybe"), ClassUnknown},
 		{"Should-Retry empty ignored", rcResp(400, "Stripe-Should-Retry", ""), ClassPermanent},

@@ -53,8 +53,11 @@ type counters struct {
 	damaged, claimsLost, orphans, leaseWaits                                         atomic.Int64
 }
 
-// Stats returns a snapshot of the counters. Safe to call at any time.
+// Stats returns a snapshot of the counters. Safe to call at any time (zero for a nil Client).
 func (c *Client) Stats() Stats {
+	if c == nil {
+		return Stats{}
+	}
 	s := &c.stats
 	return Stats{
 		Calls: s.calls.Load(), Succeeded: s.succeeded.Load(), Failed: s.failed.Load(),

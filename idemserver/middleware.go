@@ -68,6 +68,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.problem(w, r, Problem{Type: ProblemBodyUnreadable, Title: "Request body unreadable", Status: http.StatusBadRequest})
 		return
 	}
+	if name, dup := duplicateMember(body); dup {
+		if len(name) > 64 {
+			name = name[:64] + "..."
+		}
+		m.problem(w, r, Problem{Type: ProblemBodyDuplicateMember, Title: "Duplicate member name in JSON body", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("JSON object member %q appears more than once; send each member once", name)})
+		return
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	op := m.cfg.Operation(r)
 	scope := Scope{Tenant: tenant, Operation: op, Key: key}

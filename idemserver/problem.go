@@ -23,6 +23,12 @@ const (
 	ProblemBodyTooLarge = "https://idemkit.dev/problems/body-too-large"
 	// ProblemBodyUnreadable: 400, the request body could not be read.
 	ProblemBodyUnreadable = "https://idemkit.dev/problems/body-unreadable"
+	// ProblemBodyDuplicateMember: 400, the request body is JSON with a member name twice in
+	// one object (after decoding escapes, so "amount" and "\u0061mount" are one name). JSON
+	// parsers disagree on which value counts (RFC 8259 section 4), so the request's meaning,
+	// such as its amount, is ambiguous; it is refused before the key is claimed, and the
+	// corrected request may use the same key.
+	ProblemBodyDuplicateMember = "https://idemkit.dev/problems/json-duplicate-member"
 	// ProblemUnavailable: 503, the backend failed; nothing was stored or executed.
 	ProblemUnavailable = "https://idemkit.dev/problems/idempotency-store-unavailable"
 )
