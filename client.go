@@ -409,6 +409,11 @@ func (c *Client) settings(opts []CallOption) (callSettings, error) {
 	if err := s.policy.Validate(); err != nil {
 		return s, err
 	}
+	// As NewClient checks the client-wide policy: an attempt must not outlive its lease.
+	if s.policy.AttemptTimeout >= c.cfg.LeaseTTL {
+		return s, fmt.Errorf("%w: AttemptTimeout %s for this call is not shorter than Config.LeaseTTL %s: an attempt could outlive the lease and overlap another instance's",
+			ErrInvalidPolicy, s.policy.AttemptTimeout, c.cfg.LeaseTTL)
+	}
 	if s.status == nil && s.statusURL != "" {
 		if !strings.Contains(s.statusURL, "{key}") {
 			return s, fmt.Errorf("%w: status URL %q has no {key} placeholder", ErrInvalidConfig, s.statusURL)
