@@ -13,7 +13,7 @@ type Stats struct {
 	Retries            int64 // resends scheduled
 	StatusChecks       int64 // status-endpoint asks
 	Replays            int64 // answers the server marked Idempotent-Replayed
-	KeyConflicts       int64 // 422 answers: a key reused with another payload
+	KeyConflicts       int64 // answers saying the key was reused with another payload (422, or 400 idempotency_error)
 	SameKeyConcurrency int64 // calls that waited for another call of the same key or intent
 	KeyExpired         int64 // unknown outcomes with a key past KeyTTL: manual reconcile
 	InProgress         int64 // 409 "in progress" answers waited on

@@ -190,6 +190,7 @@ func TestRegisterExportsStats(t *testing.T) {
 		"idem.lookups":                0,
 		"idem.resolved_by_lookup":     0,
 		"idem.resolved_by_caller":     1,
+		"idem.damaged_records":        0,
 		"idem.claims_lost":            0,
 		"idem.orphans_reclaimed":      0,
 		"idem.lease_waits":            0,
