@@ -132,7 +132,8 @@ func (p *prober) replay(ctx context.Context, key, ref string) {
 	}
 }
 
-// keyReuse sends another body with the create key: 422 naming key reuse.
+// keyReuse sends another body with the create key: 422 naming key reuse (or 400 naming it
+// precisely, as Stripe answers), the answers idem's client reads as ErrKeyConflict.
 func (p *prober) keyReuse(ctx context.Context, key, ref string) {
 	a, met := p.settle(ctx, func() answer { return p.s.post(ctx, key, p.s.cfg.OtherBody(ref)) }, nil)
 	p.addID(ref, a)
@@ -141,8 +142,10 @@ func (p *prober) keyReuse(ctx context.Context, key, ref string) {
 		p.notObservedTransient(CheckKeyReuse, a, met)
 	case a.err != nil:
 		p.set(CheckKeyReuse, Broken, "%s", a)
-	case a.status == http.StatusUnprocessableEntity && idem.IsKeyReuse(a.body):
-		p.set(CheckKeyReuse, Honoured, "HTTP 422 %s", short(a.body))
+	case (a.status == http.StatusUnprocessableEntity || a.status == http.StatusBadRequest) &&
+		idem.ClassifyStatus(&idem.Attempt{Response: &http.Response{StatusCode: a.status}, Body: a.body}) == idem.ClassKeyConflict:
+		// The client's own rule: a 422 naming key reuse, or Stripe's 400 idempotency_error.
+		p.set(CheckKeyReuse, Honoured, "HTTP %d %s", a.status, short(a.body))
 	case a.status == http.StatusUnprocessableEntity:
 		codes := errorCodes(a.body)
 		if len(codes) == 0 {

@@ -210,6 +210,17 @@ func TestKeyConflictCodeSuggested(t *testing.T) {
 	}
 }
 
+// Stripe answers key reuse with 400 and error type idempotency_error: the client reads it as
+// ErrKeyConflict, so the probe grades it honoured, not broken.
+func TestStripeKeyReuseHonoured(t *testing.T) {
+	f := &fake{stripeReuse: true, hold: 200 * time.Millisecond}
+	rep := run(t, f.start(t).URL, nil)
+	check(t, rep, want(nil, nil))
+	if len(rep.Suggestion.KeyConflictCodes) != 0 {
+		t.Errorf("KeyConflictCodes = %q, want none (idem recognises idempotency_error)", rep.Suggestion.KeyConflictCodes)
+	}
+}
+
 // Without Sandbox nothing is sent.
 func TestRefusesWithoutSandbox(t *testing.T) {
 	var hits atomic.Int64
