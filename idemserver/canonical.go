@@ -21,22 +21,33 @@ import (
 // share a canonical form. (The middleware refuses exact duplicates before fingerprinting;
 // see ProblemBodyDuplicateMember.)
 func CanonicalBody(body []byte) (canonical []byte, isJSON bool) {
+	c := canonicalize(body)
+	return c.out, c.isJSON
+}
+
+// canonical is a body's canonical form and what the one pass that made it found.
+type canonical struct {
+	out    []byte // CanonicalBody's result
+	isJSON bool
+	dup    string // the first member name (decoded) that appears twice in one object
+	hasDup bool
+}
+
+// canonicalize is CanonicalBody, also reporting an exact duplicate member name, so that the
+// middleware walks a body once for its duplicate check and its fingerprint.
+func canonicalize(body []byte) canonical {
 	if len(bytes.TrimSpace(body)) == 0 || !json.Valid(body) {
-		return body, false
+		return canonical{out: body}
 	}
 	c := canon{in: body, out: make([]byte, 0, len(body))}
 	c.value()
-	return c.out, true
+	return canonical{out: c.out, isJSON: true, dup: c.dup, hasDup: c.hasDup}
 }
 
 // duplicateMember returns the first member name (decoded) that appears twice in one object
 // of a valid JSON body; dup is false for any other body.
 func duplicateMember(body []byte) (name string, dup bool) {
-	if len(bytes.TrimSpace(body)) == 0 || !json.Valid(body) {
-		return "", false
-	}
-	c := canon{in: body, out: make([]byte, 0, len(body))}
-	c.value()
+	c := canonicalize(body)
 	return c.dup, c.hasDup
 }
 
@@ -155,6 +166,9 @@ func (c *canon) alike(members []member) bool {
 	if len(members) < 2 {
 		return false
 	}
+	if len(members) <= 16 && allPlain(members) {
+		return c.alikePlain(members)
+	}
 	names := make([]string, len(members))
 	folded := make([]string, len(members))
 	for i, m := range members {
@@ -193,6 +207,56 @@ func (c *canon) alike(members []member) bool {
 		}
 	}
 	return alike
+}
+
+// allPlain reports whether every name is ASCII without escapes, the common case: such names
+// decode to themselves and fold as ASCII, so they compare without allocating.
+func allPlain(members []member) bool {
+	for _, m := range members {
+		for _, b := range m.key[1 : len(m.key)-1] {
+			if b == '\\' || b >= utf8.RuneSelf {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// alikePlain is alike for plain names (see allPlain).
+func (c *canon) alikePlain(members []member) bool {
+	alike := false
+	for i := range members {
+		for j := range i {
+			a, b := members[j].key, members[i].key
+			if !asciiEqualFold(a, b) {
+				continue
+			}
+			alike = true
+			if !c.hasDup && bytes.Equal(a, b) {
+				c.dup, c.hasDup = string(a[1:len(a)-1]), true
+			}
+		}
+	}
+	return alike
+}
+
+func asciiEqualFold(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if 'a' <= x && x <= 'z' {
+			x -= 'a' - 'A'
+		}
+		if 'a' <= y && y <= 'z' {
+			y -= 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeName returns a member name (a valid JSON string, with quotes) as encoding/json
