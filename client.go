@@ -127,6 +127,20 @@ type Config struct {
 	// finishes a dead peer's payments without a restart. Close stops it. Default 0: off (call
 	// Recover yourself). Stats.OrphansReclaimed counts the records taken.
 	ReclaimInterval time.Duration
+	// MaxClockSkew bounds how far Now may be from the keystore's clock, when the store has
+	// one (keystore.Clock: pgstore, shared by a fleet). Leases and retention are judged by
+	// Now, so before every operation that acts on other instances' records on the strength
+	// of this clock (a retention purge, in Recover or in the background; a claim of orphans,
+	// in Recover or by the background reclaimer; a Do taking over a record whose lease
+	// another instance held) the client reads the store's clock, and beyond the bound refuses
+	// with ErrClockSkew: Recover returns it, background passes count it
+	// (Stats.ClockSkewRefusals) and report it (Logger, Hooks.OnClockSkew), a Do returns it
+	// without sending. The hot path (creating a record, renewing its own lease) never reads
+	// the store's clock. Default DefaultMaxClockSkew (5 s), capped at LeaseTTL/3; a larger
+	// value is ErrInvalidConfig. Negative disables the check (for tests with injected
+	// clocks). Stores without a clock (Memory, bbolt: one process, one clock) are not
+	// checked.
+	MaxClockSkew time.Duration
 	// Now and Sleep replace the clock and the wait between attempts (for tests). Sleep must
 	// return ctx.Err() promptly when ctx is done. Defaults: time.Now and a timer.
 	Now   func() time.Time
@@ -222,6 +236,9 @@ func NewClient(cfg Config) (*Client, error) {
 	if err := c.leaseDefaults(); err != nil {
 		return nil, err
 	}
+	if err := c.skewDefaults(); err != nil {
+		return nil, err
+	}
 	c.http = cfg.HTTPClient
 	if c.http == nil {
 		c.http = cleanhttp.DefaultPooledClient()
@@ -297,7 +314,7 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // successful Result, or an *OperationError matching ErrPermanent, ErrKeyConflict,
 // ErrOutcomeUnknown, ErrStoredServerError (with ErrOutcomeUnknown), ErrExhausted,
 // ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired, ErrNotExecuted,
-// ErrLeaseLost or ErrCanceled; invalid input gives ErrInvalidOperation (also a nil ctx),
+// ErrLeaseLost, ErrClockSkew or ErrCanceled; invalid input gives ErrInvalidOperation (also a nil ctx),
 // ErrInvalidPolicy or ErrInvalidConfig (also a nil or zero *Client).
 // Only ErrPermanent and ErrKeyConflict are failures, and ErrNotExecuted the one answer after
 // which the application may pay again under a new intent. After ErrStoredServerError and
@@ -309,8 +326,10 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // the record's lease (Config.LeaseTTL): a Do that finds the record claimed by another
 // instance waits, bounded by ctx (ErrCanceled, outcome unknown), until the record is final
 // (its stored outcome is returned) or the lease expired (the owner died: Do claims the record
-// and continues the same key, status endpoint first). A call whose record another instance
-// took over stops at once and returns ErrLeaseLost, without sending again or writing.
+// and continues the same key, status endpoint first; when the store has a clock and this
+// client's differs from it by more than Config.MaxClockSkew, Do returns ErrClockSkew
+// instead, outcome unknown, without sending or writing). A call whose record another
+// instance took over stops at once and returns ErrLeaseLost, without sending again or writing.
 func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {
 	if err := checkEntry(c, ctx); err != nil {
 		return nil, err
