@@ -131,8 +131,9 @@ type Config struct {
 	// one (keystore.Clock: pgstore, shared by a fleet). Leases and retention are judged by
 	// Now, so before every operation that acts on other instances' records on the strength
 	// of this clock (a retention purge, in Recover or in the background; a claim of orphans,
-	// in Recover or by the background reclaimer; a Do taking over a record whose lease
-	// another instance held) the client reads the store's clock, and beyond the bound refuses
+	// in Recover or by the background reclaimer; a Do taking over a pending record of another
+	// instance, whose lease it judges expired and whose key's age it judges against KeyTTL)
+	// the client reads the store's clock, and beyond the bound refuses
 	// with ErrClockSkew: Recover returns it, background passes count it
 	// (Stats.ClockSkewRefusals) and report it (Logger, Hooks.OnClockSkew), a Do returns it
 	// without sending. The hot path (creating a record, renewing its own lease) never reads
@@ -327,8 +328,8 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // instance waits, bounded by ctx (ErrCanceled, outcome unknown), until the record is final
 // (its stored outcome is returned) or the lease expired (the owner died: Do claims the record
 // and continues the same key, status endpoint first; when the store has a clock and this
-// client's differs from it by more than Config.MaxClockSkew, Do returns ErrClockSkew
-// instead, outcome unknown, without sending or writing). A call whose record another
+// client's differs from it by more than Config.MaxClockSkew, Do does not take over another
+// instance's record and returns ErrClockSkew, outcome unknown, without sending or writing). A call whose record another
 // instance took over stops at once and returns ErrLeaseLost, without sending again or writing.
 func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {
 	if err := checkEntry(c, ctx); err != nil {

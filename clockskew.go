@@ -33,7 +33,7 @@ var ErrClockSkew = errors.New("idem: clock differs from the keystore's")
 
 // ClockSkewError reports a refused operation. It matches ErrClockSkew with errors.Is.
 type ClockSkewError struct {
-	Op    string        // what was refused: "retention purge", "orphan claim", "lease takeover"
+	Op    string        // what was refused: "retention purge", "orphan claim", "takeover of another instance's record"
 	Local time.Time     // this client's clock (Config.Now) when the store's was read
 	Store time.Time     // the keystore's clock
 	Skew  time.Duration // Local - Store: positive when this client is ahead
@@ -64,7 +64,7 @@ type ClockSkewEvent struct {
 const (
 	opPurge    = "retention purge"
 	opReclaim  = "orphan claim"
-	opTakeover = "lease takeover"
+	opTakeover = "takeover of another instance's record"
 )
 
 // skewDefaults fills and checks MaxClockSkew; LeaseTTL is already set.
@@ -124,9 +124,11 @@ func (c *Client) checkClock(ctx context.Context, op string, rec *keystore.Record
 	return e
 }
 
-// takesOver reports whether claiming rec takes a lease another live instance held: only its
-// expiry by this client's clock allows the claim. A released record (no owner), our own, or
-// a dead owner's on an exclusive store are claimed whatever the clocks say.
+// takesOver reports whether claiming rec acts on another instance's record on the strength
+// of this client's clock: the holder's lease expired by this clock only, and the key's age,
+// judged against KeyTTL before a resend, runs from a CreatedAt another clock wrote (a clock
+// behind would resend a key the server may have forgotten). Our own records, and a dead
+// owner's on an exclusive store (one process, one clock), are claimed without a check.
 func (c *Client) takesOver(rec *keystore.Record) bool {
-	return rec.Owner != "" && rec.Owner != c.cfg.Owner && !c.deadOwner(rec)
+	return rec.Owner != c.cfg.Owner && !c.deadOwner(rec)
 }

@@ -32,7 +32,7 @@ func (c *Client) acquire(ctx context.Context, s callSettings, rec *keystore.Reco
 		}
 		now := c.cfg.Now()
 		if !rec.Live(now) || rec.Owner == c.cfg.Owner || c.deadOwner(rec) {
-			if c.takesOver(rec) { // the holder's lease expired by our clock only: check it
+			if c.takesOver(rec) { // judged by our clock only: check it against the store's
 				if err := c.checkClock(ctx, opTakeover, rec); err != nil {
 					return nil, c.takeoverRefused(ctx, rec, err)
 				}

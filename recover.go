@@ -233,7 +233,7 @@ func (c *Client) recoverOne(ctx context.Context, s callSettings, rec *keystore.R
 	if err != nil || fresh.State != keystore.StatePending {
 		return Reconciled{}, false, nil
 	}
-	if c.takesOver(fresh) && !fresh.Live(c.cfg.Now()) {
+	if c.takesOver(fresh) {
 		if err := c.checkClock(ctx, opTakeover, fresh); err != nil {
 			if !errors.Is(err, ErrClockSkew) {
 				c.warn("checking the clock before a takeover", fresh, err)
