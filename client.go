@@ -93,7 +93,11 @@ type Config struct {
 	// Retention is how long succeeded and failed records are kept before Recover, or the
 	// background purge (PurgeInterval), removes them. Default DefaultRetention; it must not be
 	// shorter than KeyTTL (a purged intent would be paid again under a new key while the
-	// server still holds the old one). Pending and manual records are never purged.
+	// server still holds the old one). Pending and manual records are never purged. Age is
+	// measured by Now: a clock stepped forward by more than Retention forgets intents early
+	// (a later Do of one pays again under a new key). With a store that has a clock
+	// (keystore.Clock) MaxClockSkew guards against that; with Memory or bbolt nothing does:
+	// keep the host's clock synchronised.
 	Retention time.Duration
 	// PurgeInterval is how often the client purges records older than Retention while it
 	// runs, without Recover: a Do that finds the last pass started PurgeInterval ago (by
