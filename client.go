@@ -277,6 +277,12 @@ const (
 	SourceLookup   Source = "lookup"   // Config.Lookup found the payment after the key could tell no more
 )
 
+// SourceHeader is the response header the Transport sets on every answer it returns for an
+// operation, to the Result's Source ("response", "replay", "status", "store", "lookup"), so
+// that code under a generated client can tell, for example, a 201 from the server from a 200
+// that a business lookup found. It is never sent to the server.
+const SourceHeader = "Idem-Source"
+
 // Result is the final, successful answer for an operation.
 type Result struct {
 	Key          string      // the idempotency key used

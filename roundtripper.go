@@ -48,7 +48,10 @@ var ErrBodyTooLarge = errors.New("idem: request body larger than the transport's
 // key or a record. After the last attempt its response (or error) is returned as it is.
 //
 // RoundTrip follows net/http's contract, with the outcomes of an unsafe request mapped so:
-//   - success: a response built from the Result (status, headers, body byte for byte);
+//   - success: a response built from the Result (status, headers, body byte for byte),
+//     with the SourceHeader saying where it came from. A payment settled by Config.Lookup
+//     (SourceLookup) carries the lookup's answer, commonly 200 with the payment found, not
+//     the 201 the create would have returned: treat any 2xx as paid;
 //   - a permanent failure the server decided (ErrPermanent: a 4xx, a 3xx, a stored 4xx;
 //     never a 5xx), with its answer: a response with that status, headers and body, as net/http would
 //     return it, and no error. The record is failed; the same request again under the same
@@ -258,6 +261,7 @@ func response(req *http.Request, r *Result) (*http.Response, error) {
 	if h.Get("Content-Type") == "" && len(r.Body) > 0 && r.Source == SourceStatus {
 		h.Set("Content-Type", "application/json")
 	}
+	h.Set(SourceHeader, string(r.Source))
 	h.Del("Transfer-Encoding")
 	h.Set("Content-Length", strconv.Itoa(len(r.Body)))
 	return &http.Response{
