@@ -34,7 +34,8 @@ type Config struct {
 	// not carry user info ("https://user:pass@..."): ErrInvalidConfig; use Credentials.
 	BaseURL string
 	// HTTPClient provides the transport (connection pool, TLS). Its Timeout, if set, also
-	// applies; redirects are never followed (a 3xx is a permanent answer). Default: a pooled
+	// applies; redirects are never followed (a 3xx to an operation is an unknown outcome, see
+	// ClassifyStatus). Default: a pooled
 	// client from go-cleanhttp.
 	HTTPClient *http.Client
 	// Store persists records. Use one Client per store in a process: the lock that keeps two

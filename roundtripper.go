@@ -52,7 +52,7 @@ var ErrBodyTooLarge = errors.New("idem: request body larger than the transport's
 //     with the SourceHeader saying where it came from. A payment settled by Config.Lookup
 //     (SourceLookup) carries the lookup's answer, commonly 200 with the payment found, not
 //     the 201 the create would have returned: treat any 2xx as paid;
-//   - a permanent failure the server decided (ErrPermanent: a 4xx, a 3xx, a stored 4xx;
+//   - a permanent failure the server decided (ErrPermanent: a 4xx, a stored 4xx;
 //     never a 5xx), with its answer: a response with that status, headers and body, as net/http would
 //     return it, and no error. The record is failed; the same request again under the same
 //     intent or key header returns the same answer from the keystore without sending;
@@ -88,8 +88,9 @@ type Transport struct {
 }
 
 // NewHTTPClient returns an *http.Client whose Transport is a Transport over c with the
-// defaults. It never follows redirects: a 3xx is returned as the final response, since a
-// followed redirect would resend a payment to another URL under a new key. Use it wherever
+// defaults. It never follows redirects, since a followed redirect would resend a payment to
+// another URL under a new key: a 3xx to a safe method is returned as the final response, a
+// 3xx to an operation is an unknown outcome (an error, see ClassifyStatus). Use it wherever
 // an *http.Client is taken, such as a generated client's WithHTTPClient option.
 func NewHTTPClient(c *Client) *http.Client {
 	return &http.Client{
