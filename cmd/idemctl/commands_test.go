@@ -233,7 +233,7 @@ func TestTablesFit100Columns(t *testing.T) {
 		Response: &keystore.Response{Status: 201, Body: []byte(long)}}
 	var b strings.Builder
 	require.NoError(t, writeTable(&b, recs))
-	require.NoError(t, writeRecord(&b, rec))
+	require.NoError(t, writeRecord(&b, rec, time.Now()))
 	require.NoError(t, writeRecover(&b, recoverOut{Report: map[string]int{"pending": 1000000},
 		Records: []recoveredEntry{{Record: recs[0], Error: long}}}))
 	for _, line := range strings.Split(b.String(), "\n") {

@@ -123,7 +123,8 @@ func age(d time.Duration) string {
 }
 
 // writeRecord prints show and resolve: a label column of 14 and values clipped to 84 runes.
-func writeRecord(w io.Writer, r *keystore.Record) error {
+// The lease is printed only while it is held at now: an expired one claims nothing.
+func writeRecord(w io.Writer, r *keystore.Record, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k string, v any) {
 		fmt.Fprintf(tw, "%s\t%s\n", k, clip(strings.ReplaceAll(fmt.Sprint(v), "\n", " "), 84))
@@ -159,7 +160,7 @@ func writeRecord(w io.Writer, r *keystore.Record) error {
 	}
 	row("created", r.CreatedAt.UTC().Format(time.RFC3339Nano))
 	row("updated", r.UpdatedAt.UTC().Format(time.RFC3339Nano))
-	if r.Owner != "" {
+	if r.Live(now) {
 		row("lease", fmt.Sprintf("%s until %s, fence %d", r.Owner, r.LeaseUntil.UTC().Format(time.RFC3339), r.Fence))
 	}
 	if r.Response != nil {

@@ -37,11 +37,21 @@ func TestShowResolvedAndFlag(t *testing.T) {
 		{"pending, flag unset", &keystore.Record{Key: "k3", State: keystore.StatePending, CreatedAt: at, UpdatedAt: at},
 			[]string{`(?m)^error +-$`},
 			[]string{`(?m)^last call`, `not executed`, `false`}},
+		// The lease is shown while held (now is at+1m), not after its expiry.
+		{"lease held", &keystore.Record{Key: "k4", State: keystore.StatePending, CreatedAt: at, UpdatedAt: at,
+			Owner: "host-a", LeaseUntil: at.Add(2 * time.Minute), Fence: 3},
+			[]string{`(?m)^lease +host-a until 2026-03-01T12:02:00Z, fence 3$`}, nil},
+		{"lease expired", &keystore.Record{Key: "k5", State: keystore.StateFailed, CreatedAt: at, UpdatedAt: at,
+			Owner: "host-a", LeaseUntil: at.Add(30 * time.Second), Fence: 1},
+			nil, []string{`(?m)^lease`, `host-a`}},
+		{"lease ending now", &keystore.Record{Key: "k6", State: keystore.StatePending, CreatedAt: at, UpdatedAt: at,
+			Owner: "host-a", LeaseUntil: at.Add(time.Minute), Fence: 1},
+			nil, []string{`(?m)^lease`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b strings.Builder
-			require.NoError(t, writeRecord(&b, tt.rec))
+			require.NoError(t, writeRecord(&b, tt.rec, at.Add(time.Minute)))
 			for _, re := range tt.want {
 				assert.Regexp(t, re, b.String())
 			}
