@@ -35,13 +35,21 @@ type AdminRecord struct {
 }
 
 // AdminRecordStats is the "records" member of the admin handler's GET /stats: what the
-// keystore holds now. Ages are in whole seconds, 0 when there is no such record.
+// keystore holds now. Ages are in whole seconds, measured from CreatedAt; nil (JSON null)
+// when there is no record in that state, so that 0 always means a record just created.
 type AdminRecordStats struct {
-	Total                int                    `json:"total"`
-	ByState              map[keystore.State]int `json:"by_state"`
-	OldestPendingSeconds int64                  `json:"oldest_pending_seconds"`
-	OldestManualSeconds  int64                  `json:"oldest_manual_seconds"`
-	Tenants              int                    `json:"tenants"`
+	// Total is the number of records in the keystore, every state and tenant.
+	Total int `json:"total"`
+	// ByState counts the records of each state; every state is present, 0 when none.
+	ByState map[keystore.State]int `json:"by_state"`
+	// OldestPendingSeconds is the age of the oldest pending record in seconds, nil (null)
+	// when no record is pending.
+	OldestPendingSeconds *int64 `json:"oldest_pending_seconds"`
+	// OldestManualSeconds is the age of the oldest manual record in seconds, nil (null) when
+	// no record is manual.
+	OldestManualSeconds *int64 `json:"oldest_manual_seconds"`
+	// Tenants is the number of distinct tenants (Record.Scope) among the records.
+	Tenants int `json:"tenants"`
 }
 
 // ComputeAdminRecordStats counts recs by state and finds the oldest pending and manual ones,
@@ -56,13 +64,21 @@ func ComputeAdminRecordStats(recs []*keystore.Record, now time.Time) AdminRecord
 		a := int64(now.Sub(r.CreatedAt) / time.Second)
 		switch r.State {
 		case keystore.StatePending:
-			s.OldestPendingSeconds = max(s.OldestPendingSeconds, a)
+			s.OldestPendingSeconds = oldestOf(s.OldestPendingSeconds, a)
 		case keystore.StateManual:
-			s.OldestManualSeconds = max(s.OldestManualSeconds, a)
+			s.OldestManualSeconds = oldestOf(s.OldestManualSeconds, a)
 		}
 	}
 	s.Tenants = len(tenants)
 	return s
+}
+
+// oldestOf is the larger of *cur and a, a when cur is nil (no record yet).
+func oldestOf(cur *int64, a int64) *int64 {
+	if cur != nil && *cur >= a {
+		return cur
+	}
+	return &a
 }
 
 func adminSummary(r *keystore.Record, now time.Time) AdminRecord {

@@ -176,12 +176,12 @@ func resolved(r *keystore.Record) bool {
 	return r.Reason == idem.ReasonExecuted || r.Reason == idem.ReasonNotExecuted
 }
 
-// oldest is the age of the oldest record of a state, "-" when there is none.
-func oldest(n int, seconds int64) string {
-	if n == 0 {
+// oldest is the age of the oldest record of a state, "-" when there is none (nil).
+func oldest(seconds *int64) string {
+	if seconds == nil {
 		return "-"
 	}
-	return age(time.Duration(seconds) * time.Second)
+	return age(time.Duration(*seconds) * time.Second)
 }
 
 func writeStats(w io.Writer, s statsOut) error {
@@ -191,8 +191,8 @@ func writeStats(w io.Writer, s statsOut) error {
 	}
 	fmt.Fprintf(tw, "total\t%d\n", s.Records.Total)
 	fmt.Fprintf(tw, "tenants\t%d\n", s.Records.Tenants)
-	fmt.Fprintf(tw, "oldest pending\t%s\n", oldest(s.Records.ByState[keystore.StatePending], s.Records.OldestPendingSeconds))
-	fmt.Fprintf(tw, "oldest manual\t%s\n", oldest(s.Records.ByState[keystore.StateManual], s.Records.OldestManualSeconds))
+	fmt.Fprintf(tw, "oldest pending\t%s\n", oldest(s.Records.OldestPendingSeconds))
+	fmt.Fprintf(tw, "oldest manual\t%s\n", oldest(s.Records.OldestManualSeconds))
 	if len(s.Client) > 0 {
 		fmt.Fprintf(tw, "client counters (since the service started):\t\n")
 		for _, k := range slices.Sorted(maps.Keys(s.Client)) {

@@ -66,7 +66,7 @@ func TestShowResolvedAndFlag(t *testing.T) {
 func TestStatsOldestNone(t *testing.T) {
 	var b strings.Builder
 	require.NoError(t, writeStats(&b, statsOut{Records: idem.AdminRecordStats{Total: 1,
-		ByState: map[keystore.State]int{keystore.StateManual: 1}, OldestManualSeconds: 90}}))
+		ByState: map[keystore.State]int{keystore.StateManual: 1}, OldestManualSeconds: new(int64(90))}}))
 	assert.Contains(t, b.String(), "oldest pending  -\n")
 	assert.Contains(t, b.String(), "oldest manual   1m30s\n")
 }
