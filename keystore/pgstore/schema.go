@@ -34,6 +34,7 @@ type SchemaVersionError struct {
 	Supported int // SchemaVersion
 }
 
+// Error says which version was found and what to do: upgrade the program or run Migrate.
 func (e *SchemaVersionError) Error() string {
 	if e.Found > e.Supported {
 		return fmt.Sprintf("pgstore: database schema version %d is newer than %d, the newest this release supports: upgrade the program", e.Found, e.Supported)
