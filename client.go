@@ -128,9 +128,11 @@ type Config struct {
 	// finishes a dead peer's payments without a restart. Close stops it. Default 0: off (call
 	// Recover yourself). Stats.OrphansReclaimed counts the records taken.
 	ReclaimInterval time.Duration
-	// Now and Sleep replace the clock and the wait between attempts (for tests). Sleep must
-	// return ctx.Err() promptly when ctx is done. Defaults: time.Now and a timer.
-	Now   func() time.Time
+	// Now is the clock (for tests): record times, lease expiries, Retry-After dates. Default
+	// time.Now.
+	Now func() time.Time
+	// Sleep waits d between attempts (for tests); it must return ctx.Err() promptly when ctx
+	// is done. Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 

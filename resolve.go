@@ -43,6 +43,9 @@ func (v Verdict) String() string {
 
 // Resolution settles a manual record.
 type Resolution struct {
+	// Verdict is what the person or the Lookup found: VerdictExecuted (the record becomes
+	// succeeded) or VerdictNotExecuted (failed; Do then returns ErrNotExecuted). VerdictUnknown
+	// is ErrInvalidOperation from Resolve.
 	Verdict Verdict
 	// Response is the answer found for VerdictExecuted (the charge the search returned); it
 	// becomes the record's answer and what Do returns for the intent from then on. It must be

@@ -70,6 +70,8 @@ func (a *Attempt) StatusCode() int {
 // Classifier decides what an attempt's outcome means. Return ClassUndecided to let the next
 // classifier in the list decide.
 type Classifier interface {
+	// Classify returns the Class of attempt a (its response and body, or its transport
+	// error), or ClassUndecided to defer to the next classifier in the list.
 	Classify(a *Attempt) Class
 }
 
