@@ -34,7 +34,8 @@ type Config struct {
 	// not carry user info ("https://user:pass@..."): ErrInvalidConfig; use Credentials.
 	BaseURL string
 	// HTTPClient provides the transport (connection pool, TLS). Its Timeout, if set, also
-	// applies; redirects are never followed (a 3xx is a permanent answer). Default: a pooled
+	// applies; redirects are never followed (a 3xx to an operation is an unknown outcome, see
+	// ClassifyStatus). Default: a pooled
 	// client from go-cleanhttp.
 	HTTPClient *http.Client
 	// Store persists records. Use one Client per store in a process: the lock that keeps two
@@ -146,9 +147,11 @@ type Config struct {
 	// clocks). Stores without a clock (Memory, bbolt: one process, one clock) are not
 	// checked.
 	MaxClockSkew time.Duration
-	// Now and Sleep replace the clock and the wait between attempts (for tests). Sleep must
-	// return ctx.Err() promptly when ctx is done. Defaults: time.Now and a timer.
-	Now   func() time.Time
+	// Now is the clock (for tests): record times, lease expiries, Retry-After dates. Default
+	// time.Now.
+	Now func() time.Time
+	// Sleep waits d between attempts (for tests); it must return ctx.Err() promptly when ctx
+	// is done. Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 
@@ -298,6 +301,12 @@ const (
 	SourceStore    Source = "store"    // the keystore already held the final answer
 	SourceLookup   Source = "lookup"   // Config.Lookup found the payment after the key could tell no more
 )
+
+// SourceHeader is the response header the Transport sets on every answer it returns for an
+// operation, to the Result's Source ("response", "replay", "status", "store", "lookup"), so
+// that code under a generated client can tell, for example, a 201 from the server from a 200
+// that a business lookup found. It is never sent to the server.
+const SourceHeader = "Idem-Source"
 
 // Result is the final, successful answer for an operation.
 type Result struct {

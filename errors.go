@@ -21,7 +21,7 @@ var (
 	ErrOutcomeUnknown = errors.New("idem: outcome unknown")
 	// ErrStoredServerError: the server stored a 5xx as this key's answer (replayed with
 	// Idempotent-Replayed: true, reported by the status endpoint as completed with a 5xx, or a
-	// 5xx with a "do not retry" hint). Execution began and its effect is unknown; the key can
+	// 5xx with a "do not retry" hint), or a 3xx (a redirect, which says nothing of the effect). Execution began and its effect is unknown; the key can
 	// never tell more, so it is never resent. Always matched together with ErrOutcomeUnknown.
 	// OperationError.Response holds the stored answer; the record is manual with Reason
 	// ReasonStoredServerError until a business lookup (Config.Lookup) or Client.Resolve

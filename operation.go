@@ -74,7 +74,8 @@ func WithHeader(h http.Header) OperationOption {
 // attempt (nil for none). Unless WithKey is given it mints a random UUIDv4 key (crypto/rand).
 // It never panics: invalid input is reported by Do as ErrInvalidOperation, among it a URL
 // with user info ("https://user:pass@host/..."), which would be persisted with the record
-// (use Config.Credentials instead).
+// (use Config.Credentials instead). The URL, query string included, is persisted as given:
+// never put an API key or a token in it.
 func NewOperation(method, url string, body []byte, opts ...OperationOption) *Operation {
 	o := &Operation{method: method, url: url, header: http.Header{}}
 	if body != nil {

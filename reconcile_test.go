@@ -64,6 +64,12 @@ func TestLookupSettlesStoredServerError(t *testing.T) {
 			assert.Equal(t, int64(1), st.StoredServerErrors)
 			assert.Equal(t, int64(1), st.Lookups)
 			assert.Equal(t, int64(1), st.ResolvedByLookup)
+			// Stats say what Do returned: a Result is a success, not a give-up.
+			if tc.executed {
+				assert.Equal(t, Stats{Succeeded: 1, FinalFailures: 0}, Stats{Succeeded: st.Succeeded, FinalFailures: st.FinalFailures})
+			} else {
+				assert.Equal(t, Stats{Succeeded: 0, FinalFailures: 1}, Stats{Succeeded: st.Succeeded, FinalFailures: st.FinalFailures})
+			}
 
 			if tc.executed {
 				require.NoError(t, err)

@@ -43,6 +43,9 @@ func (v Verdict) String() string {
 
 // Resolution settles a manual record.
 type Resolution struct {
+	// Verdict is what the person or the Lookup found: VerdictExecuted (the record becomes
+	// succeeded) or VerdictNotExecuted (failed; Do then returns ErrNotExecuted). VerdictUnknown
+	// is ErrInvalidOperation from Resolve.
 	Verdict Verdict
 	// Response is the answer found for VerdictExecuted (the charge the search returned); it
 	// becomes the record's answer and what Do returns for the intent from then on. It must be
@@ -105,6 +108,10 @@ func (c *Client) Resolve(ctx context.Context, scope, key string, r Resolution) (
 			LastStatus: rec.LastStatus, Stored: true, Cause: fmt.Errorf("record is %s", rec.State)}
 	}
 	if err := c.settle(ctx, rec, r); err != nil {
+		if errors.Is(err, errSettledElsewhere) {
+			return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrNotManual,
+				LastStatus: rec.LastStatus, Stored: true, Cause: fmt.Errorf("record is %s (settled by another instance meanwhile)", rec.State)}
+		}
 		return nil, err
 	}
 	c.onResolved(rec, r.Verdict == VerdictExecuted, false)
@@ -130,8 +137,27 @@ func (r Resolution) check() error {
 	return nil
 }
 
-// settle applies a verdict to a manual record and persists it.
+// errSettledElsewhere: the record stopped being manual while its verdict was being formed
+// (another instance's lookup or a person settled it); rec now holds the stored record.
+var errSettledElsewhere = errors.New("idem: the record was settled meanwhile")
+
+// settle applies a verdict to a manual record and persists it, unless the record is no
+// longer manual in the store: then rec becomes the stored record and the error is
+// errSettledElsewhere, and nothing is written. Manual records hold no lease, so two
+// instances may look one up at once; the re-read keeps a late verdict from overwriting an
+// earlier one. That matters after a not-executed verdict: the application then pays under a
+// new intent, and a search by reference run after that payment would find it and call the
+// old key executed. A verdict formed before the re-read saw only what preceded the first
+// verdict's write, so the window that remains (re-read to write) cannot hold that payment.
 func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution) error {
+	cur, err := c.store.Get(context.WithoutCancel(ctx), rec.Scope, rec.Key)
+	if err != nil {
+		return fmt.Errorf("idem: re-reading key %q before persisting its resolution: %w", rec.Key, err)
+	}
+	if cur.State != keystore.StateManual {
+		*rec = *cur
+		return errSettledElsewhere
+	}
 	next := rec.Clone()
 	next.Note, next.NotExecuted, next.UpdatedAt = r.Note, false, c.cfg.Now()
 	if r.Verdict == VerdictExecuted {
@@ -175,6 +201,10 @@ func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, heade
 		r.Note = "lookup: " + r.Verdict.String()
 	}
 	if err := c.settle(ctx, rec, r); err != nil {
+		if errors.Is(err, errSettledElsewhere) && rec.State != keystore.StatePending {
+			res, err := c.storedOutcome(rec) // the verdict that was persisted first stands
+			return res, err, true
+		}
 		c.warn("recording the business lookup's verdict", rec, err)
 		return nil, nil, false
 	}

@@ -70,6 +70,8 @@ func (a *Attempt) StatusCode() int {
 // Classifier decides what an attempt's outcome means. Return ClassUndecided to let the next
 // classifier in the list decide.
 type Classifier interface {
+	// Classify returns the Class of attempt a (its response and body, or its transport
+	// error), or ClassUndecided to defer to the next classifier in the list.
 	Classify(a *Attempt) Class
 }
 
@@ -120,7 +122,8 @@ func DefaultClassifiers() Classifiers {
 //	                 the record waits for reconciliation (Config.Lookup, Client.Resolve)
 //	400, 422         ClassKeyConflict when the body names key reuse (see ClassifyStatus),
 //	                 else ClassPermanent
-//	other 4xx, 3xx   ClassPermanent: the hint confirms a final answer
+//	other 4xx        ClassPermanent: the hint confirms a final answer
+//	3xx, 1xx         ClassUnknown, as without the hint (see ClassifyStatus)
 //
 // Other values, and any value on a 2xx, are undecided.
 func HintHeader(name string) Classifier {
@@ -152,24 +155,25 @@ func doNotRetry(code int) Class {
 		return ClassInProgress
 	case code >= 500:
 		return ClassStoredServerError
-	case code >= 300 && code < 500:
+	case code >= 400 && code < 500:
 		return ClassPermanent
 	}
-	return ClassUnknown // 1xx or out of range: nothing final was said
+	return ClassUnknown // 3xx (see ClassifyStatus), 1xx or out of range: nothing final was said
 }
 
 // ClassifyReplay classifies an error answer the server marks as a replay
 // (Idempotent-Replayed: true): the server stored that answer for this key and will send the
 // same one to every resend. A stored 4xx is the server's decision (ClassPermanent); a stored
-// 5xx means execution began with an unknown effect (ClassStoredServerError).
+// 5xx means execution began with an unknown effect (ClassStoredServerError), and so does a
+// stored 3xx (a redirect proves nothing of the effect; see ClassifyStatus).
 func ClassifyReplay(a *Attempt) Class {
-	if a.Response == nil || a.Response.StatusCode < 400 {
+	if a.Response == nil || a.Response.StatusCode < 300 {
 		return ClassUndecided
 	}
 	if !strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true") {
 		return ClassUndecided
 	}
-	if a.Response.StatusCode >= 500 {
+	if c := a.Response.StatusCode; c >= 500 || c < 400 {
 		return ClassStoredServerError
 	}
 	return ClassPermanent
@@ -190,9 +194,11 @@ func ClassifyTransport(a *Attempt) Class {
 
 // ClassifyStatus classifies by status code: 2xx success; 409 in progress; 422 key conflict
 // when the body names idempotency-key reuse (see IsKeyReuse), 400 key conflict when it names
-// reuse precisely (Stripe's idempotency_error), any other 400 or 422 permanent (validation); 429 and 503 retry (not executed); 408, 425 (RFC 8470: a proxy may have
-// forwarded it), 500, 502, 504 and other 5xx unknown (the request may have been executed, or
-// forwarded by a proxy); other 4xx and 3xx permanent.
+// reuse precisely (Stripe's idempotency_error), any other 400 or 422 permanent (validation);
+// 429 and 503 retry (not executed); 408, 425 (RFC 8470: a proxy may have forwarded it), 500,
+// 502, 504 and other 5xx unknown (the request may have been executed, or forwarded by a
+// proxy); 3xx and 1xx unknown (a redirect is never followed for an operation and proves
+// nothing of the effect: a 303 means it was processed, RFC 9110 §15.4.4); other 4xx permanent.
 func ClassifyStatus(a *Attempt) Class {
 	code := a.StatusCode()
 	switch {
@@ -214,10 +220,12 @@ func ClassifyStatus(a *Attempt) Class {
 		return ClassUnknown
 	case code >= 400 && code < 500:
 		return ClassPermanent
-	case code >= 300 && code < 400:
-		return ClassPermanent // a redirect that was not followed: resending changes nothing
 	}
-	return ClassUnknown // other 5xx: executed or not, we cannot tell
+	// Other 5xx: executed or not, we cannot tell. 3xx: a redirect is never followed for an
+	// operation, and it says nothing reliable of the effect (a 303 See Other even says the
+	// request was processed, RFC 9110 §15.4.4): the status endpoint is asked, and a stored
+	// 3xx goes manual like a stored 5xx. 1xx is never a final answer.
+	return ClassUnknown
 }
 
 // notSentError marks a transport error that happened before any request byte was written.

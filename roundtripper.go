@@ -48,8 +48,11 @@ var ErrBodyTooLarge = errors.New("idem: request body larger than the transport's
 // key or a record. After the last attempt its response (or error) is returned as it is.
 //
 // RoundTrip follows net/http's contract, with the outcomes of an unsafe request mapped so:
-//   - success: a response built from the Result (status, headers, body byte for byte);
-//   - a permanent failure the server decided (ErrPermanent: a 4xx, a 3xx, a stored 4xx;
+//   - success: a response built from the Result (status, headers, body byte for byte),
+//     with the SourceHeader saying where it came from. A payment settled by Config.Lookup
+//     (SourceLookup) carries the lookup's answer, commonly 200 with the payment found, not
+//     the 201 the create would have returned: treat any 2xx as paid;
+//   - a permanent failure the server decided (ErrPermanent: a 4xx, a stored 4xx;
 //     never a 5xx), with its answer: a response with that status, headers and body, as net/http would
 //     return it, and no error. The record is failed; the same request again under the same
 //     intent or key header returns the same answer from the keystore without sending;
@@ -85,8 +88,9 @@ type Transport struct {
 }
 
 // NewHTTPClient returns an *http.Client whose Transport is a Transport over c with the
-// defaults. It never follows redirects: a 3xx is returned as the final response, since a
-// followed redirect would resend a payment to another URL under a new key. Use it wherever
+// defaults. It never follows redirects, since a followed redirect would resend a payment to
+// another URL under a new key: a 3xx to a safe method is returned as the final response, a
+// 3xx to an operation is an unknown outcome (an error, see ClassifyStatus). Use it wherever
 // an *http.Client is taken, such as a generated client's WithHTTPClient option.
 func NewHTTPClient(c *Client) *http.Client {
 	return &http.Client{
@@ -258,6 +262,7 @@ func response(req *http.Request, r *Result) (*http.Response, error) {
 	if h.Get("Content-Type") == "" && len(r.Body) > 0 && r.Source == SourceStatus {
 		h.Set("Content-Type", "application/json")
 	}
+	h.Set(SourceHeader, string(r.Source))
 	h.Del("Transfer-Encoding")
 	h.Set("Content-Length", strconv.Itoa(len(r.Body)))
 	return &http.Response{

@@ -39,11 +39,11 @@ const CodeKeyReused = "idempotency_key_reused"
 
 // Problem is an RFC 9457 application/problem+json body.
 type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-	Code   string `json:"code,omitempty"`
+	Type   string `json:"type"`             // a URI naming the problem (the Problem* constants)
+	Title  string `json:"title"`            // a short human summary, the same for every instance of Type
+	Status int    `json:"status"`           // the HTTP status the answer is written with
+	Detail string `json:"detail,omitempty"` // what happened to this request, for a person
+	Code   string `json:"code,omitempty"`   // a machine code, such as CodeKeyReused, "" for none
 }
 
 // problem answers p through Config.WriteProblem, or as application/problem+json.

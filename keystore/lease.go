@@ -122,7 +122,7 @@ var (
 // ClaimedError is returned by Claim when another owner holds a live lease. It matches
 // ErrClaimed with errors.Is.
 type ClaimedError struct {
-	Scope, Key string
+	Scope, Key string    // the claimed record
 	Owner      string    // the holder
 	Until      time.Time // its lease expiry: wait until then, or for the record to end
 	Fence      int64     // the holder's fencing token
@@ -140,7 +140,7 @@ func (e *ClaimedError) Is(target error) bool { return target == ErrClaimed }
 // FencedError is returned by Update, Renew and Release when the caller's fencing token is no
 // longer the record's. It matches ErrFenced with errors.Is.
 type FencedError struct {
-	Scope, Key string
+	Scope, Key string // the record the write was for
 	Fence      int64  // the token the caller presented
 	Current    int64  // the stored token
 	Owner      string // the current holder ("" if released or never claimed)
