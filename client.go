@@ -94,7 +94,11 @@ type Config struct {
 	// Retention is how long succeeded and failed records are kept before Recover, or the
 	// background purge (PurgeInterval), removes them. Default DefaultRetention; it must not be
 	// shorter than KeyTTL (a purged intent would be paid again under a new key while the
-	// server still holds the old one). Pending and manual records are never purged.
+	// server still holds the old one). Pending and manual records are never purged. Age is
+	// measured by Now: a clock stepped forward by more than Retention forgets intents early
+	// (a later Do of one pays again under a new key). With a store that has a clock
+	// (keystore.Clock) MaxClockSkew guards against that; with Memory or bbolt nothing does:
+	// keep the host's clock synchronised.
 	Retention time.Duration
 	// PurgeInterval is how often the client purges records older than Retention while it
 	// runs, without Recover: a Do that finds the last pass started PurgeInterval ago (by
@@ -128,6 +132,21 @@ type Config struct {
 	// finishes a dead peer's payments without a restart. Close stops it. Default 0: off (call
 	// Recover yourself). Stats.OrphansReclaimed counts the records taken.
 	ReclaimInterval time.Duration
+	// MaxClockSkew bounds how far Now may be from the keystore's clock, when the store has
+	// one (keystore.Clock: pgstore, shared by a fleet). Leases and retention are judged by
+	// Now, so before every operation that acts on other instances' records on the strength
+	// of this clock (a retention purge, in Recover or in the background; a claim of orphans,
+	// in Recover or by the background reclaimer; a Do taking over a pending record of another
+	// instance, whose lease it judges expired and whose key's age it judges against KeyTTL)
+	// the client reads the store's clock, and beyond the bound refuses
+	// with ErrClockSkew: Recover returns it, background passes count it
+	// (Stats.ClockSkewRefusals) and report it (Logger, Hooks.OnClockSkew), a Do returns it
+	// without sending. The hot path (creating a record, renewing its own lease) never reads
+	// the store's clock. Default DefaultMaxClockSkew (5 s), capped at LeaseTTL/3; a larger
+	// value is ErrInvalidConfig. Negative disables the check (for tests with injected
+	// clocks). Stores without a clock (Memory, bbolt: one process, one clock) are not
+	// checked.
+	MaxClockSkew time.Duration
 	// Now is the clock (for tests): record times, lease expiries, Retry-After dates. Default
 	// time.Now.
 	Now func() time.Time
@@ -225,6 +244,9 @@ func NewClient(cfg Config) (*Client, error) {
 	if err := c.leaseDefaults(); err != nil {
 		return nil, err
 	}
+	if err := c.skewDefaults(); err != nil {
+		return nil, err
+	}
 	c.http = cfg.HTTPClient
 	if c.http == nil {
 		c.http = cleanhttp.DefaultPooledClient()
@@ -306,7 +328,7 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // successful Result, or an *OperationError matching ErrPermanent, ErrKeyConflict,
 // ErrOutcomeUnknown, ErrStoredServerError (with ErrOutcomeUnknown), ErrExhausted,
 // ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired, ErrNotExecuted,
-// ErrLeaseLost or ErrCanceled; invalid input gives ErrInvalidOperation (also a nil ctx),
+// ErrLeaseLost, ErrClockSkew or ErrCanceled; invalid input gives ErrInvalidOperation (also a nil ctx),
 // ErrInvalidPolicy or ErrInvalidConfig (also a nil or zero *Client).
 // Only ErrPermanent and ErrKeyConflict are failures, and ErrNotExecuted the one answer after
 // which the application may pay again under a new intent. After ErrStoredServerError and
@@ -318,8 +340,10 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // the record's lease (Config.LeaseTTL): a Do that finds the record claimed by another
 // instance waits, bounded by ctx (ErrCanceled, outcome unknown), until the record is final
 // (its stored outcome is returned) or the lease expired (the owner died: Do claims the record
-// and continues the same key, status endpoint first). A call whose record another instance
-// took over stops at once and returns ErrLeaseLost, without sending again or writing.
+// and continues the same key, status endpoint first; when the store has a clock and this
+// client's differs from it by more than Config.MaxClockSkew, Do does not take over another
+// instance's record and returns ErrClockSkew, outcome unknown, without sending or writing). A call whose record another
+// instance took over stops at once and returns ErrLeaseLost, without sending again or writing.
 func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {
 	if err := checkEntry(c, ctx); err != nil {
 		return nil, err

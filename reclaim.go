@@ -27,7 +27,8 @@ type heldLease struct {
 // reclaimPass claims orphans in batches no larger than the idle workers (a claimed record
 // starts at once, well inside its lease) and reconciles each with a resumed call. out gets
 // every record handled (ran false: a call of this process holds its key, so it was skipped).
-// It returns the records it claimed, and the first ClaimExpired error.
+// It returns the records it claimed, and the first ClaimExpired error, or the
+// *ClockSkewError that refused a batch (checked before each, see checkClock).
 func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Reconciled, bool)) (map[scopedKey]bool, error) {
 	workers := c.cfg.RecoverConcurrency
 	slots := make(chan struct{}, workers)
@@ -63,7 +64,11 @@ func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Recon
 				break take
 			}
 		}
-		recs, err := c.store.ClaimExpired(ctx, c.lease(), n)
+		err := c.checkClock(ctx, opReclaim, nil)
+		var recs []*keystore.Record
+		if err == nil {
+			recs, err = c.store.ClaimExpired(ctx, c.lease(), n)
+		}
 		if err != nil {
 			for range n {
 				<-slots
@@ -180,8 +185,8 @@ func (c *Client) reclaimNow(ctx context.Context) {
 		c.warnf("background reclaim", err)
 		return
 	}
-	if _, err := c.reclaimPass(ctx, s, func(Reconciled, bool) {}); err != nil {
-		c.warnf("background reclaim", err)
+	if _, err := c.reclaimPass(ctx, s, func(Reconciled, bool) {}); err != nil && !errors.Is(err, ErrClockSkew) {
+		c.warnf("background reclaim", err) // a skew is reported already
 	}
 }
 

@@ -134,6 +134,9 @@ var counters = []counter{
 	{"idem.lease_waits", "{call}",
 		"Do calls that found their record claimed by another instance and waited for it.",
 		func(s *idem.Stats) int64 { return s.LeaseWaits }},
+	{"idem.clock_skew_refusals", "{operation}",
+		"Retention purges, orphan claims and lease takeovers refused because this instance's clock and the keystore's differed by more than Config.MaxClockSkew (idem.ErrClockSkew). Should be zero: non-zero means the host's clock is off; fix its NTP.",
+		func(s *idem.Stats) int64 { return s.ClockSkewRefusals }},
 }
 
 // Register creates the idem.* observable counters and, when the client has a retry budget,

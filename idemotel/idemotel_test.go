@@ -194,6 +194,7 @@ func TestRegisterExportsStats(t *testing.T) {
 		"idem.claims_lost":            0,
 		"idem.orphans_reclaimed":      0,
 		"idem.lease_waits":            0,
+		"idem.clock_skew_refusals":    0,
 		"idem.retry_budget.available": idem.DefaultBudgetCapacity - idem.DefaultBudgetRetryCost,
 	}
 	if !maps.Equal(got, want) {

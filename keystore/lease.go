@@ -21,8 +21,14 @@ import (
 //
 // Time: every backend compares leases with the Now the caller passes (the caller's clock, so
 // that tests can inject one). A lease is live at instant now when Owner is set and
-// LeaseUntil is after now. Instances of a fleet should run NTP-synchronised clocks and use
-// leases much longer than their skew; fencing keeps writes safe even when clocks disagree.
+// LeaseUntil is after now. The caller's clock therefore decides whose records it may take:
+// an instance ahead of the others by more than the lease takes over live leases (and one
+// ahead by more than the retention purges their fresh records, forgetting intents), and one
+// behind writes leases the others already see as expired. Fencing keeps the record's writes
+// safe, but not the requests sent meanwhile. Instances of a fleet must run NTP-synchronised
+// clocks and use leases much longer than their skew; a shared store implements Clock so that
+// the idem client can check its clock against the store's before it acts on other
+// instances' records (Config.MaxClockSkew) and refuse when they disagree.
 
 // Lease is what a claim asks for: the claiming instance and the lease it wants.
 type Lease struct {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -325,6 +326,15 @@ func TestPostgres(t *testing.T) {
 	code, out, errs = runCmd(t, "show", "-dsn", sdsn, "k-manual")
 	require.Equal(t, 0, code, errs)
 	assert.Regexp(t, `(?m)^resolution +charge found, ticket 9$`, out)
+
+	// A clock 80 h ahead would delete the fleet's fresh records: refused, nothing deleted (the
+	// purge below still finds its one record).
+	var skewOut, skewErr bytes.Buffer
+	code = run(ctx, []string{"purge", "-dsn", sdsn, "-older-than", "72h"}, &skewOut, &skewErr,
+		func() time.Time { return time.Now().Add(80 * time.Hour) })
+	assert.Equal(t, 1, code, skewOut.String())
+	assert.Contains(t, skewErr.String(), "retention purge refused")
+	assert.Contains(t, skewErr.String(), "ahead of the keystore's")
 
 	code, out, errs = runCmd(t, "purge", "-dsn", sdsn, "-older-than", "72h")
 	require.Equal(t, 0, code, errs)
