@@ -50,6 +50,8 @@ const maxAdminBody = 1 << 20
 //	     settles a manual record through Client.Resolve; answers the record as persisted
 //	POST /recover  runs Client.Recover now; answers {"report":{...},"records":[...]}
 //	GET  /stats    {"client":{...Client.Stats},"records":{"total":N,"by_state":{...},...}}
+//	     records is AdminRecordStats: oldest_pending_seconds and oldest_manual_seconds are
+//	     null when no record is in that state
 //
 // Errors are RFC 9457 problem documents (application/problem+json): 403 when there is no
 // Authorize function, 401 when it refuses, 400 for bad input (an unknown state, a bad

@@ -18,30 +18,38 @@ import (
 // AdminRecord is one row of the admin handler's GET /records: a record without its bodies
 // and headers. AgeSeconds is measured from CreatedAt by the client's clock (Config.Now).
 type AdminRecord struct {
-	Scope      string         `json:"scope"`
-	Key        string         `json:"key"`
-	Intent     string         `json:"intent,omitempty"`
-	State      keystore.State `json:"state"`
-	Method     string         `json:"method"`
-	URL        string         `json:"url"`
-	Attempts   int            `json:"attempts"`
-	LastStatus int            `json:"last_status,omitempty"`
-	Reason     string         `json:"reason,omitempty"`
-	Error      string         `json:"error,omitempty"`
-	Note       string         `json:"note,omitempty"`
-	AgeSeconds int64          `json:"age_seconds"`
-	CreatedAt  time.Time      `json:"created_at"`
-	UpdatedAt  time.Time      `json:"updated_at"`
+	Scope      string         `json:"scope"`                 // the tenant (Record.Scope)
+	Key        string         `json:"key"`                   // the idempotency key
+	Intent     string         `json:"intent,omitempty"`      // the caller-named intent, such as an order id
+	State      keystore.State `json:"state"`                 // pending, succeeded, failed or manual
+	Method     string         `json:"method"`                // the operation's HTTP method
+	URL        string         `json:"url"`                   // relative to the client's BaseURL
+	Attempts   int            `json:"attempts"`              // requests sent to the API so far
+	LastStatus int            `json:"last_status,omitempty"` // of the last answer; 0 (omitted) if none
+	Reason     string         `json:"reason,omitempty"`      // stop reason (Reason* constants)
+	Error      string         `json:"error,omitempty"`       // why it failed or is still unknown
+	Note       string         `json:"note,omitempty"`        // who resolved it, on what evidence
+	AgeSeconds int64          `json:"age_seconds"`           // seconds since CreatedAt (Config.Now)
+	CreatedAt  time.Time      `json:"created_at"`            // when the key was persisted
+	UpdatedAt  time.Time      `json:"updated_at"`            // the record's last write
 }
 
 // AdminRecordStats is the "records" member of the admin handler's GET /stats: what the
-// keystore holds now. Ages are in whole seconds, 0 when there is no such record.
+// keystore holds now. Ages are in whole seconds, measured from CreatedAt; nil (JSON null)
+// when there is no record in that state, so that 0 always means a record just created.
 type AdminRecordStats struct {
-	Total                int                    `json:"total"`
-	ByState              map[keystore.State]int `json:"by_state"`
-	OldestPendingSeconds int64                  `json:"oldest_pending_seconds"`
-	OldestManualSeconds  int64                  `json:"oldest_manual_seconds"`
-	Tenants              int                    `json:"tenants"`
+	// Total is the number of records in the keystore, every state and tenant.
+	Total int `json:"total"`
+	// ByState counts the records of each state; every state is present, 0 when none.
+	ByState map[keystore.State]int `json:"by_state"`
+	// OldestPendingSeconds is the age of the oldest pending record in seconds, nil (null)
+	// when no record is pending.
+	OldestPendingSeconds *int64 `json:"oldest_pending_seconds"`
+	// OldestManualSeconds is the age of the oldest manual record in seconds, nil (null) when
+	// no record is manual.
+	OldestManualSeconds *int64 `json:"oldest_manual_seconds"`
+	// Tenants is the number of distinct tenants (Record.Scope) among the records.
+	Tenants int `json:"tenants"`
 }
 
 // ComputeAdminRecordStats counts recs by state and finds the oldest pending and manual ones,
@@ -56,13 +64,21 @@ func ComputeAdminRecordStats(recs []*keystore.Record, now time.Time) AdminRecord
 		a := int64(now.Sub(r.CreatedAt) / time.Second)
 		switch r.State {
 		case keystore.StatePending:
-			s.OldestPendingSeconds = max(s.OldestPendingSeconds, a)
+			s.OldestPendingSeconds = oldestOf(s.OldestPendingSeconds, a)
 		case keystore.StateManual:
-			s.OldestManualSeconds = max(s.OldestManualSeconds, a)
+			s.OldestManualSeconds = oldestOf(s.OldestManualSeconds, a)
 		}
 	}
 	s.Tenants = len(tenants)
 	return s
+}
+
+// oldestOf is the larger of *cur and a, a when cur is nil (no record yet).
+func oldestOf(cur *int64, a int64) *int64 {
+	if cur != nil && *cur >= a {
+		return cur
+	}
+	return &a
 }
 
 func adminSummary(r *keystore.Record, now time.Time) AdminRecord {
@@ -189,11 +205,11 @@ func (h *adminHandler) show(w http.ResponseWriter, r *http.Request) {
 
 // AdminResolveRequest is the body of the admin handler's POST /resolve.
 type AdminResolveRequest struct {
-	Tenant  string `json:"tenant"`
-	Key     string `json:"key,omitempty"`
-	Intent  string `json:"intent,omitempty"`
-	Verdict string `json:"verdict"` // "executed" or "not_executed" (Verdict.String)
-	Note    string `json:"note"`    // required: who decided, on what evidence
+	Tenant  string `json:"tenant"`           // the record's tenant (Record.Scope); "" is a valid one
+	Key     string `json:"key,omitempty"`    // names the record by key; exactly one of Key and Intent
+	Intent  string `json:"intent,omitempty"` // names the record by intent instead
+	Verdict string `json:"verdict"`          // "executed" or "not_executed" (Verdict.String)
+	Note    string `json:"note"`             // required: who decided, on what evidence
 	// Response is the answer found for "executed" (the charge), kept as the record's answer;
 	// nil means an empty 200. Body is the text of the answer.
 	Response *AdminResponse `json:"response,omitempty"`
@@ -201,9 +217,9 @@ type AdminResolveRequest struct {
 
 // AdminResponse is the answer an operator records with an "executed" verdict.
 type AdminResponse struct {
-	Status int         `json:"status"`
-	Header http.Header `json:"header,omitempty"`
-	Body   string      `json:"body,omitempty"`
+	Status int         `json:"status"`           // HTTP status, 100 to 599 (else 400)
+	Header http.Header `json:"header,omitempty"` // its headers; credential headers are stripped before storing
+	Body   string      `json:"body,omitempty"`   // its body as text, such as the charge's JSON
 }
 
 // resolve serves POST /resolve.

@@ -243,6 +243,10 @@ func TestAdminResolve(t *testing.T) {
 			"a response goes only with the executed verdict"},
 		{`{"key":"k-manual","verdict":"executed","note":"x","response":{"status":99}}`, 400,
 			"response status 99 is not an HTTP status"},
+		{`{"key":"k-manual","verdict":"executed","note":"x","response":{"status":500}}`, 400,
+			"idem: invalid operation: an executed verdict needs a 2xx answer, got status 500"},
+		{`{"key":"k-manual","verdict":"executed","note":"x","response":{"status":302}}`, 400,
+			"idem: invalid operation: an executed verdict needs a 2xx answer, got status 302"},
 		{`{"verdict":"executed","note":"x"}`, 400, "name the record by key or by intent (one of the two), with its tenant"},
 		{`{"key":"nope","verdict":"executed","note":"x"}`, 404, `no record for key "nope" in tenant ""`},
 		{`{"key":"k-manual","verdict":"executed","note":"x","amount":3}`, 400,
@@ -297,6 +301,37 @@ func TestAdminResolveNotExecuted(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotExecuted)
 }
 
+// The oldest ages are null when no record is in that state, and 0 for a record created now:
+// the two are told apart.
+func TestAdminRecordStatsOldestNone(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		recs []*keystore.Record
+		want string
+	}{
+		{"empty", nil, `{"total":0,"tenants":0,"oldest_pending_seconds":null,"oldest_manual_seconds":null,
+			"by_state":{"pending":0,"manual":0,"succeeded":0,"failed":0}}`},
+		{"pending created now, no manual", []*keystore.Record{
+			{Scope: "a", Key: "k1", State: keystore.StatePending, CreatedAt: now},
+			{Scope: "a", Key: "k2", State: keystore.StateFailed, CreatedAt: now.Add(-time.Hour)}},
+			`{"total":2,"tenants":1,"oldest_pending_seconds":0,"oldest_manual_seconds":null,
+			"by_state":{"pending":1,"manual":0,"succeeded":0,"failed":1}}`},
+		{"oldest of several", []*keystore.Record{
+			{Scope: "a", Key: "k1", State: keystore.StateManual, CreatedAt: now.Add(-5 * time.Second)},
+			{Scope: "b", Key: "k2", State: keystore.StateManual, CreatedAt: now.Add(-90 * time.Second)},
+			{Scope: "b", Key: "k3", State: keystore.StateManual, CreatedAt: now}},
+			`{"total":3,"tenants":2,"oldest_pending_seconds":null,"oldest_manual_seconds":90,
+			"by_state":{"pending":0,"manual":3,"succeeded":0,"failed":0}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := json.Marshal(ComputeAdminRecordStats(tc.recs, now))
+			require.NoError(t, err)
+			assert.JSONEq(t, tc.want, string(b))
+		})
+	}
+}
+
 func TestAdminRecoverAndStats(t *testing.T) {
 	e := adminEnv(t)
 	var mu sync.Mutex
@@ -314,7 +349,7 @@ func TestAdminRecoverAndStats(t *testing.T) {
 		Records AdminRecordStats `json:"records"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &st))
-	assert.Equal(t, AdminRecordStats{Total: 4, Tenants: 2, OldestPendingSeconds: 7200, OldestManualSeconds: 30 * 3600,
+	assert.Equal(t, AdminRecordStats{Total: 4, Tenants: 2, OldestPendingSeconds: new(int64(7200)), OldestManualSeconds: new(int64(30 * 3600)),
 		ByState: map[keystore.State]int{"pending": 2, "manual": 1, "succeeded": 1, "failed": 0}}, st.Records)
 	assert.Len(t, st.Client, reflect.TypeFor[Stats]().NumField(), "every counter of Stats")
 	assert.Equal(t, int64(0), st.Client["calls"])

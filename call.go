@@ -159,7 +159,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 	}
 	class := cl.c.classes.Classify(a)
 	if class < ClassSuccess || class > ClassStoredServerError || class == ClassSuccess && a.Response == nil ||
-		class == ClassStoredServerError && a.StatusCode() < 500 {
+		class == ClassStoredServerError && a.StatusCode() < 300 || class == ClassStoredServerError && a.StatusCode()/100 == 4 {
 		class = ClassUnknown // a classifier's impossible answer: ask before resending
 	}
 	if class == ClassPermanent && a.StatusCode() >= 500 {
@@ -179,7 +179,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 			src = SourceReplay
 		}
 		cl.storedServerError(cl.response(a, src),
-			fmt.Errorf("the server stored HTTP %d for the key: execution began, effect unknown", a.StatusCode()))
+			fmt.Errorf("the server stored HTTP %d for the key: execution began (or a redirect said nothing of it), effect unknown", a.StatusCode()))
 		return false, errStopped
 	case ClassKeyConflict:
 		cl.c.onKeyConflict(cl, a.StatusCode())

@@ -30,10 +30,12 @@ const (
 // Config configures a Client. The zero value of every field is a documented default; only
 // BaseURL (or absolute operation URLs) is needed.
 type Config struct {
-	// BaseURL is prefixed to relative operation URLs, e.g. "https://api.example.com".
+	// BaseURL is prefixed to relative operation URLs, e.g. "https://api.example.com". It must
+	// not carry user info ("https://user:pass@..."): ErrInvalidConfig; use Credentials.
 	BaseURL string
 	// HTTPClient provides the transport (connection pool, TLS). Its Timeout, if set, also
-	// applies; redirects are never followed (a 3xx is a permanent answer). Default: a pooled
+	// applies; redirects are never followed (a 3xx to an operation is an unknown outcome, see
+	// ClassifyStatus). Default: a pooled
 	// client from go-cleanhttp.
 	HTTPClient *http.Client
 	// Store persists records. Use one Client per store in a process: the lock that keeps two
@@ -60,7 +62,9 @@ type Config struct {
 	// ErrNotExecuted. LookupByReference builds one for APIs that search payments by the
 	// caller's reference. Nil: such records wait for Client.Resolve.
 	Lookup LookupFunc
-	// KeyHeader is the header carrying the key. Default DefaultKeyHeader.
+	// KeyHeader is the header carrying the key. Default DefaultKeyHeader. It must be a header
+	// name that is persisted: a credential header (Authorization, Cookie,
+	// Proxy-Authorization, Set-Cookie) or one of SecretHeaders is ErrInvalidConfig.
 	KeyHeader string
 	// KeyAsSFString sends the key as an RFC 8941 sf-string ("quoted"), as the IETF draft
 	// specifies; the default sends the bare token most APIs (Stripe) expect.
@@ -82,7 +86,7 @@ type Config struct {
 	// before anything is sent.
 	Credentials func(*http.Request) error
 	// SecretHeaders are extra header names never persisted (Authorization, Cookie and
-	// Proxy-Authorization never are).
+	// Proxy-Authorization never are). Naming KeyHeader here is ErrInvalidConfig.
 	SecretHeaders []string
 	// KeyTTL is the server's key retention window: a key older than this is never resent,
 	// because the server may have forgotten it. Default DefaultKeyTTL.
@@ -90,7 +94,11 @@ type Config struct {
 	// Retention is how long succeeded and failed records are kept before Recover, or the
 	// background purge (PurgeInterval), removes them. Default DefaultRetention; it must not be
 	// shorter than KeyTTL (a purged intent would be paid again under a new key while the
-	// server still holds the old one). Pending and manual records are never purged.
+	// server still holds the old one). Pending and manual records are never purged. Age is
+	// measured by Now: a clock stepped forward by more than Retention forgets intents early
+	// (a later Do of one pays again under a new key). With a store that has a clock
+	// (keystore.Clock) MaxClockSkew guards against that; with Memory or bbolt nothing does:
+	// keep the host's clock synchronised.
 	Retention time.Duration
 	// PurgeInterval is how often the client purges records older than Retention while it
 	// runs, without Recover: a Do that finds the last pass started PurgeInterval ago (by
@@ -124,9 +132,26 @@ type Config struct {
 	// finishes a dead peer's payments without a restart. Close stops it. Default 0: off (call
 	// Recover yourself). Stats.OrphansReclaimed counts the records taken.
 	ReclaimInterval time.Duration
-	// Now and Sleep replace the clock and the wait between attempts (for tests). Sleep must
-	// return ctx.Err() promptly when ctx is done. Defaults: time.Now and a timer.
-	Now   func() time.Time
+	// MaxClockSkew bounds how far Now may be from the keystore's clock, when the store has
+	// one (keystore.Clock: pgstore, shared by a fleet). Leases and retention are judged by
+	// Now, so before every operation that acts on other instances' records on the strength
+	// of this clock (a retention purge, in Recover or in the background; a claim of orphans,
+	// in Recover or by the background reclaimer; a Do taking over a pending record of another
+	// instance, whose lease it judges expired and whose key's age it judges against KeyTTL)
+	// the client reads the store's clock, and beyond the bound refuses
+	// with ErrClockSkew: Recover returns it, background passes count it
+	// (Stats.ClockSkewRefusals) and report it (Logger, Hooks.OnClockSkew), a Do returns it
+	// without sending. The hot path (creating a record, renewing its own lease) never reads
+	// the store's clock. Default DefaultMaxClockSkew (5 s), capped at LeaseTTL/3; a larger
+	// value is ErrInvalidConfig. Negative disables the check (for tests with injected
+	// clocks). Stores without a clock (Memory, bbolt: one process, one clock) are not
+	// checked.
+	MaxClockSkew time.Duration
+	// Now is the clock (for tests): record times, lease expiries, Retry-After dates. Default
+	// time.Now.
+	Now func() time.Time
+	// Sleep waits d between attempts (for tests); it must return ctx.Err() promptly when ctx
+	// is done. Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 
@@ -151,8 +176,9 @@ type Client struct {
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
-// field: a BaseURL that is not absolute, a relative StatusURL without BaseURL, a Retention
-// shorter than KeyTTL, a LeaseTTL not longer than Policy.AttemptTimeout, negative values) or
+// field: a BaseURL that is not absolute or carries user info, a relative StatusURL without
+// BaseURL, a Retention shorter than KeyTTL, a LeaseTTL not longer than Policy.AttemptTimeout,
+// a KeyHeader that is a credential or secret header, negative values) or
 // ErrInvalidPolicy.
 func NewClient(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, policy: cfg.Policy.withDefaults()}
@@ -164,6 +190,9 @@ func NewClient(cfg Config) (*Client, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("%w: BaseURL %q is not an absolute URL", ErrInvalidConfig, cfg.BaseURL)
 		}
+		if u.User != nil { // credentials belong in Config.Credentials, never in a URL
+			return nil, fmt.Errorf("%w: BaseURL carries user info; use Config.Credentials", ErrInvalidConfig)
+		}
 		c.base = u
 		c.baseStr = strings.TrimRight(u.String(), "/")
 	}
@@ -174,6 +203,14 @@ func NewClient(cfg Config) (*Client, error) {
 		c.cfg.KeyHeader = DefaultKeyHeader
 	} else if !isToken(cfg.KeyHeader) {
 		return nil, fmt.Errorf("%w: KeyHeader %q is not a header name", ErrInvalidConfig, cfg.KeyHeader)
+	}
+	// A key in a credential or secret header is overwritten by Credentials or never
+	// persisted: a restart would mint a new key for a payment that may have been made.
+	if isSecretHeader(c.cfg.KeyHeader, keystore.CredentialHeaders) || isSecretHeader(c.cfg.KeyHeader, keystore.ResponseSecretHeaders) {
+		return nil, fmt.Errorf("%w: KeyHeader %q is a credential header, which is never persisted", ErrInvalidConfig, c.cfg.KeyHeader)
+	}
+	if isSecretHeader(c.cfg.KeyHeader, cfg.SecretHeaders) {
+		return nil, fmt.Errorf("%w: SecretHeaders names the key header %q, which must be persisted", ErrInvalidConfig, c.cfg.KeyHeader)
 	}
 	if cfg.StatusURL != "" && !strings.Contains(cfg.StatusURL, "{key}") {
 		return nil, fmt.Errorf("%w: StatusURL %q has no {key} placeholder", ErrInvalidConfig, cfg.StatusURL)
@@ -208,6 +245,9 @@ func NewClient(cfg Config) (*Client, error) {
 	if err := c.leaseDefaults(); err != nil {
 		return nil, err
 	}
+	if err := c.skewDefaults(); err != nil {
+		return nil, err
+	}
 	c.http = cfg.HTTPClient
 	if c.http == nil {
 		c.http = cleanhttp.DefaultPooledClient()
@@ -236,11 +276,21 @@ func NewClient(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// Store returns the keystore the client writes to.
-func (c *Client) Store() keystore.Store { return c.store }
+// Store returns the keystore the client writes to (nil for a nil Client).
+func (c *Client) Store() keystore.Store {
+	if c == nil {
+		return nil
+	}
+	return c.store
+}
 
-// Budget returns the client-wide retry budget (nil when disabled).
-func (c *Client) Budget() *Budget { return c.budget }
+// Budget returns the client-wide retry budget (nil when disabled, or for a nil Client).
+func (c *Client) Budget() *Budget {
+	if c == nil {
+		return nil
+	}
+	return c.budget
+}
 
 // Source says where a Result came from.
 type Source string
@@ -252,6 +302,12 @@ const (
 	SourceStore    Source = "store"    // the keystore already held the final answer
 	SourceLookup   Source = "lookup"   // Config.Lookup found the payment after the key could tell no more
 )
+
+// SourceHeader is the response header the Transport sets on every answer it returns for an
+// operation, to the Result's Source ("response", "replay", "status", "store", "lookup"), so
+// that code under a generated client can tell, for example, a 201 from the server from a 200
+// that a business lookup found. It is never sent to the server.
+const SourceHeader = "Idem-Source"
 
 // Result is the final, successful answer for an operation.
 type Result struct {
@@ -273,7 +329,8 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // successful Result, or an *OperationError matching ErrPermanent, ErrKeyConflict,
 // ErrOutcomeUnknown, ErrStoredServerError (with ErrOutcomeUnknown), ErrExhausted,
 // ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired, ErrNotExecuted,
-// ErrLeaseLost or ErrCanceled; invalid input gives ErrInvalidOperation, ErrInvalidPolicy or ErrInvalidConfig.
+// ErrLeaseLost, ErrClockSkew or ErrCanceled; invalid input gives ErrInvalidOperation (also a nil ctx),
+// ErrInvalidPolicy or ErrInvalidConfig (also a nil or zero *Client).
 // Only ErrPermanent and ErrKeyConflict are failures, and ErrNotExecuted the one answer after
 // which the application may pay again under a new intent. After ErrStoredServerError and
 // ErrKeyExpired the record is manual (never resent; Config.Lookup or Client.Resolve settles
@@ -284,9 +341,14 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // the record's lease (Config.LeaseTTL): a Do that finds the record claimed by another
 // instance waits, bounded by ctx (ErrCanceled, outcome unknown), until the record is final
 // (its stored outcome is returned) or the lease expired (the owner died: Do claims the record
-// and continues the same key, status endpoint first). A call whose record another instance
-// took over stops at once and returns ErrLeaseLost, without sending again or writing.
+// and continues the same key, status endpoint first; when the store has a clock and this
+// client's differs from it by more than Config.MaxClockSkew, Do does not take over another
+// instance's record and returns ErrClockSkew, outcome unknown, without sending or writing). A call whose record another
+// instance took over stops at once and returns ErrLeaseLost, without sending again or writing.
 func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {
+	if err := checkEntry(c, ctx); err != nil {
+		return nil, err
+	}
 	u, err := op.check()
 	if err != nil {
 		return nil, err
@@ -391,6 +453,11 @@ func (c *Client) settings(opts []CallOption) (callSettings, error) {
 	}
 	if err := s.policy.Validate(); err != nil {
 		return s, err
+	}
+	// As NewClient checks the client-wide policy: an attempt must not outlive its lease.
+	if s.policy.AttemptTimeout >= c.cfg.LeaseTTL {
+		return s, fmt.Errorf("%w: AttemptTimeout %s for this call is not shorter than Config.LeaseTTL %s: an attempt could outlive the lease and overlap another instance's",
+			ErrInvalidPolicy, s.policy.AttemptTimeout, c.cfg.LeaseTTL)
 	}
 	if s.status == nil && s.statusURL != "" {
 		if !strings.Contains(s.statusURL, "{key}") {

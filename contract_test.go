@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -68,6 +71,62 @@ func TestUnprocessableEntityRule(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, keystore.StateFailed, rec.State)
 			assert.Equal(t, tc.body, string(rec.Response.Body))
+		})
+	}
+}
+
+// A key-reuse answer ends the call as ErrKeyConflict naming the cause: a 422 whose body names
+// key reuse anywhere IsKeyReuse looks (also in an "errors" array), or a 400 whose body names
+// it precisely (Stripe documents key reuse as HTTP 400 idempotency_error), even with
+// Stripe-Should-Retry: false. A 400 that only mentions idempotency (a missing or malformed
+// key) stays a validation failure.
+func TestKeyReuseAnswers(t *testing.T) {
+	const stripe = `{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters they were first used with."}}`
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		header []string
+		extra  Classifier
+		want   error
+	}{
+		{"Stripe 400", 400, stripe, nil, nil, ErrKeyConflict},
+		{"Stripe 400, do not retry", 400, stripe, []string{"Stripe-Should-Retry", "false"}, nil, ErrKeyConflict},
+		{"errors array 400", 400, `{"errors":[{"code":"idempotency_key_reused","detail":"x"}]}`, nil, nil, ErrKeyConflict},
+		{"errors array 422", 422, `{"errors":[{"title":"bad"},{"code":"idempotency_key_reused"}]}`, nil, nil, ErrKeyConflict},
+		{"problem type 400", 400, `{"type":"https://idemkit.dev/problems/idempotency-key-reused","status":400}`, nil, nil, ErrKeyConflict},
+		{"payload mismatch 400", 400, `{"code":"IDEMPOTENCY_KEY_PAYLOAD_MISMATCH"}`, nil, nil, ErrKeyConflict},
+		{"caller's code 400", 400, `{"code":"DUPLICATE_REQUEST_ID"}`, nil, KeyConflictCodes("DUPLICATE_REQUEST_ID"), ErrKeyConflict},
+		{"missing key 400", 400, `{"type":"https://docs.upvest.co/errors/missing_idempotency_key","status":400,"title":"Missing idempotency key"}`, nil, nil, ErrPermanent},
+		{"invalid key 400", 400, `{"type":"https://idemkit.dev/problems/idempotency-key-invalid","title":"Invalid Idempotency-Key","status":400}`, nil, nil, ErrPermanent},
+		{"validation 400", 400, `{"error":{"type":"invalid_request_error","param":"amount"}}`, []string{"Stripe-Should-Retry", "false"}, nil, ErrPermanent},
+		{"errors array, validation 422", 422, `{"errors":[{"code":"amount_too_low"}]}`, nil, nil, ErrPermanent},
+		{"Stripe type on 403", 403, stripe, nil, nil, ErrPermanent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, n := fixedAnswer(tc.status, tc.body, append([]string{"Content-Type", "application/json"}, tc.header...)...)
+			c, _, store := scriptedClient(t, h, func(c *Config) {
+				if tc.extra != nil {
+					c.Classifiers = append(Classifiers{tc.extra}, DefaultClassifiers()...)
+				}
+			})
+			op := payment(1, "r")
+			_, err := c.Do(context.Background(), op)
+			require.ErrorIs(t, err, tc.want)
+			other := ErrKeyConflict
+			if tc.want == ErrKeyConflict {
+				other = ErrPermanent
+				assert.Contains(t, err.Error(), "already used with another payload")
+			}
+			assert.NotErrorIs(t, err, other)
+			assert.Equal(t, int64(1), n.Load(), "never retried")
+			oe := opErr(t, err)
+			require.NotNil(t, oe.Response)
+			assert.Equal(t, tc.status, oe.Response.StatusCode)
+			assert.Equal(t, tc.body, string(oe.Response.Body))
+			rec, err := store.Get(context.Background(), "", op.Key())
+			require.NoError(t, err)
+			assert.Equal(t, keystore.StateFailed, rec.State)
 		})
 	}
 }
@@ -294,6 +353,16 @@ func TestNewClientRefusesUnworkableConfig(t *testing.T) {
 		{"Retention shorter than KeyTTL", Config{KeyTTL: 72 * time.Hour, Retention: 48 * time.Hour}, "Retention"},
 		{"KeyTTL longer than the default Retention", Config{KeyTTL: 96 * time.Hour}, "Retention"},
 		{"Retention equal to KeyTTL", Config{KeyTTL: 2 * time.Hour, Retention: 2 * time.Hour}, ""},
+		{"BaseURL with user and password", Config{BaseURL: "https://user:pass@api.example.com"}, "BaseURL"},
+		{"BaseURL with a user only", Config{BaseURL: "https://sk_live_x@api.example.com"}, "BaseURL"},
+		{"KeyHeader Authorization", Config{KeyHeader: "Authorization"}, "KeyHeader"},
+		{"KeyHeader cookie", Config{KeyHeader: "cookie"}, "KeyHeader"},
+		{"KeyHeader Proxy-Authorization", Config{KeyHeader: "PROXY-AUTHORIZATION"}, "KeyHeader"},
+		{"KeyHeader Set-Cookie", Config{KeyHeader: "Set-Cookie"}, "KeyHeader"},
+		{"KeyHeader among SecretHeaders", Config{KeyHeader: "X-Op-Key", SecretHeaders: []string{"X-Api-Key", "x-op-key"}}, "SecretHeaders"},
+		{"SecretHeaders names the default key header", Config{SecretHeaders: []string{"idempotency-key"}}, "SecretHeaders"},
+		{"SecretHeaders without the key header", Config{SecretHeaders: []string{"X-Api-Key"}}, ""},
+		{"custom KeyHeader", Config{KeyHeader: "X-Op-Key"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewClient(tc.cfg)
@@ -332,4 +401,44 @@ func TestDoNotRetry5xxIsStoredServerError(t *testing.T) {
 	rec4, err := store4.Get(context.Background(), "", op4.Key())
 	require.NoError(t, err)
 	assert.Equal(t, keystore.StateFailed, rec4.State)
+}
+
+// A "do not retry" hint on an answer whose request may have been executed (a proxy's 408 or
+// 425, a 409) never makes the payment failed: the status endpoint is asked and finds the
+// charge, and nothing is sent twice.
+func TestDoNotRetryHintNeverFailsAPossiblyExecutedPayment(t *testing.T) {
+	for _, code := range []int{http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			clock := newFakeClock()
+			api := idemtest.NewHandler(idemtest.Config{Now: clock.Now})
+			var posts atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost && posts.Add(1) == 1 {
+					api.ServeHTTP(httptest.NewRecorder(), r) // charged and stored...
+					w.Header().Set("Stripe-Should-Retry", "false")
+					w.WriteHeader(code) // ...but a proxy answers this
+					return
+				}
+				api.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			store := keystore.NewMemory()
+			c, err := NewClient(Config{BaseURL: srv.URL, Store: store, StatusURL: statusPath,
+				Now: clock.Now, Sleep: clock.Sleep, Budget: BudgetConfig{Disabled: true}})
+			require.NoError(t, err)
+			op := payment(500, "hint-"+strconv.Itoa(code))
+			res, err := c.Do(context.Background(), op, WithMaxAttempts(3))
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusCreated, res.StatusCode)
+			assert.Equal(t, SourceStatus, res.Source)
+			assert.Equal(t, 1, res.Attempts)
+			assert.Equal(t, 1, res.StatusChecks)
+			st := api.Stats()
+			assert.Equal(t, 1, st.Executions)
+			assert.Equal(t, 1, st.Requests)
+			rec, err := store.Get(context.Background(), "", op.Key())
+			require.NoError(t, err)
+			assert.Equal(t, keystore.StateSucceeded, rec.State)
+		})
+	}
 }

@@ -154,6 +154,7 @@ func TestDoInvalidInputNeverPanics(t *testing.T) {
 		"empty key":        {payment(1, "x", WithKey(" ")), nil, ErrInvalidOperation},
 		"zero attempts":    {payment(1, "x"), []CallOption{WithMaxAttempts(0)}, ErrInvalidPolicy},
 		"negative timeout": {payment(1, "x"), []CallOption{WithAttemptTimeout(-time.Second)}, ErrInvalidPolicy},
+		"timeout >= lease": {payment(1, "x"), []CallOption{WithAttemptTimeout(DefaultLeaseTTL)}, ErrInvalidPolicy},
 		"bad jitter":       {payment(1, "x"), []CallOption{WithBackoff(time.Millisecond, 2, 1.5, time.Second)}, ErrInvalidPolicy},
 		"multiplier < 1":   {payment(1, "x"), []CallOption{WithBackoff(time.Millisecond, 0.5, 0.1, time.Second)}, ErrInvalidPolicy},
 		"empty method":     {NewOperation("", "/v1/payments", nil), nil, ErrInvalidOperation},

@@ -32,16 +32,25 @@
 //	2xx                                     success (Idempotent-Replayed: true marks a replay)
 //	transport error before the request      not sent: resend with the same key
 //	transport error / timeout after write   outcome unknown: status check, then decide
-//	408, 500, 502, 504, other 5xx           outcome unknown: status check, then decide
+//	408, 425, 500, 502, 504, other 5xx      outcome unknown: status check, then decide
 //	429, 503                                not executed: wait Retry-After or backoff, resend
 //	409                                     in progress: wait, status check or resend
-//	422 naming idempotency-key reuse        key reused with another payload: ErrKeyConflict
-//	any other 422                           validation: ErrPermanent with the response
-//	other 4xx, 3xx                          permanent: ErrPermanent, never retried
+//	422 naming idempotency-key reuse, or    key reused with another payload: ErrKeyConflict
+//	  400 naming it precisely (Stripe's
+//	  idempotency_error)
+//	any other 400 or 422                    validation: ErrPermanent with the response
+//	other 4xx                               permanent: ErrPermanent, never retried
+//	3xx, 1xx                                outcome unknown: redirects are never followed,
+//	                                        and one proves nothing of the effect (a 303
+//	                                        says it was processed, RFC 9110 §15.4.4)
 //	a replayed 4xx (Idempotent-Replayed)    permanent: the server decided and stored it
-//	a stored 5xx (replayed, status endpoint completed with a 5xx, or a 5xx marked
+//	a stored 5xx or 3xx (replayed, status endpoint completed with one, or a 5xx marked
 //	  "do not retry")                       outcome unknown for good: ErrStoredServerError
-//	Stripe-Should-Retry: true / false       overrides the rows above (not a replayed 5xx)
+//	Stripe-Should-Retry: true               not executed: resend (not a replayed 5xx)
+//	Stripe-Should-Retry: false              408, 425 outcome unknown; 409 in progress; 5xx a
+//	                                        stored 5xx; key reuse ErrKeyConflict; other
+//	                                        4xx permanent; 3xx as without it: the hint
+//	                                        never makes a possibly executed answer a failure
 //
 // A stored 5xx means execution began and its effect is unknown; the key can never tell
 // more. It is never a failure and never resent: the record is manual, keeping the stored

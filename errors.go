@@ -21,7 +21,7 @@ var (
 	ErrOutcomeUnknown = errors.New("idem: outcome unknown")
 	// ErrStoredServerError: the server stored a 5xx as this key's answer (replayed with
 	// Idempotent-Replayed: true, reported by the status endpoint as completed with a 5xx, or a
-	// 5xx with a "do not retry" hint). Execution began and its effect is unknown; the key can
+	// 5xx with a "do not retry" hint), or a 3xx (a redirect, which says nothing of the effect). Execution began and its effect is unknown; the key can
 	// never tell more, so it is never resent. Always matched together with ErrOutcomeUnknown.
 	// OperationError.Response holds the stored answer; the record is manual with Reason
 	// ReasonStoredServerError until a business lookup (Config.Lookup) or Client.Resolve
@@ -39,12 +39,13 @@ var (
 	// ErrExhausted: the policy's MaxAttempts or MaxElapsed ran out. The record stays pending.
 	ErrExhausted = errors.New("idem: retries exhausted")
 	// ErrKeyConflict: the idempotency key is already bound to another request (method, path or
-	// body differ): refused locally before sending, or answered 422 by the server (IETF
-	// Idempotency-Key draft §2.7). A programming error. Refused locally, nothing is written;
-	// answered 422 by the server, the record is failed.
+	// body differ): refused locally before sending, or answered by the server with 422 (IETF
+	// Idempotency-Key draft §2.7) or a 400 naming key reuse (Stripe's idempotency_error); the
+	// request was not executed under this payload. A programming error. Refused locally,
+	// nothing is written; answered by the server, the record is failed.
 	ErrKeyConflict = errors.New("idem: idempotency key reused with another payload")
 	// ErrPermanent: the server gave a final answer that must not be retried (a 4xx
-	// validation or auth error, any 422 that does not name key reuse, a stored or replayed
+	// validation or auth error, any 400 or 422 that does not name key reuse, a stored or replayed
 	// 4xx, or a hint header saying "do not retry" on a 4xx). OperationError.Response holds
 	// that answer. The record is failed. A stored 5xx is never ErrPermanent: see
 	// ErrStoredServerError.

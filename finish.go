@@ -41,6 +41,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		return cl.result, nil
 	}
 	rec := cl.rec
+	var gaveUp *OperationError
 	rec.Attempts = cl.baseAttempts + cl.attempts
 	rec.UpdatedAt = cl.c.cfg.Now()
 	rec.Reason, rec.Error, rec.NotExecuted = "", "", false
@@ -89,12 +90,15 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 				cl.c.stats.stillUnknown.Add(1)
 			}
 		}
-		cl.c.onGiveUp(cl, e)
+		gaveUp = e // counted once the business lookup had its say
 	}
 	if err := cl.c.updateFinal(context.WithoutCancel(ctx), rec); err != nil {
 		if errors.Is(err, keystore.ErrFenced) { // taken over meanwhile: the new owner writes
 			cl.loseLease(err)
 			if cl.result == nil {
+				if gaveUp != nil {
+					cl.c.onGiveUp(cl, gaveUp)
+				}
 				return cl.finishLost(err)
 			}
 		} else {
@@ -114,8 +118,19 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 	if rec.State == keystore.StateManual {
 		// The key can tell no more: the application's own lookup may.
 		if res, err, ok := cl.c.businessLookup(ctx, rec, cl.header, cl.stop); ok {
-			return res, err
+			if res != nil { // the payment was found: the call ends with a Result after all
+				cl.c.stats.succeeded.Add(1)
+				return res, nil
+			}
+			if e := (*OperationError)(nil); errors.As(err, &e) {
+				gaveUp = e // ErrNotExecuted, or the verdict another instance persisted
+			}
+			cl.c.onGiveUp(cl, gaveUp)
+			return nil, err
 		}
+	}
+	if gaveUp != nil {
+		cl.c.onGiveUp(cl, gaveUp)
 	}
 	return nil, cl.stop
 }

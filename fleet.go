@@ -34,9 +34,9 @@ var ErrLeaseLost = errors.New("idem: lease on the record lost to another instanc
 // ClaimLostEvent: a fenced write told the call that another instance holds the record now.
 type ClaimLostEvent struct {
 	Event
-	Fence   int64 // the token this call held
-	Current int64 // the stored token (0 if unknown)
-	Owner   string
+	Fence   int64  // the token this call held
+	Current int64  // the stored token (0 if unknown)
+	Owner   string // the instance that holds the record now ("" if released or unknown)
 }
 
 // defaultOwner names this process and Client: host, pid and 8 random bytes, so that a

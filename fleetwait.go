@@ -32,6 +32,11 @@ func (c *Client) acquire(ctx context.Context, s callSettings, rec *keystore.Reco
 		}
 		now := c.cfg.Now()
 		if !rec.Live(now) || rec.Owner == c.cfg.Owner || c.deadOwner(rec) {
+			if c.takesOver(rec) { // judged by our clock only: check it against the store's
+				if err := c.checkClock(ctx, opTakeover, rec); err != nil {
+					return nil, c.takeoverRefused(ctx, rec, err)
+				}
+			}
 			claimed, err := c.store.Claim(ctx, rec.Scope, rec.Key, c.leaseFor(rec))
 			switch {
 			case err == nil:
@@ -85,4 +90,18 @@ func (c *Client) leaseWaitError(rec *keystore.Record, err error, canceled bool) 
 	}
 	return &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrCanceled,
 		Unknown: true, LastStatus: rec.LastStatus, Cause: err}
+}
+
+// takeoverRefused is what Do returns when it did not take over rec because the clock check
+// failed: an *OperationError matching ErrClockSkew (outcome unknown: the other instance may
+// have sent it), or ErrCanceled, or the store's error. Nothing was sent or written.
+func (c *Client) takeoverRefused(ctx context.Context, rec *keystore.Record, err error) error {
+	if errors.Is(err, ErrClockSkew) {
+		return &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrClockSkew,
+			Unknown: true, LastStatus: rec.LastStatus, Cause: err}
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return c.leaseWaitError(rec, cerr, true)
+	}
+	return c.leaseWaitError(rec, err, false)
 }

@@ -136,13 +136,16 @@ func FuzzValidateKey(f *testing.F) {
 	})
 }
 
-// FuzzIsKeyReuse: the 422 rule never panics, and a body names key reuse only through one of
-// its error members: KeyConflictCodes with that exact member agrees.
+// FuzzIsKeyReuse: the key-reuse rule never panics, and a body names key reuse only through
+// one of its error members: KeyConflictCodes with that exact member agrees, on 400 and 422;
+// the 400 rule implies the 422 rule, and ClassifyStatus follows both.
 func FuzzIsKeyReuse(f *testing.F) {
 	for _, s := range []string{
 		`{"error":"idempotency_key_reused"}`, `{"error":{"type":"idempotency_error"}}`,
 		`{"type":"https://x/idempotency-key-reuse"}`, `{"error":"invalid_request"}`, `{"error":1}`,
 		`{"error":null}`, `[]`, `"idempotency"`, ``, `{`, `{"code":"IDEMPOTENCY"}`,
+		`{"errors":[{"code":"idempotency_key_reused"}]}`, `{"errors":[1,"idempotency",{"title":"x"}]}`,
+		`{"type":"https://x/idempotency-key-missing"}`, `{"code":"IDEMPOTENCY_KEY_PAYLOAD_MISMATCH"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -153,14 +156,25 @@ func FuzzIsKeyReuse(f *testing.F) {
 		for _, c := range codes {
 			if strings.Contains(strings.ToLower(c), "idempotency") {
 				named = true
-				a := &Attempt{Response: &http.Response{StatusCode: http.StatusUnprocessableEntity}, Body: body}
-				if KeyConflictCodes(c).Classify(a) != ClassKeyConflict {
-					t.Fatalf("KeyConflictCodes(%q) disagrees on %q", c, body)
+				for _, status := range []int{http.StatusUnprocessableEntity, http.StatusBadRequest} {
+					a := &Attempt{Response: &http.Response{StatusCode: status}, Body: body}
+					if KeyConflictCodes(c).Classify(a) != ClassKeyConflict {
+						t.Fatalf("KeyConflictCodes(%q) disagrees on %q", c, body)
+					}
 				}
 			}
 		}
 		if got != named {
 			t.Fatalf("IsKeyReuse(%q) = %v, codes %q", body, got, codes)
+		}
+		// The 400 rule is stricter than the 422 rule, and both are what ClassifyStatus says.
+		at := func(status int) *Attempt { return &Attempt{Response: &http.Response{StatusCode: status}, Body: body} }
+		if isKeyReuse400(body) && !got {
+			t.Fatalf("isKeyReuse400(%q) without IsKeyReuse", body)
+		}
+		if (ClassifyStatus(at(http.StatusBadRequest)) == ClassKeyConflict) != isKeyReuse400(body) ||
+			(ClassifyStatus(at(http.StatusUnprocessableEntity)) == ClassKeyConflict) != got {
+			t.Fatalf("ClassifyStatus disagrees with the key-reuse rule on %q", body)
 		}
 	})
 }

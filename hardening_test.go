@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,12 +21,16 @@ import (
 func TestUnsendableOperationsAreRefusedBeforePersisting(t *testing.T) {
 	e := newEnv(t, idemtest.Config{}, nil)
 	for name, op := range map[string]*Operation{
-		"mailto URL":       NewOperation("POST", "mailto:ops@example.com", nil),
-		"no host":          NewOperation("POST", "http:///x", nil),
-		"CRLF in a header": payment(1, "x", WithHeader(http.Header{"X-Note": {"a\r\nX-Evil: 1"}})),
-		"non-UTF-8 header": payment(1, "x", WithHeader(http.Header{"X-Note": {"caf\xe9"}})),
-		"bad header name":  payment(1, "x", WithHeader(http.Header{"X Note": {"a"}})),
-		"non-UTF-8 intent": payment(1, "x", WithIntent("order-\xff")),
+		"mailto URL":        NewOperation("POST", "mailto:ops@example.com", nil),
+		"no host":           NewOperation("POST", "http:///x", nil),
+		"CRLF in a header":  payment(1, "x", WithHeader(http.Header{"X-Note": {"a\r\nX-Evil: 1"}})),
+		"non-UTF-8 header":  payment(1, "x", WithHeader(http.Header{"X-Note": {"caf\xe9"}})),
+		"bad header name":   payment(1, "x", WithHeader(http.Header{"X Note": {"a"}})),
+		"non-UTF-8 intent":  payment(1, "x", WithIntent("order-\xff")),
+		"user info in URL":  NewOperation("POST", strings.Replace(e.srv.URL, "http://", "http://user:pass@", 1)+"/v1/payments", nil),
+		"user and password": NewOperation("POST", "http://user:pass@127.0.0.1:1/v1/payments", nil),
+		"user only":         NewOperation("POST", "https://sk_live_x@api.example.com/v1/payments", nil),
+		"scheme-relative":   NewOperation("POST", "//user:pass@api.example.com/v1/payments", nil),
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := e.c.Do(context.Background(), op, WithMaxAttempts(3))
@@ -110,4 +115,58 @@ func TestNonUTF8ResponseHeaderIsStillPersisted(t *testing.T) {
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
 	assert.Equal(t, `{"id":"pay_1"}`, string(rec.Response.Body))
 	assert.Empty(t, rec.Response.Header.Get("X-Trace"))
+}
+
+// A nil context, a nil *Client or one not made by NewClient is a clear error at every entry
+// point, never a panic, and nothing is persisted or sent.
+func TestNilClientAndContextAreRefused(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, nil)
+	op := payment(1, "x")
+	var nilCtx context.Context
+	ctx := context.Background()
+	res := Resolution{Verdict: VerdictNotExecuted}
+	post := func(c *Client, ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/v1/payments", strings.NewReader(`{}`))
+		require.NoError(t, err)
+		_, err = (&Transport{Client: c}).RoundTrip(req)
+		return err
+	}
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"Do nil ctx", func() error { _, err := e.c.Do(nilCtx, op); return err }, ErrInvalidOperation},
+		{"Do nil client", func() error { _, err := (*Client)(nil).Do(ctx, op); return err }, ErrInvalidConfig},
+		{"Do zero client", func() error { _, err := (&Client{}).Do(ctx, op); return err }, ErrInvalidConfig},
+		{"Recover nil ctx", func() error { _, err := e.c.Recover(nilCtx, nil); return err }, ErrInvalidOperation},
+		{"Recover nil client", func() error { _, err := (*Client)(nil).Recover(ctx, nil); return err }, ErrInvalidConfig},
+		{"Resolve nil ctx", func() error { _, err := e.c.Resolve(nilCtx, "", op.Key(), res); return err }, ErrInvalidOperation},
+		{"Resolve nil client", func() error { _, err := (*Client)(nil).Resolve(ctx, "", op.Key(), res); return err }, ErrInvalidConfig},
+		{"Transport nil client", func() error { return post(nil, ctx) }, ErrInvalidConfig},
+		{"Transport zero client", func() error { return post(&Client{}, ctx) }, ErrInvalidConfig},
+		{"nil Transport", func() error {
+			req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/payments", nil)
+			require.NoError(t, err)
+			_, err = (*Transport)(nil).RoundTrip(req)
+			return err
+		}, ErrInvalidConfig},
+		{"Transport request without URL", func() error { _, err := (&Transport{Client: e.c}).RoundTrip(&http.Request{}); return err }, ErrInvalidOperation},
+		{"Transport nil request", func() error { _, err := (&Transport{Client: e.c}).RoundTrip(nil); return err }, ErrInvalidOperation},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NotPanics(t, func() { require.ErrorIs(t, tc.call(), tc.want) })
+		})
+	}
+	_, err := e.store.Get(ctx, "", op.Key())
+	require.ErrorIs(t, err, keystore.ErrNotFound)
+	assert.Equal(t, 0, e.srv.Stats().Requests)
+	var nc *Client
+	require.NotPanics(t, func() {
+		assert.Nil(t, nc.Store())
+		assert.Nil(t, nc.Budget())
+		assert.Equal(t, Stats{}, nc.Stats())
+		assert.NoError(t, nc.Close())
+		assert.NoError(t, (&Client{}).Close())
+	})
 }

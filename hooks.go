@@ -120,6 +120,10 @@ type Hooks struct {
 	// OnClaimLost: another instance took the call's record over (fenced write); the call
 	// stops sending. It may run on the client's lease renewer (a goroutine of its own).
 	OnClaimLost func(ClaimLostEvent)
+	// OnClockSkew: an operation was refused because this client's clock and the keystore's
+	// differ by more than Config.MaxClockSkew (ErrClockSkew). It may run on a background
+	// purge or reclaim goroutine.
+	OnClockSkew func(ClockSkewEvent)
 }
 
 func (c *Client) event(cl *call) Event {

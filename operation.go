@@ -72,7 +72,10 @@ func WithHeader(h http.Header) OperationOption {
 // NewOperation creates an operation for one intent: method and url (relative to
 // Config.BaseURL, such as "/v1/payments", or absolute) with body sent byte for byte on every
 // attempt (nil for none). Unless WithKey is given it mints a random UUIDv4 key (crypto/rand).
-// It never panics: invalid input is reported by Do as ErrInvalidOperation.
+// It never panics: invalid input is reported by Do as ErrInvalidOperation, among it a URL
+// with user info ("https://user:pass@host/..."), which would be persisted with the record
+// (use Config.Credentials instead). The URL, query string included, is persisted as given:
+// never put an API key or a token in it.
 func NewOperation(method, url string, body []byte, opts ...OperationOption) *Operation {
 	o := &Operation{method: method, url: url, header: http.Header{}}
 	if body != nil {
@@ -136,6 +139,9 @@ func (o *Operation) check() (*url.URL, error) {
 	if err != nil || o.url == "" {
 		return nil, fmt.Errorf("%w: bad URL %q", ErrInvalidOperation, o.url)
 	}
+	if u.User != nil { // the URL is persisted with the record: never a password with it
+		return nil, fmt.Errorf("%w: URL carries user info, which would be persisted; use Config.Credentials", ErrInvalidOperation)
+	}
 	if !utf8.ValidString(o.intent) || !utf8.ValidString(o.tenant) {
 		return nil, fmt.Errorf("%w: intent and tenant must be valid UTF-8", ErrInvalidOperation)
 	}
@@ -185,7 +191,11 @@ func ValidateKey(key string) error {
 
 // Fingerprint returns the hex SHA-256 of the request's method, path (with query) and body
 // bytes, each length-prefixed so that no two different requests share an input. A key reused
-// with another fingerprint is refused (ErrKeyConflict).
+// with another fingerprint is refused (ErrKeyConflict). Do hashes a normalised URL: the
+// request's URL relative to Config.BaseURL when under it ("/v1/payments", "v1/payments",
+// "/v1/payments?", "/v1/payments#x" and the absolute URL under the base are one request),
+// else absolute with lower-case scheme and host; a normal relative URL is hashed as
+// written, so records persisted before this normalisation keep their fingerprint.
 func Fingerprint(method, path string, body []byte) string {
 	h := sha256.New()
 	var n [8]byte
@@ -198,6 +208,64 @@ func Fingerprint(method, path string, body []byte) string {
 	var out [2 * sha256.Size]byte
 	hex.Encode(out[:], h.Sum(sum[:0]))
 	return string(out[:])
+}
+
+// fingerprint returns the fingerprint of op over its normalised target (see target), and
+// the one over its URL as written, which records persisted before normalisation carry.
+func (c *Client) fingerprint(op *Operation) (fp, asWritten string) {
+	return Fingerprint(op.method, c.target(op.url), op.body), Fingerprint(op.method, op.url, op.body)
+}
+
+// target normalises an operation URL for the fingerprint, so that one request written two
+// ways is one fingerprint and two requests that differ on the wire never share one. It
+// resolves the URL as resolveURL does, lower-cases scheme and host, drops the fragment
+// (never sent) and an empty query, and gives an empty path "/". A result under
+// Config.BaseURL loses the base (so "/v1/payments", "v1/payments" and the absolute URL are
+// one request); any other keeps its scheme and host (another host, or a path beside the
+// base's, is another request). An already normal relative URL ("/v1/payments?x=1") is
+// returned unchanged, so its fingerprint never changes. Path and query bytes are kept as
+// written: no unescaping, no dot segments resolved. A URL that can never be sent is
+// returned as written (resolveURL refuses it before any record exists).
+func (c *Client) target(ref string) string {
+	wire := ref
+	u, err := url.Parse(ref)
+	switch {
+	case err != nil:
+		return ref
+	case !u.IsAbs():
+		if c.base == nil {
+			return ref
+		}
+		wire = c.baseStr + "/" + strings.TrimLeft(ref, "/")
+	case u.Host == "":
+		return ref
+	}
+	wire, _, _ = strings.Cut(wire, "#")
+	if p, q, _ := strings.Cut(wire, "?"); q == "" {
+		wire = p
+	}
+	origin, rest := splitOrigin(wire)
+	if rest == "" || rest[0] == '?' {
+		rest = "/" + rest
+	}
+	if c.base != nil {
+		bo, bp := splitOrigin(c.baseStr)
+		if origin == bo && strings.HasPrefix(rest, bp+"/") {
+			return rest[len(bp):]
+		}
+	}
+	return origin + rest
+}
+
+// splitOrigin splits an absolute URL with an authority into its lower-cased
+// "scheme://host[:port]" and the rest as written.
+func splitOrigin(s string) (origin, rest string) {
+	i := strings.Index(s, "://") + 3
+	j := strings.IndexAny(s[i:], "/?")
+	if j < 0 {
+		j = len(s) - i
+	}
+	return strings.ToLower(s[:i+j]), s[i+j:]
 }
 
 // adoptKeyHeader makes a key header given among the operation's headers (any letter case)

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -12,6 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/idemtest"
 )
 
 // opVisibleASCII returns n bytes cycling through every visible ASCII character 0x21..0x7e.
@@ -256,4 +259,86 @@ func TestSFString(t *testing.T) {
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, sfString(tt.in), "%q", tt.in)
 	}
+}
+
+// One intent written several ways is one fingerprint; a normal relative URL keeps the
+// fingerprint it had before normalisation (records persisted then stay valid).
+func TestFingerprintTarget(t *testing.T) {
+	c, err := NewClient(Config{BaseURL: "https://api.example.com/"})
+	require.NoError(t, err)
+	bare, err := NewClient(Config{})
+	require.NoError(t, err)
+	v2, err := NewClient(Config{BaseURL: "https://API.example.com/v2/"})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		c    *Client
+		ref  string
+		want string
+	}{
+		{c, "/v1/payments", "/v1/payments"},
+		{c, "/v1/payments?x=1&y=2", "/v1/payments?x=1&y=2"},
+		{c, "v1/payments", "/v1/payments"},
+		{c, "//v1/payments", "/v1/payments"},
+		{c, "/v1/payments?", "/v1/payments"},
+		{c, "/v1/payments#frag", "/v1/payments"},
+		{c, "/v1/payments?#frag", "/v1/payments"},
+		{c, "/v1/payments?x=1#frag", "/v1/payments?x=1"},
+		{c, "https://api.example.com/v1/payments", "/v1/payments"},
+		{c, "https://api.example.com/v1/payments?a=%2F", "/v1/payments?a=%2F"},
+		{c, "https://api.example.com", "/"},
+		{c, "https://api.example.com?x=1", "/?x=1"},
+		{c, "HTTPS://API.Example.COM/v1/payments", "/v1/payments"},
+		{c, "?x=1", "/?x=1"},
+		{c, "", "/"},
+		{c, "/v1/payments?a=?", "/v1/payments?a=?"},
+		// Requests that differ on the wire keep different targets.
+		{c, "https://api.example.com//v1/payments", "//v1/payments"},
+		{c, "https://other.example.com:8443/v1/payments#x", "https://other.example.com:8443/v1/payments"},
+		{c, "https://api.example.com.evil.test/v1/payments", "https://api.example.com.evil.test/v1/payments"},
+		{c, "http://api.example.com/v1/payments", "http://api.example.com/v1/payments"},
+		{c, "/v1//payments", "/v1//payments"},
+		{c, "/v1/payments/", "/v1/payments/"},
+		{c, "/v1/pay%20ments", "/v1/pay%20ments"},
+		{bare, "http://127.0.0.1:8080/v1/payments?", "http://127.0.0.1:8080/v1/payments"},
+		{bare, "HTTPS://API.EXAMPLE.COM/v1/payments", "https://api.example.com/v1/payments"},
+		{bare, "https://api.example.com", "https://api.example.com/"},
+		{bare, "https://api.example.com?x=1", "https://api.example.com/?x=1"},
+		{bare, "/v1/payments", "/v1/payments"}, // never sent: no base
+		// A base with a path: only URLs under it lose it.
+		{v2, "/payments", "/payments"},
+		{v2, "https://api.example.com/v2/payments", "/payments"},
+		{v2, "https://api.example.com/v1/payments", "https://api.example.com/v1/payments"},
+		{v2, "https://api.example.com/v2", "https://api.example.com/v2"},
+		{v2, "https://api.example.com/v2x/payments", "https://api.example.com/v2x/payments"},
+	} {
+		assert.Equal(t, tc.want, tc.c.target(tc.ref), tc.ref)
+	}
+	// Golden: the fingerprint of a normal relative URL is the one persisted before.
+	fp, asWritten := c.fingerprint(NewOperation("POST", "/v1/payments", []byte(`{"amount":500}`)))
+	assert.Equal(t, "fa476740a8ad927ac7e66d7e9c044a4f6616412d1128fb0f01fa0967bee09d21", fp)
+	assert.Equal(t, fp, asWritten)
+	abs, _ := c.fingerprint(NewOperation("POST", "https://api.example.com/v1/payments#x", []byte(`{"amount":500}`)))
+	assert.Equal(t, fp, abs)
+	other, _ := c.fingerprint(NewOperation("POST", "/v1/payments/", []byte(`{"amount":500}`)))
+	assert.NotEqual(t, fp, other)
+}
+
+// End to end: a key first used with a relative URL is the same request when written
+// absolute under the base (replayed from the record, not sent again), and another request
+// when the URL leaves the base.
+func TestFingerprintTargetDo(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, nil)
+	body := paymentBody(700, "order-fp")
+	first := NewOperation(http.MethodPost, "/v1/payments", body, WithKey("key-fp-1"))
+	_, err := e.c.Do(context.Background(), first)
+	require.NoError(t, err)
+	again := NewOperation(http.MethodPost, e.srv.URL+"/v1/payments#x", body, WithKey("key-fp-1"))
+	res, err := e.c.Do(context.Background(), again)
+	require.NoError(t, err)
+	assert.Equal(t, SourceStore, res.Source)
+	assert.Equal(t, 1, e.srv.ExecutionsFor("key-fp-1"))
+	other := NewOperation(http.MethodPost, e.srv.URL+"//v1/payments", body, WithKey("key-fp-1"))
+	_, err = e.c.Do(context.Background(), other)
+	require.ErrorIs(t, err, ErrKeyConflict)
+	assert.Equal(t, 1, e.srv.ExecutionsFor("key-fp-1"))
 }

@@ -160,7 +160,9 @@ func WithMaxElapsed(d time.Duration) CallOption {
 	return func(s *callSettings) { s.policy.MaxElapsed = d }
 }
 
-// WithAttemptTimeout sets Policy.AttemptTimeout for this call.
+// WithAttemptTimeout sets Policy.AttemptTimeout for this call. It must be shorter than
+// Config.LeaseTTL, as the client-wide value must: otherwise Do returns ErrInvalidPolicy and
+// sends nothing.
 func WithAttemptTimeout(d time.Duration) CallOption {
 	return func(s *callSettings) { s.policy.AttemptTimeout = d }
 }

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,12 @@ func (c *Client) maybePurge() {
 	go func() {
 		defer p.wg.Done()
 		defer p.running.Store(false)
+		if err := c.checkClock(p.ctx, opPurge, nil); err != nil {
+			if p.ctx.Err() == nil && !errors.Is(err, ErrClockSkew) { // a skew is reported already
+				c.warnf("background retention purge", err)
+			}
+			return
+		}
 		n, err := c.purgeOld(p.ctx, now.Add(-c.cfg.Retention))
 		p.purged.Add(int64(n))
 		if err != nil && p.ctx.Err() == nil {
@@ -76,7 +83,8 @@ func (c *Client) maybePurge() {
 	}()
 }
 
-// purgeOld deletes the terminal records last updated before cutoff: in steps of
+// purgeOld deletes the terminal records last updated before cutoff (the caller has checked
+// its clock, checkClock): in steps of
 // Config.PurgeBatch when the store is a keystore.BatchPurger, so that writes of live calls
 // wait at most for one step, else with one Purge.
 func (c *Client) purgeOld(ctx context.Context, cutoff time.Time) (int, error) {
@@ -102,13 +110,18 @@ func (c *Client) purgeOld(ctx context.Context, cutoff time.Time) (int, error) {
 // It does not close the Store, which the caller owns. Do and Recover still work after Close;
 // they only no longer start background passes. Close always returns nil.
 func (c *Client) Close() error {
+	if c == nil {
+		return nil
+	}
 	c.stopReclaimer()
 	c.stopRenewer()
 	p := &c.purger
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	p.cancel()
+	if p.cancel != nil { // a zero Client never started a purge
+		p.cancel()
+	}
 	p.wg.Wait()
 	return nil
 }

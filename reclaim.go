@@ -88,7 +88,11 @@ func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Recon
 			}
 		}
 		n := cap(work) - len(work)
-		recs, err := c.store.ClaimExpired(ctx, c.lease(), n)
+		err := c.checkClock(ctx, opReclaim, nil)
+		var recs []*keystore.Record
+		if err == nil {
+			recs, err = c.store.ClaimExpired(ctx, c.lease(), n)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return claimed, nil
@@ -190,8 +194,8 @@ func (c *Client) reclaimNow(ctx context.Context) {
 		c.warnf("background reclaim", err)
 		return
 	}
-	if _, err := c.reclaimPass(ctx, s, func(Reconciled, bool) {}); err != nil {
-		c.warnf("background reclaim", err)
+	if _, err := c.reclaimPass(ctx, s, func(Reconciled, bool) {}); err != nil && !errors.Is(err, ErrClockSkew) {
+		c.warnf("background reclaim", err) // a skew is reported already
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -63,6 +64,12 @@ func TestLookupSettlesStoredServerError(t *testing.T) {
 			assert.Equal(t, int64(1), st.StoredServerErrors)
 			assert.Equal(t, int64(1), st.Lookups)
 			assert.Equal(t, int64(1), st.ResolvedByLookup)
+			// Stats say what Do returned: a Result is a success, not a give-up.
+			if tc.executed {
+				assert.Equal(t, Stats{Succeeded: 1, FinalFailures: 0}, Stats{Succeeded: st.Succeeded, FinalFailures: st.FinalFailures})
+			} else {
+				assert.Equal(t, Stats{Succeeded: 0, FinalFailures: 1}, Stats{Succeeded: st.Succeeded, FinalFailures: st.FinalFailures})
+			}
 
 			if tc.executed {
 				require.NoError(t, err)
@@ -279,4 +286,74 @@ func jsonID(t *testing.T, body []byte) string {
 	}
 	require.NoError(t, json.Unmarshal(body, &v))
 	return v.ID
+}
+
+// An executed verdict needs a 2xx answer: a succeeded record holding a 500 would make Do (and
+// the Transport) return that 500 as a success. Resolve refuses it and writes nothing; a lookup
+// answering it is inconclusive and the record stays manual.
+func TestExecutedVerdictNeedsA2xxAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		ok     bool
+	}{
+		{200, true}, {201, true}, {204, true}, {299, true},
+		{100, false}, {199, false}, {302, false}, {400, false}, {409, false},
+		{500, false}, {503, false}, {599, false},
+	} {
+		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
+			var asked atomic.Int64
+			viaLookup := payment(1, "r-lookup")
+			e := newEnv(t, idemtest.Config{}, func(c *Config) {
+				c.Lookup = func(ctx context.Context, req LookupRequest) (Resolution, error) {
+					if req.Record.Key != viaLookup.Key() {
+						return Resolution{}, nil // the other record waits for Resolve
+					}
+					asked.Add(1)
+					return Resolution{Verdict: VerdictExecuted, Response: &keystore.Response{Status: tc.status}}, nil
+				}
+			})
+			e.srv.Script(idemtest.FaultStored500AfterCharge, idemtest.FaultStored500AfterCharge)
+			ctx := context.Background()
+			res, err := e.c.Do(ctx, viaLookup)
+			assert.Equal(t, int64(1), asked.Load())
+			if tc.ok {
+				require.NoError(t, err)
+				assert.Equal(t, tc.status, res.StatusCode)
+				assert.Equal(t, SourceLookup, res.Source)
+				assert.Equal(t, keystore.StateSucceeded, e.record(viaLookup.Key()).State)
+			} else {
+				require.ErrorIs(t, err, ErrStoredServerError)
+				assert.Equal(t, keystore.StateManual, e.record(viaLookup.Key()).State)
+			}
+
+			byHand := payment(2, "r-hand")
+			_, err = e.c.Do(ctx, byHand)
+			require.ErrorIs(t, err, ErrStoredServerError)
+			rec, err := e.c.Resolve(ctx, "", byHand.Key(), Resolution{Verdict: VerdictExecuted, Note: "ops",
+				Response: &keystore.Response{Status: tc.status}})
+			if tc.ok {
+				require.NoError(t, err)
+				assert.Equal(t, keystore.StateSucceeded, rec.State)
+				return
+			}
+			require.ErrorIs(t, err, ErrInvalidOperation)
+			stored := e.record(byHand.Key())
+			assert.Equal(t, keystore.StateManual, stored.State)
+			assert.Equal(t, 500, stored.Response.Status, "the stored answer is kept")
+			// A not-executed verdict ignores the answer's status.
+			rec, err = e.c.Resolve(ctx, "", byHand.Key(), Resolution{Verdict: VerdictNotExecuted, Note: "ops",
+				Response: &keystore.Response{Status: tc.status}})
+			require.NoError(t, err)
+			assert.Equal(t, keystore.StateFailed, rec.State)
+		})
+	}
+	// nil Response: the documented empty 200.
+	e := newEnv(t, idemtest.Config{}, nil)
+	e.srv.Script(idemtest.FaultStored500AfterCharge)
+	op := payment(1, "r-nil")
+	_, err := e.c.Do(context.Background(), op)
+	require.ErrorIs(t, err, ErrStoredServerError)
+	rec, err := e.c.Resolve(context.Background(), "", op.Key(), Resolution{Verdict: VerdictExecuted, Note: "ops"})
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, rec.Response.Status)
 }

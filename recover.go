@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,11 +62,23 @@ type RecoverReport struct {
 // With Config.Lookup set, it also asks the lookup about every manual record waiting for
 // reconciliation (a stored 5xx, a key past KeyTTL) and persists a conclusive verdict
 // (RecoverReport.Resolved; handle gets those too). A manual record is never resent.
-// Otherwise the error is non-nil only when the keystore cannot be read, or ctx ended.
+// When the store has a clock (keystore.Clock, shared by a fleet) and Config.Now differs from
+// it by more than Config.MaxClockSkew, Recover purges and claims nothing and returns a
+// *ClockSkewError (ErrClockSkew): fix the host's clock, then run it again; the same error
+// ends it if the clock steps during the run (checked before each claim of other instances'
+// records). Otherwise the error is non-nil only when the keystore cannot be read, or ctx
+// ended (or is nil: ErrInvalidOperation; a nil or zero *Client: ErrInvalidConfig).
 func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...CallOption) (RecoverReport, error) {
 	var rep RecoverReport
+	if err := checkEntry(c, ctx); err != nil {
+		return rep, err
+	}
 	s, err := c.settings(opts)
 	if err != nil {
+		return rep, err
+	}
+	// The purge and the claims below act on other instances' records by this clock.
+	if err := c.checkClock(ctx, opPurge, nil); err != nil {
 		return rep, err
 	}
 	n, err := c.purgeOld(ctx, c.cfg.Now().Add(-c.cfg.Retention))
@@ -84,6 +97,9 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 	}
 	// First the orphans, claimed in batches: records other instances hold are left to them.
 	claimed, claimErr := c.reclaimPass(ctx, s, record)
+	if errors.Is(claimErr, ErrClockSkew) { // the clock stepped since the purge's check
+		return rep, claimErr
+	}
 	if claimErr != nil {
 		c.warnf("claiming orphaned records; falling back to one claim per listed record", claimErr)
 	}
@@ -97,6 +113,7 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 		states = append(states, keystore.StateManual)
 	}
 	work := make(chan *keystore.Record)
+	var takeoverErr error // a takeover the clock check refused (the clock stepped during the run)
 	var wg sync.WaitGroup
 	for range c.cfg.RecoverConcurrency {
 		wg.Add(1)
@@ -115,7 +132,12 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 					}
 					continue
 				}
-				out, ran := c.recoverOne(ctx, s, rec)
+				out, ran, err := c.recoverOne(ctx, s, rec)
+				if err != nil {
+					mu.Lock()
+					takeoverErr = cmp.Or(takeoverErr, err)
+					mu.Unlock()
+				}
 				record(out, ran)
 			}
 		}()
@@ -154,6 +176,9 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 	if ctx.Err() != nil {
 		return rep, ctx.Err()
 	}
+	if takeoverErr != nil {
+		return rep, takeoverErr
+	}
 	if len(damaged) > 0 {
 		return rep, &DamagedRecordsError{Records: damaged}
 	}
@@ -190,34 +215,42 @@ func (rep *RecoverReport) count(out Reconciled, ran bool) {
 
 // recoverOne claims and reconciles one listed pending record under its key (and intent)
 // lock; ran is false when a call in this process holds it, another instance holds its lease,
-// or it is no longer pending.
-func (c *Client) recoverOne(ctx context.Context, s callSettings, rec *keystore.Record) (Reconciled, bool) {
+// or it is no longer pending. err is the clock check's refusal of a takeover (checkClock).
+func (c *Client) recoverOne(ctx context.Context, s callSettings, rec *keystore.Record) (Reconciled, bool, error) {
 	if rec.Intent != "" {
 		unlock, ok := c.locks.tryLock(intentLockName(rec.Scope, rec.Intent))
 		if !ok {
-			return Reconciled{}, false
+			return Reconciled{}, false, nil
 		}
 		defer unlock()
 	}
 	unlock, ok := c.locks.tryLock(keyLockName(rec.Scope, rec.Key))
 	if !ok {
-		return Reconciled{}, false
+		return Reconciled{}, false, nil
 	}
 	defer unlock()
 	fresh, err := c.get(ctx, rec.Scope, rec.Key)
 	if err != nil || fresh.State != keystore.StatePending {
-		return Reconciled{}, false
+		return Reconciled{}, false, nil
+	}
+	if c.takesOver(fresh) {
+		if err := c.checkClock(ctx, opTakeover, fresh); err != nil {
+			if !errors.Is(err, ErrClockSkew) {
+				c.warn("checking the clock before a takeover", fresh, err)
+			}
+			return Reconciled{}, false, err
+		}
 	}
 	fresh, err = c.store.Claim(ctx, fresh.Scope, fresh.Key, c.leaseFor(fresh))
 	if err != nil { // claimed by another instance, finished meanwhile, or unreadable
 		if !errors.Is(err, keystore.ErrClaimed) && !errors.Is(err, keystore.ErrNotPending) {
 			c.warn("claiming a pending record", rec, err)
 		}
-		return Reconciled{}, false
+		return Reconciled{}, false, nil
 	}
 	c.stats.orphans.Add(1) // no live lease (released, expired, or an ended process's)
 	out, ran, _ := c.reconcileClaimed(ctx, s, fresh, false)
-	return out, ran
+	return out, ran, nil
 }
 
 // resolveOne asks Config.Lookup about a manual record under its key (and intent) lock; ran

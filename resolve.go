@@ -22,7 +22,8 @@ const (
 	// record stays manual.
 	VerdictUnknown Verdict = iota
 	// VerdictExecuted: the intent took effect (a charge with the reference exists). The
-	// record becomes succeeded with Resolution.Response as its answer.
+	// record becomes succeeded with Resolution.Response as its answer, which must be a 2xx
+	// (nil means an empty 200).
 	VerdictExecuted
 	// VerdictNotExecuted: the intent did not take effect. The record becomes failed with
 	// Reason ReasonNotExecuted; Do returns ErrNotExecuted, and only then may the application
@@ -42,10 +43,15 @@ func (v Verdict) String() string {
 
 // Resolution settles a manual record.
 type Resolution struct {
+	// Verdict is what the person or the Lookup found: VerdictExecuted (the record becomes
+	// succeeded) or VerdictNotExecuted (failed; Do then returns ErrNotExecuted). VerdictUnknown
+	// is ErrInvalidOperation from Resolve.
 	Verdict Verdict
 	// Response is the answer found for VerdictExecuted (the charge the search returned); it
-	// becomes the record's answer and what Do returns for the intent from then on. Nil means
-	// an empty 200 answer. Ignored for VerdictNotExecuted (the stored answer is kept).
+	// becomes the record's answer and what Do returns for the intent from then on. It must be
+	// a 2xx (anything else is ErrInvalidOperation from Resolve, and an inconclusive lookup);
+	// nil means an empty 200 answer. Ignored for VerdictNotExecuted (the stored answer is
+	// kept).
 	Response *keystore.Response
 	// Note is kept on the record (keystore.Record.Note): who decided and on what evidence.
 	Note string
@@ -75,16 +81,18 @@ type LookupFunc func(ctx context.Context, req LookupRequest) (Resolution, error)
 // makes it failed (Reason ReasonNotExecuted, Do then returns ErrNotExecuted). r.Note is kept
 // on the record. Resolve waits for any call of this client holding the key.
 //
-// Errors: ErrInvalidOperation for VerdictUnknown or a response status outside 100..599;
+// Errors: ErrInvalidConfig for a nil or zero *Client; ErrInvalidOperation for a nil ctx,
+// VerdictUnknown, a response status outside 100..599, or VerdictExecuted with a response
+// that is not a 2xx (the record would become succeeded with an error answer);
 // keystore.ErrNotFound when there is no such record; an *OperationError matching
 // ErrNotManual when the record is not manual (pending, succeeded or failed: nothing is
 // written); ErrCanceled when ctx ends while waiting; a keystore error when the write fails.
 func (c *Client) Resolve(ctx context.Context, scope, key string, r Resolution) (*keystore.Record, error) {
-	if r.Verdict != VerdictExecuted && r.Verdict != VerdictNotExecuted {
-		return nil, fmt.Errorf("%w: a resolution needs VerdictExecuted or VerdictNotExecuted, got %s", ErrInvalidOperation, r.Verdict)
+	if err := checkEntry(c, ctx); err != nil {
+		return nil, err
 	}
-	if r.Response != nil && (r.Response.Status < 100 || r.Response.Status > 599) {
-		return nil, fmt.Errorf("%w: resolution response status %d", ErrInvalidOperation, r.Response.Status)
+	if err := r.check(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOperation, err)
 	}
 	unlock, _, err := c.locks.lock(ctx, keyLockName(scope, key))
 	if err != nil {
@@ -100,14 +108,56 @@ func (c *Client) Resolve(ctx context.Context, scope, key string, r Resolution) (
 			LastStatus: rec.LastStatus, Stored: true, Cause: fmt.Errorf("record is %s", rec.State)}
 	}
 	if err := c.settle(ctx, rec, r); err != nil {
+		if errors.Is(err, errSettledElsewhere) {
+			return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrNotManual,
+				LastStatus: rec.LastStatus, Stored: true, Cause: fmt.Errorf("record is %s (settled by another instance meanwhile)", rec.State)}
+		}
 		return nil, err
 	}
 	c.onResolved(rec, r.Verdict == VerdictExecuted, false)
 	return rec.Clone(), nil
 }
 
-// settle applies a verdict to a manual record and persists it.
+// check refuses a resolution that cannot be persisted as it stands: no conclusive verdict, a
+// status outside 100..599, or an executed verdict whose answer is not a 2xx (a succeeded
+// record with a 500 would make Do return that 500 as a success).
+func (r Resolution) check() error {
+	if r.Verdict != VerdictExecuted && r.Verdict != VerdictNotExecuted {
+		return fmt.Errorf("a resolution needs VerdictExecuted or VerdictNotExecuted, got %s", r.Verdict)
+	}
+	if r.Response == nil {
+		return nil
+	}
+	if r.Response.Status < 100 || r.Response.Status > 599 {
+		return fmt.Errorf("resolution response status %d", r.Response.Status)
+	}
+	if r.Verdict == VerdictExecuted && r.Response.Status/100 != 2 {
+		return fmt.Errorf("an executed verdict needs a 2xx answer, got status %d", r.Response.Status)
+	}
+	return nil
+}
+
+// errSettledElsewhere: the record stopped being manual while its verdict was being formed
+// (another instance's lookup or a person settled it); rec now holds the stored record.
+var errSettledElsewhere = errors.New("idem: the record was settled meanwhile")
+
+// settle applies a verdict to a manual record and persists it, unless the record is no
+// longer manual in the store: then rec becomes the stored record and the error is
+// errSettledElsewhere, and nothing is written. Manual records hold no lease, so two
+// instances may look one up at once; the re-read keeps a late verdict from overwriting an
+// earlier one. That matters after a not-executed verdict: the application then pays under a
+// new intent, and a search by reference run after that payment would find it and call the
+// old key executed. A verdict formed before the re-read saw only what preceded the first
+// verdict's write, so the window that remains (re-read to write) cannot hold that payment.
 func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution) error {
+	cur, err := c.store.Get(context.WithoutCancel(ctx), rec.Scope, rec.Key)
+	if err != nil {
+		return fmt.Errorf("idem: re-reading key %q before persisting its resolution: %w", rec.Key, err)
+	}
+	if cur.State != keystore.StateManual {
+		*rec = *cur
+		return errSettledElsewhere
+	}
 	next := rec.Clone()
 	next.Note, next.NotExecuted, next.UpdatedAt = r.Note, false, c.cfg.Now()
 	if r.Verdict == VerdictExecuted {
@@ -140,8 +190,8 @@ func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, heade
 	if err == nil && r.Verdict != VerdictExecuted && r.Verdict != VerdictNotExecuted {
 		err = errors.New("the lookup could not tell")
 	}
-	if err == nil && r.Response != nil && (r.Response.Status < 100 || r.Response.Status > 599) {
-		err = fmt.Errorf("the lookup returned response status %d", r.Response.Status)
+	if err == nil {
+		err = r.check() // never a succeeded record with a non-2xx answer
 	}
 	if err != nil {
 		c.warn("business lookup inconclusive; the record stays manual", rec, err)
@@ -151,6 +201,10 @@ func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, heade
 		r.Note = "lookup: " + r.Verdict.String()
 	}
 	if err := c.settle(ctx, rec, r); err != nil {
+		if errors.Is(err, errSettledElsewhere) && rec.State != keystore.StatePending {
+			res, err := c.storedOutcome(rec) // the verdict that was persisted first stands
+			return res, err, true
+		}
 		c.warn("recording the business lookup's verdict", rec, err)
 		return nil, nil, false
 	}

@@ -42,7 +42,7 @@ func (c *Client) newRetrier() *retryablehttp.Client {
 		Transport: &attemptTransport{base: rt},
 		Jar:       c.http.Jar,
 		Timeout:   c.http.Timeout,
-		// A redirect would resend the body to another URL; a 3xx is a final answer instead.
+		// A redirect would resend the body to another URL; a 3xx is classified instead.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return &retryablehttp.Client{

@@ -24,8 +24,8 @@ const (
 	// ClassInProgress: the server is still executing this key (409). Wait, then ask the
 	// status endpoint or resend with the same key. Never a failure by itself.
 	ClassInProgress
-	// ClassKeyConflict: the server says the key was used with another payload (422). Fail
-	// with ErrKeyConflict.
+	// ClassKeyConflict: the server says the key was used with another payload (422, or a 400
+	// such as Stripe's idempotency_error). Fail with ErrKeyConflict.
 	ClassKeyConflict
 	// ClassPermanent: a final answer that must not be retried (validation, auth). Fail with
 	// ErrPermanent. On a 5xx it is taken as ClassStoredServerError: a server error is never a
@@ -70,6 +70,8 @@ func (a *Attempt) StatusCode() int {
 // Classifier decides what an attempt's outcome means. Return ClassUndecided to let the next
 // classifier in the list decide.
 type Classifier interface {
+	// Classify returns the Class of attempt a (its response and body, or its transport
+	// error), or ClassUndecided to defer to the next classifier in the list.
 	Classify(a *Attempt) Class
 }
 
@@ -108,9 +110,22 @@ func DefaultClassifiers() Classifiers {
 	}
 }
 
-// HintHeader returns a classifier that obeys a server hint header on a non-2xx answer:
-// "true" means the request was not executed and may be resent (ClassRetry), "false" means
-// resending cannot help (ClassPermanent). Other values are undecided.
+// HintHeader returns a classifier that obeys a server hint header (such as Stripe's
+// Stripe-Should-Retry) on a non-2xx answer. "true" means the request was not executed and
+// may be resent with the same key (ClassRetry). "false" says only that resending will not
+// help; it never says the request was not executed, so it can never turn an answer whose
+// outcome may be executed into a failure:
+//
+//	408, 425         ClassUnknown: the status endpoint is asked before anything else
+//	409              ClassInProgress: the key is still executing
+//	5xx              ClassStoredServerError: execution began, effect unknown; never resent,
+//	                 the record waits for reconciliation (Config.Lookup, Client.Resolve)
+//	400, 422         ClassKeyConflict when the body names key reuse (see ClassifyStatus),
+//	                 else ClassPermanent
+//	other 4xx        ClassPermanent: the hint confirms a final answer
+//	3xx, 1xx         ClassUnknown, as without the hint (see ClassifyStatus)
+//
+// Other values, and any value on a 2xx, are undecided.
 func HintHeader(name string) Classifier {
 	return ClassifierFunc(func(a *Attempt) Class {
 		if a.Response == nil || a.Response.StatusCode/100 == 2 {
@@ -120,24 +135,45 @@ func HintHeader(name string) Classifier {
 		case "true":
 			return ClassRetry
 		case "false":
-			return ClassPermanent
+			if keyReuseAnswer(a) { // final too, but the finer verdict: the key, not the payload
+				return ClassKeyConflict
+			}
+			return doNotRetry(a.Response.StatusCode)
 		}
 		return ClassUndecided
 	})
 }
 
+// doNotRetry is what a "do not retry" hint means for a status: a failure only where the
+// status itself is a final answer; wherever the request may have been executed, the outcome
+// is still asked about (or waits for reconciliation), never given up.
+func doNotRetry(code int) Class {
+	switch {
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly:
+		return ClassUnknown
+	case code == http.StatusConflict:
+		return ClassInProgress
+	case code >= 500:
+		return ClassStoredServerError
+	case code >= 400 && code < 500:
+		return ClassPermanent
+	}
+	return ClassUnknown // 3xx (see ClassifyStatus), 1xx or out of range: nothing final was said
+}
+
 // ClassifyReplay classifies an error answer the server marks as a replay
 // (Idempotent-Replayed: true): the server stored that answer for this key and will send the
 // same one to every resend. A stored 4xx is the server's decision (ClassPermanent); a stored
-// 5xx means execution began with an unknown effect (ClassStoredServerError).
+// 5xx means execution began with an unknown effect (ClassStoredServerError), and so does a
+// stored 3xx (a redirect proves nothing of the effect; see ClassifyStatus).
 func ClassifyReplay(a *Attempt) Class {
-	if a.Response == nil || a.Response.StatusCode < 400 {
+	if a.Response == nil || a.Response.StatusCode < 300 {
 		return ClassUndecided
 	}
 	if !strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true") {
 		return ClassUndecided
 	}
-	if a.Response.StatusCode >= 500 {
+	if c := a.Response.StatusCode; c >= 500 || c < 400 {
 		return ClassStoredServerError
 	}
 	return ClassPermanent
@@ -157,9 +193,12 @@ func ClassifyTransport(a *Attempt) Class {
 }
 
 // ClassifyStatus classifies by status code: 2xx success; 409 in progress; 422 key conflict
-// when the body names idempotency-key reuse (see IsKeyReuse), any other 422 permanent
-// (validation); 429 and 503 retry (not executed); 408, 500, 502, 504 and other 5xx unknown (the request
-// may have been executed, or forwarded by a proxy); other 4xx and 3xx permanent.
+// when the body names idempotency-key reuse (see IsKeyReuse), 400 key conflict when it names
+// reuse precisely (Stripe's idempotency_error), any other 400 or 422 permanent (validation);
+// 429 and 503 retry (not executed); 408, 425 (RFC 8470: a proxy may have forwarded it), 500,
+// 502, 504 and other 5xx unknown (the request may have been executed, or forwarded by a
+// proxy); 3xx and 1xx unknown (a redirect is never followed for an operation and proves
+// nothing of the effect: a 303 means it was processed, RFC 9110 §15.4.4); other 4xx permanent.
 func ClassifyStatus(a *Attempt) Class {
 	code := a.StatusCode()
 	switch {
@@ -169,22 +208,24 @@ func ClassifyStatus(a *Attempt) Class {
 		return ClassSuccess
 	case code == http.StatusConflict:
 		return ClassInProgress
-	case code == http.StatusUnprocessableEntity:
-		if IsKeyReuse(a.Body) {
+	case code == http.StatusUnprocessableEntity, code == http.StatusBadRequest:
+		if keyReuseAnswer(a) {
 			return ClassKeyConflict
 		}
 		return ClassPermanent
 	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable:
 		return ClassRetry
-	case code == http.StatusRequestTimeout, code == http.StatusInternalServerError,
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusInternalServerError,
 		code == http.StatusBadGateway, code == http.StatusGatewayTimeout:
 		return ClassUnknown
 	case code >= 400 && code < 500:
 		return ClassPermanent
-	case code >= 300 && code < 400:
-		return ClassPermanent // a redirect that was not followed: resending changes nothing
 	}
-	return ClassUnknown // other 5xx: executed or not, we cannot tell
+	// Other 5xx: executed or not, we cannot tell. 3xx: a redirect is never followed for an
+	// operation, and it says nothing reliable of the effect (a 303 See Other even says the
+	// request was processed, RFC 9110 §15.4.4): the status endpoint is asked, and a stored
+	// 3xx goes manual like a stored 5xx. 1xx is never a final answer.
+	return ClassUnknown
 }
 
 // notSentError marks a transport error that happened before any request byte was written.

@@ -52,6 +52,7 @@ func TestDefaultClassifiersTable(t *testing.T) {
 
 		// may have executed
 		{"408", rcResp(408), ClassUnknown},
+		{"425", rcResp(425), ClassUnknown},
 		{"500", rcResp(500), ClassUnknown},
 		{"502", rcResp(502), ClassUnknown},
 		{"504", rcResp(504), ClassUnknown},
@@ -78,12 +79,13 @@ func TestDefaultClassifiersTable(t *testing.T) {
 		{"418", rcResp(418), ClassPermanent},
 		{"499", rcResp(499), ClassPermanent},
 
-		// 3xx: a redirect not followed is a final answer
-		{"301", rcResp(301), ClassPermanent},
-		{"302", rcResp(302), ClassPermanent},
-		{"304", rcResp(304), ClassPermanent},
-		{"307", rcResp(307), ClassPermanent},
-		{"399", rcResp(399), ClassPermanent},
+		// 3xx: a redirect not followed proves nothing of the effect (a 303 says it happened)
+		{"301", rcResp(301), ClassUnknown},
+		{"302", rcResp(302), ClassUnknown},
+		{"303", rcResp(303), ClassUnknown},
+		{"304", rcResp(304), ClassUnknown},
+		{"307", rcResp(307), ClassUnknown},
+		{"399", rcResp(399), ClassUnknown},
 
 		// odd codes
 		{"1xx", rcResp(100), ClassUnknown},
@@ -92,11 +94,26 @@ func TestDefaultClassifiersTable(t *testing.T) {
 
 		// Stripe-Should-Retry overrides the status row
 		{"500 + Should-Retry true", rcResp(500, "Stripe-Should-Retry", "true"), ClassRetry},
-		{"500 + Should-Retry false", rcResp(500, "Stripe-Should-Retry", "false"), ClassPermanent},
 		{"400 + Should-Retry true", rcResp(400, "Stripe-Should-Retry", "true"), ClassRetry},
+		// "false" never makes a possibly executed answer a failure
+		{"408 + Should-Retry false", rcResp(408, "Stripe-Should-Retry", "false"), ClassUnknown},
+		{"409 + Should-Retry false", rcResp(409, "Stripe-Should-Retry", "false"), ClassInProgress},
+		{"425 + Should-Retry false", rcResp(425, "Stripe-Should-Retry", "false"), ClassUnknown},
+		{"500 + Should-Retry false", rcResp(500, "Stripe-Should-Retry", "false"), ClassStoredServerError},
+		{"501 + Should-Retry false", rcResp(501, "Stripe-Should-Retry", "false"), ClassStoredServerError},
+		{"502 + Should-Retry false", rcResp(502, "Stripe-Should-Retry", "false"), ClassStoredServerError},
+		{"503 + Should-Retry false", rcResp(503, "Stripe-Should-Retry", "false"), ClassStoredServerError},
+		{"504 + Should-Retry false", rcResp(504, "Stripe-Should-Retry", "false"), ClassStoredServerError},
+		{"599 + Should-Retry false", rcResp(599, "Stripe-Should-Retry", "false"), ClassStoredServerError},
+		// it confirms a final answer
 		{"400 + Should-Retry false", rcResp(400, "Stripe-Should-Retry", "false"), ClassPermanent},
-		{"503 + Should-Retry false", rcResp(503, "Stripe-Should-Retry", "false"), ClassPermanent},
-		{"409 + Should-Retry false", rcResp(409, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"401 + Should-Retry false", rcResp(401, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"402 + Should-Retry false", rcResp(402, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"404 + Should-Retry false", rcResp(404, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"422 + Should-Retry false", rcResp(422, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"429 + Should-Retry false", rcResp(429, "Stripe-Should-Retry", "false"), ClassPermanent},
+		{"302 + Should-Retry false", rcResp(302, "Stripe-Should-Retry", "false"), ClassUnknown},
+		{"1xx + Should-Retry false", rcResp(100, "Stripe-Should-Retry", "false"), ClassUnknown},
 		{"Should-Retry case and spaces", rcResp(500, "Stripe-Should-Retry", " TRUE "), ClassRetry},
 		{"Should-Retry other value ignored", rcResp(500, "Stripe-Should-Retry", "maybe"), ClassUnknown},
 		{"Should-Retry empty ignored", rcResp(400, "Stripe-Should-Retry", ""), ClassPermanent},
@@ -108,6 +125,7 @@ func TestDefaultClassifiersTable(t *testing.T) {
 		{"500 replayed", rcResp(500, "Idempotent-Replayed", "true"), ClassStoredServerError},
 		{"502 replayed", rcResp(502, "Idempotent-Replayed", "TRUE"), ClassStoredServerError},
 		{"400 replayed", rcResp(400, "Idempotent-Replayed", "true"), ClassPermanent},
+		{"303 replayed", rcResp(303, "Idempotent-Replayed", "true"), ClassStoredServerError},
 		{"201 replayed is success", rcResp(201, "Idempotent-Replayed", "true"), ClassSuccess},
 		{"500 replayed false", rcResp(500, "Idempotent-Replayed", "false"), ClassUnknown},
 		// A stored 5xx is replayed to every resend of the key: a "retry" hint cannot change it.
@@ -177,7 +195,8 @@ func TestIndividualClassifiersAreUndecidedOutsideTheirRow(t *testing.T) {
 	assert.Equal(t, ClassRetry, HintHeader("X-Retry-Hint").Classify(rcResp(500, "X-Retry-Hint", "true")))
 	assert.Equal(t, ClassUndecided, HintHeader("X-Retry-Hint").Classify(rcResp(500, "Stripe-Should-Retry", "true")))
 	assert.Equal(t, ClassUndecided, ClassifyReplay(rcResp(500)))
-	assert.Equal(t, ClassUndecided, ClassifyReplay(rcResp(399, "Idempotent-Replayed", "true")))
+	assert.Equal(t, ClassUndecided, ClassifyReplay(rcResp(299, "Idempotent-Replayed", "true")))
+	assert.Equal(t, ClassStoredServerError, ClassifyReplay(rcResp(399, "Idempotent-Replayed", "true")))
 	assert.Equal(t, ClassUndecided, ClassifyReplay(rcErr(io.EOF, true)))
 	assert.Equal(t, ClassUndecided, ClassifyTransport(rcResp(500)))
 	assert.Equal(t, ClassUndecided, ClassifyStatus(rcErr(io.EOF, true)))

@@ -238,6 +238,23 @@ func TestTransportOutcomes(t *testing.T) {
 		assert.Equal(t, []string{oe.Key}, log.all())
 		assert.NotEqual(t, keystore.StateSucceeded, e.record(oe.Key).State)
 	})
+	t.Run("a payment the lookup found is a 2xx marked as such", func(t *testing.T) {
+		var log keyLog
+		e, hc := newTransportEnv(t, &log, withReferenceLookup(t))
+		resp, _, err := postPayment(t, context.Background(), hc, e.srv.URL, paymentBody(1, "first"), nil)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusCreated, resp.StatusCode)
+		assert.Equal(t, "response", resp.Header.Get(SourceHeader))
+
+		e.srv.Script(idemtest.FaultStored500AfterCharge)
+		resp, body, err := postPayment(t, context.Background(), hc, e.srv.URL, paymentBody(2, "found"), nil)
+		require.NoError(t, err, "charged, then a stored 500: the search by reference finds the payment")
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "the lookup's answer, not a 201")
+		assert.Equal(t, "lookup", resp.Header.Get(SourceHeader))
+		assert.Equal(t, "pay_2", jsonID(t, body))
+		assert.Len(t, log.all(), 2, "nothing resent")
+		assert.Equal(t, 1, e.srv.ExecutionsByReference("found"))
+	})
 }
 
 // A body over the limit is refused with nothing persisted or sent; every body is closed.

@@ -13,7 +13,7 @@ type Stats struct {
 	Retries            int64 // resends scheduled
 	StatusChecks       int64 // status-endpoint asks
 	Replays            int64 // answers the server marked Idempotent-Replayed
-	KeyConflicts       int64 // 422 answers: a key reused with another payload
+	KeyConflicts       int64 // answers saying the key was reused with another payload (422, or 400 idempotency_error)
 	SameKeyConcurrency int64 // calls that waited for another call of the same key or intent
 	KeyExpired         int64 // unknown outcomes with a key past KeyTTL: manual reconcile
 	InProgress         int64 // 409 "in progress" answers waited on
@@ -43,6 +43,10 @@ type Stats struct {
 	// LeaseWaits counts Do calls that found their record claimed by another instance and
 	// waited for it to end or its lease to expire.
 	LeaseWaits int64
+	// ClockSkewRefusals counts operations refused with ErrClockSkew: this client's clock and
+	// the keystore's differed by more than Config.MaxClockSkew before a retention purge, an
+	// orphan claim or a lease takeover. Should be zero; non-zero means a host's clock is off.
+	ClockSkewRefusals int64
 }
 
 type counters struct {
@@ -50,11 +54,14 @@ type counters struct {
 	sameKey, keyExpired, inProgress, inProgressTimeouts, unknown, unknownResolved    atomic.Int64
 	stillUnknown, finalFailures, budgetDenied, throttled, recovered                  atomic.Int64
 	storedServerErrors, lookups, resolvedByLookup, resolvedByCaller                  atomic.Int64
-	damaged, claimsLost, orphans, leaseWaits                                         atomic.Int64
+	damaged, claimsLost, orphans, leaseWaits, clockSkew                              atomic.Int64
 }
 
-// Stats returns a snapshot of the counters. Safe to call at any time.
+// Stats returns a snapshot of the counters. Safe to call at any time (zero for a nil Client).
 func (c *Client) Stats() Stats {
+	if c == nil {
+		return Stats{}
+	}
 	s := &c.stats
 	return Stats{
 		Calls: s.calls.Load(), Succeeded: s.succeeded.Load(), Failed: s.failed.Load(),
@@ -66,6 +73,6 @@ func (c *Client) Stats() Stats {
 		Recovered: s.recovered.Load(), StoredServerErrors: s.storedServerErrors.Load(), Lookups: s.lookups.Load(),
 		ResolvedByLookup: s.resolvedByLookup.Load(), ResolvedByCaller: s.resolvedByCaller.Load(),
 		DamagedRecords: s.damaged.Load(), ClaimsLost: s.claimsLost.Load(), OrphansReclaimed: s.orphans.Load(),
-		LeaseWaits: s.leaseWaits.Load(),
+		LeaseWaits: s.leaseWaits.Load(), ClockSkewRefusals: s.clockSkew.Load(),
 	}
 }

@@ -36,7 +36,7 @@ func (s StatusState) String() string {
 
 // Status is a status endpoint's answer about one key.
 type Status struct {
-	State          StatusState
+	State          StatusState   // StatusCompleted, StatusProcessing, StatusNotFound, or StatusUnknown
 	ResponseStatus int           // the stored HTTP status of the operation, when completed
 	ResponseBody   []byte        // the stored response body, when completed
 	RetryAfter     time.Duration // the server's Retry-After on this answer, if HasRetryAfter

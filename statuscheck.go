@@ -37,8 +37,8 @@ func (cl *call) resolve(ctx context.Context) bool {
 		st, err := cl.s.status(sctx, req)
 		cancel()
 		cl.statusChecks++
-		if err != nil || st.State == StatusCompleted && (st.ResponseStatus < 100 || st.ResponseStatus > 599) {
-			st = Status{State: StatusUnknown} // a custom StatusFunc's garbage proves nothing
+		if err != nil || st.State == StatusCompleted && (st.ResponseStatus < 200 || st.ResponseStatus > 599) {
+			st = Status{State: StatusUnknown} // garbage, or a 1xx (never final): proves nothing
 		}
 		cl.c.onStatusCheck(cl, st, err)
 		if ctx.Err() != nil {
@@ -47,7 +47,7 @@ func (cl *call) resolve(ctx context.Context) bool {
 		}
 		switch st.State {
 		case StatusCompleted:
-			if st.ResponseStatus < 500 { // a stored 5xx resolves nothing
+			if st.ResponseStatus/100 == 2 || st.ResponseStatus/100 == 4 { // a stored 5xx or 3xx resolves nothing
 				cl.c.stats.unknownResolved.Add(1)
 			}
 			res := &Result{Key: cl.rec.Key, StatusCode: st.ResponseStatus, Body: st.ResponseBody, Source: SourceStatus}
@@ -57,6 +57,8 @@ func (cl *call) resolve(ctx context.Context) bool {
 				cl.result = res
 			case st.ResponseStatus >= 500: // execution began; a stored 5xx never says how far
 				cl.storedServerError(res, fmt.Errorf("status endpoint reports the key completed with HTTP %d: execution began, effect unknown", st.ResponseStatus))
+			case st.ResponseStatus < 400: // a stored redirect: processed (303) or who knows
+				cl.storedServerError(res, fmt.Errorf("status endpoint reports the key completed with HTTP %d, a redirect: effect unknown", st.ResponseStatus))
 			default: // the server stored a failure for this key; a resend would get it again
 				cl.fail(ErrPermanent, st.ResponseStatus, res, fmt.Errorf("status endpoint reports the key ended with HTTP %d", st.ResponseStatus))
 			}

@@ -122,6 +122,9 @@ var counters = []counter{
 	{"idem.resolved_by_caller", "{operation}",
 		"Manual records settled through Client.Resolve (an application's or operator's verdict).",
 		func(s *idem.Stats) int64 { return s.ResolvedByCaller }},
+	{"idem.damaged_records", "{record}",
+		"Keystore records Recover could not decode: skipped, reported (idem.DamagedRecordsError) and left untouched on disk for a person to inspect.",
+		func(s *idem.Stats) int64 { return s.DamagedRecords }},
 	{"idem.claims_lost", "{call}",
 		"Calls that found, by a fenced keystore write, that another instance had taken their record over: they stopped sending (ErrLeaseLost). Non-zero means leases expired under live calls: lengthen Config.LeaseTTL or look for stalls.",
 		func(s *idem.Stats) int64 { return s.ClaimsLost }},
@@ -131,6 +134,9 @@ var counters = []counter{
 	{"idem.lease_waits", "{call}",
 		"Do calls that found their record claimed by another instance and waited for it.",
 		func(s *idem.Stats) int64 { return s.LeaseWaits }},
+	{"idem.clock_skew_refusals", "{operation}",
+		"Retention purges, orphan claims and lease takeovers refused because this instance's clock and the keystore's differed by more than Config.MaxClockSkew (idem.ErrClockSkew). Should be zero: non-zero means the host's clock is off; fix its NTP.",
+		func(s *idem.Stats) int64 { return s.ClockSkewRefusals }},
 }
 
 // Register creates the idem.* observable counters and, when the client has a retry budget,

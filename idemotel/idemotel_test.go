@@ -190,9 +190,11 @@ func TestRegisterExportsStats(t *testing.T) {
 		"idem.lookups":                0,
 		"idem.resolved_by_lookup":     0,
 		"idem.resolved_by_caller":     1,
+		"idem.damaged_records":        0,
 		"idem.claims_lost":            0,
 		"idem.orphans_reclaimed":      0,
 		"idem.lease_waits":            0,
+		"idem.clock_skew_refusals":    0,
 		"idem.retry_budget.available": idem.DefaultBudgetCapacity - idem.DefaultBudgetRetryCost,
 	}
 	if !maps.Equal(got, want) {

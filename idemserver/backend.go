@@ -26,18 +26,18 @@ const (
 
 // Response is a stored answer: status, the allow-listed headers and the body bytes.
 type Response struct {
-	Status int
-	Header http.Header
-	Body   []byte
+	Status int         // the HTTP status written
+	Header http.Header // the allow-listed headers (Config.StoredHeaders)
+	Body   []byte      // the body bytes, replayed byte for byte
 }
 
 // Record is what a backend holds for a key.
 type Record struct {
-	Fingerprint   []byte // nil for a processing record whose claim is not committed yet (pgserver)
-	State         State
+	Fingerprint   []byte    // nil for a processing record whose claim is not committed yet (pgserver)
+	State         State     // processing or completed
 	Response      *Response // set when StateCompleted
 	RecoveryPoint string    // the last Checkpoint of a processing record, "" before any
-	CreatedAt     time.Time
+	CreatedAt     time.Time // when the key was first claimed
 	LockedUntil   time.Time // a processing record may be taken over after this instant
 	ExpiresAt     time.Time // a completed record is forgotten after this instant
 }
@@ -48,9 +48,9 @@ var ErrNotOwner = errors.New("idemserver: claim is no longer held")
 
 // ClaimRequest asks a backend to claim a key.
 type ClaimRequest struct {
-	Scope       Scope
-	Fingerprint []byte
-	Now         time.Time
+	Scope       Scope         // the tenant, operation and key to claim
+	Fingerprint []byte        // the request's fingerprint (Config.Fingerprint), compared on reuse
+	Now         time.Time     // the middleware's clock, for lock and expiry instants
 	Lease       time.Duration // how long a checkpointed processing record stays locked
 }
 

@@ -46,6 +46,14 @@ func TestFingerprintParts(t *testing.T) {
 	}
 }
 
+// decodeNumbers unmarshals with numbers as their text, so that valid JSON out of float64
+// range (1E700) decodes.
+func decodeNumbers(b []byte, v *any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return d.Decode(v)
+}
+
 // FuzzCanonicalBody: the canonical form of valid JSON is valid JSON equal in value to the
 // input (after the 'j' marker), and canonicalising is idempotent.
 func FuzzCanonicalBody(f *testing.F) {
@@ -63,11 +71,9 @@ func FuzzCanonicalBody(f *testing.F) {
 		if !isJSON || !json.Valid(out) {
 			t.Fatalf("CanonicalBody(%q) = %q, %v: not valid JSON", in, out, isJSON)
 		}
-		// UseNumber: numbers are compared as written; 1E700 is valid JSON but no float64.
-		a, errA := decodeNumbers(in)
-		b, errB := decodeNumbers(out)
-		if errA != nil || errB != nil {
-			t.Fatalf("unmarshal: %v, %v", errA, errB)
+		var a, b any
+		if decodeNumbers(in, &a) != nil || decodeNumbers(out, &b) != nil {
+			t.Fatal("unmarshal")
 		}
 		ja, _ := json.Marshal(a)
 		jb, _ := json.Marshal(b)
@@ -100,10 +106,55 @@ func FuzzParseKey(f *testing.F) {
 	})
 }
 
-func decodeNumbers(data []byte) (any, error) {
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	var v any
-	err := d.Decode(&v)
-	return v, err
+// Member names that one JSON parser or another reads as the same name (escapes, Go's case
+// folding) keep their input order: two bodies a parser reads differently never share a
+// canonical form. Objects without such names are sorted byte-wise, as before (persisted
+// fingerprints stay valid).
+func TestCanonicalBodyNameVariants(t *testing.T) {
+	for _, pair := range [][2]string{
+		{`{"amount":1,"amount":2}`, `{"amount":2}`},
+		{`{"amount":1,"amount":2}`, `{"amount":2,"amount":1}`},
+		{`{"amount":1,"\u0061mount":2}`, `{"\u0061mount":2,"amount":1}`},
+		{`{"amount":1,"Amount":2}`, `{"Amount":2,"amount":1}`},
+		{`{"kind":1,"\u212aind":2}`, `{"\u212aind":2,"kind":1}`}, // Kelvin sign folds to k
+		{`{"status":1,"ſtatus":2}`, `{"ſtatus":2,"status":1}`},   // long s folds to s
+		{`{"a":{"x":1,"X":2}}`, `{"a":{"X":2,"x":1}}`},
+		{"{\"\xff\":1,\"\xfe\":2}", "{\"\xfe\":2,\"\xff\":1}"}, // both decode to U+FFFD
+	} {
+		a, _ := CanonicalBody([]byte(pair[0]))
+		b, _ := CanonicalBody([]byte(pair[1]))
+		if bytes.Equal(a, b) {
+			t.Errorf("%s and %s share the canonical form %s", pair[0], pair[1], a)
+		}
+		if !bytes.Equal(Fingerprint("POST", "POST /pay", []byte(pair[0])), Fingerprint("POST", "POST /pay", []byte(pair[0]))) {
+			t.Fatal("fingerprint not deterministic")
+		}
+	}
+	for in, want := range map[string]string{
+		`{"b":1,"A":2,"c":{"d":1,"C":2}}`: `{"A":2,"b":1,"c":{"C":2,"d":1}}`, // byte order, as before
+		`{"b":1,"a":2,"B":3}`:             `{"b":1,"a":2,"B":3}`,             // input order
+		`{"a":1, "\u0061":2}`:             `{"a":1,"\u0061":2}`,
+	} {
+		if got, _ := CanonicalBody([]byte(in)); string(got) != want {
+			t.Errorf("CanonicalBody(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestDuplicateMember(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"amount":1,"amount":2}`:           "amount",
+		`{"amount":1,"\u0061mount":2}`:      "amount",
+		`[{"a":{"b":1,"c":{"x":0,"x":1}}}]`: "x",
+		`{"amount":1,"Amount":2}`:           "",
+		`{"a":1,"b":{"a":2}}`:               "",
+		`{"a":1,"a":2`:                      "", // not JSON
+		`"{\"a\":1,\"a\":2}"`:               "",
+		``:                                  "",
+	} {
+		got, dup := duplicateMember([]byte(in))
+		if got != want || dup != (want != "") {
+			t.Errorf("duplicateMember(%s) = %q, %v; want %q", in, got, dup, want)
+		}
+	}
 }

@@ -13,7 +13,9 @@
 //   - the fingerprint is SHA-256 over method, operation and the canonical body (a body that is
 //     valid JSON is re-encoded with sorted object keys and no whitespace; any other body is
 //     taken byte for byte). The same key with another fingerprint gets 422 with the problem
-//     type ProblemKeyReused;
+//     type ProblemKeyReused. A JSON body with a member name twice in one object is refused
+//     with 400 (ProblemBodyDuplicateMember), since parsers disagree on which value counts;
+//     member names that differ only in letter case keep their input order (see CanonicalBody);
 //   - a request whose key is being executed gets 409 with Retry-After (ProblemInProgress), or
 //     with Config.Wait > 0 waits up to that bound for the first to finish and replays it;
 //   - once execution has begun the first answer (status, body, the headers in

@@ -9,14 +9,18 @@ import (
 // the canonical body, each length-prefixed so that no two different requests share an input.
 // See CanonicalBody.
 func Fingerprint(method, operation string, body []byte) []byte {
+	return fingerprint(method, operation, canonicalize(body))
+}
+
+// fingerprint is Fingerprint over a body already canonicalised.
+func fingerprint(method, operation string, c canonical) []byte {
 	h := sha256.New()
 	var n [8]byte
-	canon, isJSON := CanonicalBody(body)
 	kind := []byte("raw")
-	if isJSON {
+	if c.isJSON {
 		kind = []byte("json")
 	}
-	for _, part := range [][]byte{[]byte(method), []byte(operation), kind, canon} {
+	for _, part := range [][]byte{[]byte(method), []byte(operation), kind, c.out} {
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
 		h.Write(n[:])
 		h.Write(part)

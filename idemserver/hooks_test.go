@@ -135,3 +135,42 @@ func TestWriteProblemHook(t *testing.T) {
 		t.Errorf("problems seen by the hook: %s", got)
 	}
 }
+
+// A JSON body with a member name twice is refused with 400 before the key is claimed:
+// parsers disagree on which value counts, so the payment's meaning is ambiguous. The key
+// stays free for the corrected request.
+func TestDuplicateMemberRefused(t *testing.T) {
+	mw, err := idemserver.New(idemserver.Config{
+		Backend: idemserver.NewMemory(),
+		Tenant:  func(*http.Request) (string, error) { return "acct_1", nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var executed atomic.Int64
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		executed.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	post := func(body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", "k1")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	rec := post(`{"amount":1,"currency":"EUR","\u0061mount":2}`)
+	var p idemserver.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != http.StatusBadRequest ||
+		rec.Header().Get("Content-Type") != "application/problem+json" ||
+		p.Type != idemserver.ProblemBodyDuplicateMember || p.Status != http.StatusBadRequest ||
+		p.Detail != `JSON object member "amount" appears more than once; send each member once` {
+		t.Fatalf("duplicate member: %d %q %s", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+	}
+	if rec := post(`{"amount":2,"currency":"EUR"}`); rec.Code != http.StatusCreated || rec.Header().Get(idemserver.ReplayedHeader) != "" {
+		t.Fatalf("corrected request with the same key: %d %s", rec.Code, rec.Body)
+	}
+	if n := executed.Load(); n != 1 {
+		t.Errorf("executed %d times, want 1", n)
+	}
+}

@@ -15,15 +15,19 @@ import (
 type Middleware struct {
 	cfg Config
 	n   counters
+	// ownFingerprint: Config.Fingerprint was nil, so the body is canonicalised once for both
+	// the duplicate-member check and the fingerprint.
+	ownFingerprint bool
 }
 
 // New returns a Middleware. Errors match ErrInvalidConfig and name the field.
 func New(cfg Config) (*Middleware, error) {
+	own := cfg.Fingerprint == nil
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	return &Middleware{cfg: c}, nil
+	return &Middleware{cfg: c, ownFingerprint: own}, nil
 }
 
 // Handler wraps next, for any router that takes func(http.Handler) http.Handler.
@@ -68,10 +72,24 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.problem(w, r, Problem{Type: ProblemBodyUnreadable, Title: "Request body unreadable", Status: http.StatusBadRequest})
 		return
 	}
+	canon := canonicalize(body) // with a Config.Fingerprint, for this check only
+	if name, dup := canon.dup, canon.hasDup; dup {
+		if len(name) > 64 {
+			name = name[:64] + "..."
+		}
+		m.problem(w, r, Problem{Type: ProblemBodyDuplicateMember, Title: "Duplicate member name in JSON body", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("JSON object member %q appears more than once; send each member once", name)})
+		return
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	op := m.cfg.Operation(r)
 	scope := Scope{Tenant: tenant, Operation: op, Key: key}
-	fp := m.cfg.Fingerprint(r.Method, op, body)
+	var fp []byte
+	if m.ownFingerprint {
+		fp = fingerprint(r.Method, op, canon)
+	} else {
+		fp = m.cfg.Fingerprint(r.Method, op, body)
+	}
 
 	ctx := r.Context()
 	deadline := m.cfg.Now().Add(m.cfg.Wait)

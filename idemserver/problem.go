@@ -23,6 +23,12 @@ const (
 	ProblemBodyTooLarge = "https://idemkit.dev/problems/body-too-large"
 	// ProblemBodyUnreadable: 400, the request body could not be read.
 	ProblemBodyUnreadable = "https://idemkit.dev/problems/body-unreadable"
+	// ProblemBodyDuplicateMember: 400, the request body is JSON with a member name twice in
+	// one object (after decoding escapes, so "amount" and "\u0061mount" are one name). JSON
+	// parsers disagree on which value counts (RFC 8259 section 4), so the request's meaning,
+	// such as its amount, is ambiguous; it is refused before the key is claimed, and the
+	// corrected request may use the same key.
+	ProblemBodyDuplicateMember = "https://idemkit.dev/problems/json-duplicate-member"
 	// ProblemUnavailable: 503, the backend failed; nothing was stored or executed.
 	ProblemUnavailable = "https://idemkit.dev/problems/idempotency-store-unavailable"
 )
@@ -33,11 +39,11 @@ const CodeKeyReused = "idempotency_key_reused"
 
 // Problem is an RFC 9457 application/problem+json body.
 type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-	Code   string `json:"code,omitempty"`
+	Type   string `json:"type"`             // a URI naming the problem (the Problem* constants)
+	Title  string `json:"title"`            // a short human summary, the same for every instance of Type
+	Status int    `json:"status"`           // the HTTP status the answer is written with
+	Detail string `json:"detail,omitempty"` // what happened to this request, for a person
+	Code   string `json:"code,omitempty"`   // a machine code, such as CodeKeyReused, "" for none
 }
 
 // problem answers p through Config.WriteProblem, or as application/problem+json.

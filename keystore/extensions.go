@@ -7,7 +7,7 @@ import (
 
 // Optional capabilities a Store may implement. The client uses each one when the store has it
 // and falls back to the plain Store methods otherwise, so an adapter written against Store
-// alone keeps working. Memory and the bbolt file store implement all of them.
+// alone keeps working. Memory and the bbolt file store implement all of them but Clock.
 
 // DeferredUpdater is implemented by a store that can accept a write without waiting for it
 // to be durable. The client uses it for a call's final-state write only: losing that write in
@@ -68,6 +68,19 @@ type BatchPurger interface {
 	// complete). Undecodable records are skipped and left untouched. It returns ErrClosed
 	// after Close, ctx.Err(), or the write's error (then nothing of the batch is deleted).
 	PurgeBatch(ctx context.Context, cutoff time.Time, after Cursor, limit int) (deleted int, next Cursor, err error)
+}
+
+// Clock is implemented by a store shared by several processes whose clock is authoritative
+// for them: PostgreSQL's (pgstore, SELECT now()). Leases and retention are compared with the
+// caller's clock (see Lease), so an instance whose clock is far off would take over live
+// leases or purge fresh records; the client compares its clock with Now before every
+// operation that acts on other instances' records on the strength of its own clock, and
+// refuses beyond Config.MaxClockSkew. A store used by one process (Memory, the bbolt file
+// store) has one clock and does not implement it.
+type Clock interface {
+	// Now returns the store's current time. It returns ErrClosed after Close, ctx.Err(), or
+	// the store's error.
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // DefaultPageSize is the limit ListPage and PurgeBatch use when given limit <= 0.

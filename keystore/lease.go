@@ -21,8 +21,14 @@ import (
 //
 // Time: every backend compares leases with the Now the caller passes (the caller's clock, so
 // that tests can inject one). A lease is live at instant now when Owner is set and
-// LeaseUntil is after now. Instances of a fleet should run NTP-synchronised clocks and use
-// leases much longer than their skew; fencing keeps writes safe even when clocks disagree.
+// LeaseUntil is after now. The caller's clock therefore decides whose records it may take:
+// an instance ahead of the others by more than the lease takes over live leases (and one
+// ahead by more than the retention purges their fresh records, forgetting intents), and one
+// behind writes leases the others already see as expired. Fencing keeps the record's writes
+// safe, but not the requests sent meanwhile. Instances of a fleet must run NTP-synchronised
+// clocks and use leases much longer than their skew; a shared store implements Clock so that
+// the idem client can check its clock against the store's before it acts on other
+// instances' records (Config.MaxClockSkew) and refuse when they disagree.
 
 // Lease is what a claim asks for: the claiming instance and the lease it wants.
 type Lease struct {
@@ -116,7 +122,7 @@ var (
 // ClaimedError is returned by Claim when another owner holds a live lease. It matches
 // ErrClaimed with errors.Is.
 type ClaimedError struct {
-	Scope, Key string
+	Scope, Key string    // the claimed record
 	Owner      string    // the holder
 	Until      time.Time // its lease expiry: wait until then, or for the record to end
 	Fence      int64     // the holder's fencing token
@@ -134,7 +140,7 @@ func (e *ClaimedError) Is(target error) bool { return target == ErrClaimed }
 // FencedError is returned by Update, Renew and Release when the caller's fencing token is no
 // longer the record's. It matches ErrFenced with errors.Is.
 type FencedError struct {
-	Scope, Key string
+	Scope, Key string // the record the write was for
 	Fence      int64  // the token the caller presented
 	Current    int64  // the stored token
 	Owner      string // the current holder ("" if released or never claimed)

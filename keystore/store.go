@@ -52,28 +52,28 @@ func (s State) Valid() bool {
 // Request is the persisted copy of an operation's request. Credential headers are stripped
 // before it is stored (see [StripSecrets]); the client re-applies them when it sends.
 type Request struct {
-	Method string      `json:"method"`
-	URL    string      `json:"url"` // relative to the client's base URL, e.g. "/v1/payments"
-	Header http.Header `json:"header,omitempty"`
-	Body   []byte      `json:"body,omitempty"` // exact bytes sent on every attempt
+	Method string      `json:"method"`           // the HTTP method, such as "POST"
+	URL    string      `json:"url"`              // relative to the client's base URL, e.g. "/v1/payments"
+	Header http.Header `json:"header,omitempty"` // the request's headers, credentials stripped
+	Body   []byte      `json:"body,omitempty"`   // exact bytes sent on every attempt
 }
 
 // Response is the persisted final answer of a succeeded (or permanently failed) operation.
 type Response struct {
-	Status int         `json:"status"`
-	Header http.Header `json:"header,omitempty"`
-	Body   []byte      `json:"body,omitempty"`
+	Status int         `json:"status"`           // the HTTP status
+	Header http.Header `json:"header,omitempty"` // Set-Cookie stripped (ResponseSecretHeaders)
+	Body   []byte      `json:"body,omitempty"`   // the body bytes as received
 }
 
 // Record is everything idem knows about one operation. (Scope, Key) is unique; so is
 // (Scope, Intent) when Intent is not empty.
 type Record struct {
-	Scope       string  `json:"scope"`            // tenant; "" is a valid scope
-	Key         string  `json:"key"`              // the idempotency key sent on every attempt
-	Intent      string  `json:"intent,omitempty"` // caller-named intent such as an order id
-	Fingerprint string  `json:"fingerprint"`      // hex SHA-256 of method, path and body
-	Request     Request `json:"request"`
-	State       State   `json:"state"`
+	Scope       string  `json:"scope"`                 // tenant; "" is a valid scope
+	Key         string  `json:"key"`                   // the idempotency key sent on every attempt
+	Intent      string  `json:"intent,omitempty"`      // caller-named intent such as an order id
+	Fingerprint string  `json:"fingerprint"`           // hex SHA-256 of method, path and body
+	Request     Request `json:"request"`               // what is sent on every attempt
+	State       State   `json:"state"`                 // pending, succeeded, failed or manual
 	Attempts    int     `json:"attempts"`              // requests sent to the server so far
 	LastStatus  int     `json:"last_status,omitempty"` // HTTP status of the last answer, 0 if none
 	Reason      string  `json:"reason,omitempty"`      // machine-readable stop reason, set by the client
@@ -94,8 +94,8 @@ type Record struct {
 	// given carries the stored Fence, and it never changes these three fields; Create stores
 	// them as given, so that a record can be created already claimed (Fence 1, say).
 	Owner      string    `json:"owner,omitempty"`
-	LeaseUntil time.Time `json:"lease_until,omitzero"`
-	Fence      int64     `json:"fence,omitempty"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"` // Owner's lease expiry, zero if none (Live)
+	Fence      int64     `json:"fence,omitempty"`      // fencing token: 0, then +1 per claim
 
 	// Note is free text kept from a reconciliation: who resolved a manual record and on what
 	// evidence (a business lookup's answer, an operator's ticket).

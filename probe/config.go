@@ -34,6 +34,12 @@ const (
 // operations and sends nothing until the caller says the target is a sandbox.
 var ErrNotSandbox = errors.New("probe: the target is not declared a sandbox; the probe creates real operations (set Config.Sandbox)")
 
+// ErrUnreachable is returned by Run when no request it sent got an HTTP answer (every one
+// met a refused connection, a DNS failure, a timeout or another transport error, each check
+// resending at most 5 times): nothing is known about the contract, so there is no report.
+// The message names BaseURL, the number of requests and the last transport error.
+var ErrUnreachable = errors.New("probe: the API cannot be reached")
+
 // ErrInvalidConfig is returned by Run for a configuration that cannot work; the message
 // names the field.
 var ErrInvalidConfig = errors.New("probe: invalid config")

@@ -39,10 +39,11 @@
 //
 // A row is Broken only on evidence against the contract: two executions of one reference, a
 // different answer on replay, a 2xx for a reused key with another body, an answer of a kind
-// the contract does not allow. Transient answers say nothing about it: a reset or timeout,
-// 429, 503, or a 5xx that is not a replay. A check resends after one (the same key, the
-// Retry-After honoured up to 5s) at most 5 times, then reports NotObserved with the answers
-// it met. A replayed 5xx is the key's stored answer (execution began, effect unknown): create
-// then starts another operation under a new key. An API that refuses the connection is not
-// transient: create is Broken and the rest NotObserved.
+// the contract does not allow. Transient answers say nothing about it: a transport error
+// (refused connection, DNS failure, reset, timeout), 429, 503, or a 5xx that is not a
+// replay. A check resends after one (the same key, the Retry-After honoured up to 5s) at
+// most 5 times, then reports NotObserved with the answers it met. A replayed 5xx is the key's stored answer (execution began, effect unknown): create
+// then starts another operation under a new key. In an in-progress burst, transient answers
+// are tallied and never make the row Broken. An API that gave no HTTP answer at all (every
+// connection refused, the name not resolved) makes Run return ErrUnreachable, not a report.
 package probe

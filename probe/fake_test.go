@@ -22,6 +22,7 @@ type fake struct {
 	hiddenCharge  bool          // every arrival charges before the middleware, which then replays
 	reuse422      bool          // any key seen before gets 422 key reuse: never replays
 	conflictCode  string        // the 422's code in {"code":...}; "" means idemserver's rendering
+	stripeReuse   bool          // key reuse answered as Stripe does: 400, error type idempotency_error
 	hold          time.Duration // each execution takes this long
 	throttleOnce  string        // the first POST gets 429 with this Retry-After, if set
 
@@ -62,6 +63,17 @@ func (f *fake) start(t *testing.T) *httptest.Server {
 				p.Title = "Unprocessable"
 			}
 			idemserver.WriteProblemJSON(w, p)
+		}
+	}
+	if f.stripeReuse {
+		cfg.WriteProblem = func(w http.ResponseWriter, r *http.Request, p idemserver.Problem) {
+			if p.Type != idemserver.ProblemKeyReused {
+				idemserver.WriteProblemJSON(w, p)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters they were first used with."}}`)
 		}
 	}
 	mw, err := idemserver.New(cfg)

@@ -61,6 +61,9 @@ type sender struct {
 	mu          sync.Mutex
 	retryAfters []retryAfterSeen
 	unthrottled []int // 429 or 503 answers without Retry-After
+	sent        int   // requests sent, answered or not
+	answered    bool  // some request got an HTTP answer: the API can be reached
+	lastErr     error // the last transport error, for ErrUnreachable
 }
 
 func (s *sender) do(ctx context.Context, method, path, key string, body []byte) answer {
@@ -87,6 +90,14 @@ func (s *sender) doWith(ctx context.Context, client *http.Client, method, path, 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := client.Do(req)
+	s.mu.Lock()
+	s.sent++
+	if err != nil {
+		s.lastErr = err
+	} else {
+		s.answered = true
+	}
+	s.mu.Unlock()
 	if err != nil {
 		return answer{err: err}
 	}

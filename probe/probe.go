@@ -17,8 +17,9 @@ import (
 // Run sends the contract's checks to cfg.BaseURL and returns one Row per check (in the
 // order of Checks) and the suggested client configuration. It creates real operations:
 // without cfg.Sandbox it returns ErrNotSandbox before sending anything. Other errors match
-// ErrInvalidConfig (naming the field) or are ctx's. An API that cannot be reached is not an
-// error: the create row is Broken with the transport error and the rest NotObserved.
+// ErrInvalidConfig (naming the field), ErrUnreachable when no request got an HTTP answer, or
+// are ctx's. A transport error before any answer is no evidence against the contract: a row
+// whose requests all met one is NotObserved, never Broken.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -28,6 +29,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	p.run(ctx)
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if s := p.s; !s.answered {
+		return nil, fmt.Errorf("%w: %s: no answer to %d requests (last: %v)", ErrUnreachable, c.BaseURL, s.sent, s.lastErr)
 	}
 	rep := &Report{Target: c.BaseURL + c.Path, Suggestion: p.suggestion()}
 	for _, check := range Checks {
@@ -132,17 +136,18 @@ func (p *prober) replay(ctx context.Context, key, ref string) {
 	}
 }
 
-// keyReuse sends another body with the create key: 422 naming key reuse.
+// keyReuse sends another body with the create key: 422 naming key reuse (or 400 naming it
+// precisely, as Stripe answers), the answers idem's client reads as ErrKeyConflict.
 func (p *prober) keyReuse(ctx context.Context, key, ref string) {
 	a, met := p.settle(ctx, func() answer { return p.s.post(ctx, key, p.s.cfg.OtherBody(ref)) }, nil)
 	p.addID(ref, a)
 	switch {
-	case transient(a):
+	case transient(a): // every transport error included
 		p.notObservedTransient(CheckKeyReuse, a, met)
-	case a.err != nil:
-		p.set(CheckKeyReuse, Broken, "%s", a)
-	case a.status == http.StatusUnprocessableEntity && idem.IsKeyReuse(a.body):
-		p.set(CheckKeyReuse, Honoured, "HTTP 422 %s", short(a.body))
+	case (a.status == http.StatusUnprocessableEntity || a.status == http.StatusBadRequest) &&
+		idem.ClassifyStatus(&idem.Attempt{Response: &http.Response{StatusCode: a.status}, Body: a.body}) == idem.ClassKeyConflict:
+		// The client's own rule: a 422 naming key reuse, or Stripe's 400 idempotency_error.
+		p.set(CheckKeyReuse, Honoured, "HTTP %d %s", a.status, short(a.body))
 	case a.status == http.StatusUnprocessableEntity:
 		codes := errorCodes(a.body)
 		if len(codes) == 0 {

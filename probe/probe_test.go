@@ -3,10 +3,12 @@ package probe_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -210,6 +212,17 @@ func TestKeyConflictCodeSuggested(t *testing.T) {
 	}
 }
 
+// Stripe answers key reuse with 400 and error type idempotency_error: the client reads it as
+// ErrKeyConflict, so the probe grades it honoured, not broken.
+func TestStripeKeyReuseHonoured(t *testing.T) {
+	f := &fake{stripeReuse: true, hold: 200 * time.Millisecond}
+	rep := run(t, f.start(t).URL, nil)
+	check(t, rep, want(nil, nil))
+	if len(rep.Suggestion.KeyConflictCodes) != 0 {
+		t.Errorf("KeyConflictCodes = %q, want none (idem recognises idempotency_error)", rep.Suggestion.KeyConflictCodes)
+	}
+}
+
 // Without Sandbox nothing is sent.
 func TestRefusesWithoutSandbox(t *testing.T) {
 	var hits atomic.Int64
@@ -245,12 +258,101 @@ func TestInvalidConfig(t *testing.T) {
 	}
 }
 
-// An unreachable API is a report, not an error: create is broken, the rest not observed.
+// An API that cannot be reached at all (refused, DNS failure: nothing was sent) is neither a
+// report nor a broken row: Run returns ErrUnreachable after a bounded number of tries, naming
+// the target and the last transport error. Each check sends at most 5 requests: the status
+// query for an unknown key and the create, 10 in all.
 func TestUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, "connection refused"},
+		{"dns", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "api.invalid", IsNotFound: true}}, "no such host"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sent atomic.Int32
+			client := &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
+				sent.Add(1)
+				return nil, tc.err
+			})}
+			rep, err := probe.Run(context.Background(), probe.Config{BaseURL: "http://api.invalid", Sandbox: true, HTTPClient: client})
+			if !errors.Is(err, probe.ErrUnreachable) || rep != nil {
+				t.Fatalf("Run = %v, %v; want ErrUnreachable", rep, err)
+			}
+			for _, s := range []string{"http://api.invalid", tc.want, "10 requests"} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not say %q", err, s)
+				}
+			}
+			if n := sent.Load(); n != 10 {
+				t.Errorf("%d requests sent, want 10", n)
+			}
+		})
+	}
+	// A real closed port, as idemctl meets it.
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	rep := run(t, url, nil)
-	check(t, rep, want([]string{probe.CheckCreate}, []string{probe.CheckReplay, probe.CheckReplayMarker, probe.CheckKeyReuse,
-		probe.CheckInProgress, probe.CheckStatusCompleted, probe.CheckStatusNotFound, probe.CheckRetryAfter, probe.CheckExecutesOnce}))
+	if _, err := probe.Run(context.Background(), probe.Config{BaseURL: url, Sandbox: true}); !errors.Is(err, probe.ErrUnreachable) {
+		t.Errorf("closed port: %v, want ErrUnreachable", err)
+	}
 }
+
+// A refused connection before any answer is transient: an API that answers the status
+// query but refuses every POST leaves create NotObserved (not Broken) with the refusals met,
+// after 5 tries, and Run reports no error since the API answered.
+func TestRefusedCreateIsNotBroken(t *testing.T) {
+	api := idemtest.NewServer(idemtest.Config{})
+	defer api.Close()
+	var posts atomic.Int32
+	client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Method == http.MethodPost {
+			posts.Add(1)
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	rep := run(t, api.URL, func(c *probe.Config) { c.HTTPClient = client })
+	r, _ := rep.Row(probe.CheckCreate)
+	if r.Result != probe.NotObserved || !strings.Contains(r.Evidence, "transport error x5") {
+		t.Errorf("create = %s (%s), want not observed after 5 transport errors", r.Result, r.Evidence)
+	}
+	if n := posts.Load(); n != 5 {
+		t.Errorf("%d POSTs, want 5", n)
+	}
+	if b := rep.Broken(); len(b) != 0 {
+		t.Errorf("Broken() = %v", b)
+	}
+}
+
+// Connections refused in the middle of an in-progress burst say nothing about the contract:
+// the row is not Broken. Every other POST of the bursts is refused.
+func TestRefusedInBurstIsNotBroken(t *testing.T) {
+	api := idemtest.NewServer(idemtest.Config{})
+	defer api.Close()
+	var posts atomic.Int32
+	client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		// create, replay and key reuse are POSTs 1 to 3; the bursts follow.
+		if r.Method != http.MethodPost {
+			return http.DefaultTransport.RoundTrip(r)
+		}
+		if n := posts.Add(1); n > 3 && n%2 == 0 {
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	rep := run(t, api.URL, func(c *probe.Config) { c.HTTPClient = client })
+	r, _ := rep.Row(probe.CheckInProgress)
+	if r.Result == probe.Broken || !strings.Contains(r.Evidence, "transport error x") {
+		t.Errorf("in-progress = %s (%s), want not broken, refusals tallied", r.Result, r.Evidence)
+	}
+	if b := rep.Broken(); len(b) != 0 {
+		t.Errorf("Broken() = %v", b)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

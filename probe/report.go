@@ -61,8 +61,8 @@ type Row struct {
 // Suggestion is the idem client configuration that fits the probed API, as data (JSON) and
 // through Config.
 type Suggestion struct {
-	BaseURL   string `json:"base_url"`
-	KeyHeader string `json:"key_header"`
+	BaseURL   string `json:"base_url"`   // Config.BaseURL: the probed URL without a trailing slash
+	KeyHeader string `json:"key_header"` // Config.KeyHeader: the header the probe sent the key in
 	// StatusURL is the status endpoint with "{key}", "" when the API has none (idem then
 	// resends an unknown outcome with the same key, safe only within KeyTTL).
 	StatusURL string `json:"status_url"`
@@ -72,7 +72,9 @@ type Suggestion struct {
 	// LookupPath is the search by reference for idem.LookupByReference, "" when none.
 	LookupPath string `json:"lookup_path,omitempty"`
 	// Safe is false when a broken row makes retrying against this API unsafe.
-	Safe  bool     `json:"safe"`
+	Safe bool `json:"safe"`
+	// Notes are advice in sentences: what the probe could not see (KeyTTL), a missing status
+	// endpoint or replay marker, and why the API is unsafe when Safe is false.
 	Notes []string `json:"notes"`
 }
 
@@ -96,9 +98,9 @@ func (s Suggestion) Config() (idem.Config, error) {
 
 // Report is what Run found.
 type Report struct {
-	Target     string     `json:"target"`
-	Rows       []Row      `json:"rows"`
-	Suggestion Suggestion `json:"suggestion"`
+	Target     string     `json:"target"`     // the probed POST endpoint: BaseURL and Path
+	Rows       []Row      `json:"rows"`       // one per check, in the order of Checks
+	Suggestion Suggestion `json:"suggestion"` // the idem client configuration that fits the API
 }
 
 // Row returns the row of check and true, or false when the report has none.

@@ -2,9 +2,7 @@ package probe
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 )
@@ -12,14 +10,14 @@ import (
 // transientTries bounds how many requests one check sends while the answers are transient.
 const transientTries = 5
 
-// transient reports whether a says nothing about the contract: a reset, a timeout or another
-// transport error once connected, 429 or 503, or a 5xx that is not a replay (the request may
-// not have run, or ran and its answer was lost). A refused dial is not transient: the API
-// cannot be reached at all. A replayed 5xx is the key's stored answer, judged by the checks.
+// transient reports whether a says nothing about the contract: any transport error (a
+// refused dial or a DNS failure sent nothing; a reset or a timeout may have lost the answer),
+// 429 or 503, or a 5xx that is not a replay (the request may not have run, or ran and its
+// answer was lost). A replayed 5xx is the key's stored answer, judged by the checks. An API
+// that never answers at all makes Run return ErrUnreachable.
 func transient(a answer) bool {
 	if a.err != nil {
-		var op *net.OpError
-		return !errors.As(a.err, &op) || op.Op != "dial"
+		return true
 	}
 	return a.status == http.StatusTooManyRequests || a.status >= 500 && !replayed(a)
 }

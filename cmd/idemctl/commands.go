@@ -72,7 +72,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer, now f
 	if c.json {
 		return writeJSON(stdout, rec)
 	}
-	return writeRecord(stdout, rec)
+	return writeRecord(stdout, rec, now())
 }
 
 func first(s []string) string {
@@ -180,7 +180,7 @@ func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	if c.json {
 		return writeJSON(stdout, rec)
 	}
-	return writeRecord(stdout, rec)
+	return writeRecord(stdout, rec, now())
 }
 
 // recoverFlags configure the idem client that recover runs against a keystore it opens

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -233,7 +234,7 @@ func TestTablesFit100Columns(t *testing.T) {
 		Response: &keystore.Response{Status: 201, Body: []byte(long)}}
 	var b strings.Builder
 	require.NoError(t, writeTable(&b, recs))
-	require.NoError(t, writeRecord(&b, rec))
+	require.NoError(t, writeRecord(&b, rec, time.Now()))
 	require.NoError(t, writeRecover(&b, recoverOut{Report: map[string]int{"pending": 1000000},
 		Records: []recoveredEntry{{Record: recs[0], Error: long}}}))
 	for _, line := range strings.Split(b.String(), "\n") {
@@ -241,6 +242,22 @@ func TestTablesFit100Columns(t *testing.T) {
 	}
 	assert.Equal(t, []string{"0s", "45s", "12m30s", "2h05m", "30h", "4d"}, []string{age(-time.Second), age(45 * time.Second),
 		age(12*time.Minute + 30*time.Second), age(2*time.Hour + 5*time.Minute), age(30 * time.Hour), age(100 * time.Hour)})
+}
+
+// migrate into a search_path whose schema does not exist says which, and to create it first.
+func TestMigrateMissingSchema(t *testing.T) {
+	dsn := os.Getenv("IDEM_TEST_PG_DSN")
+	if dsn == "" {
+		t.Skip("IDEM_TEST_PG_DSN not set: skipping the idemctl -dsn test")
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	code, out, errs := runCmd(t, "migrate", "-dsn", dsn+sep+"search_path=idemctl_missing")
+	assert.Equal(t, 1, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errs, `search_path "idemctl_missing" names no existing schema; run CREATE SCHEMA idemctl_missing first`)
 }
 
 // The Postgres target: migrate, then every command on -dsn, in a schema of its own.
@@ -309,6 +326,15 @@ func TestPostgres(t *testing.T) {
 	code, out, errs = runCmd(t, "show", "-dsn", sdsn, "k-manual")
 	require.Equal(t, 0, code, errs)
 	assert.Regexp(t, `(?m)^resolution +charge found, ticket 9$`, out)
+
+	// A clock 80 h ahead would delete the fleet's fresh records: refused, nothing deleted (the
+	// purge below still finds its one record).
+	var skewOut, skewErr bytes.Buffer
+	code = run(ctx, []string{"purge", "-dsn", sdsn, "-older-than", "72h"}, &skewOut, &skewErr,
+		func() time.Time { return time.Now().Add(80 * time.Hour) })
+	assert.Equal(t, 1, code, skewOut.String())
+	assert.Contains(t, skewErr.String(), "retention purge refused")
+	assert.Contains(t, skewErr.String(), "ahead of the keystore's")
 
 	code, out, errs = runCmd(t, "purge", "-dsn", sdsn, "-older-than", "72h")
 	require.Equal(t, 0, code, errs)

@@ -123,7 +123,8 @@ func age(d time.Duration) string {
 }
 
 // writeRecord prints show and resolve: a label column of 14 and values clipped to 84 runes.
-func writeRecord(w io.Writer, r *keystore.Record) error {
+// The lease is printed only while it is held at now: an expired one claims nothing.
+func writeRecord(w io.Writer, r *keystore.Record, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k string, v any) {
 		fmt.Fprintf(tw, "%s\t%s\n", k, clip(strings.ReplaceAll(fmt.Sprint(v), "\n", " "), 84))
@@ -159,7 +160,7 @@ func writeRecord(w io.Writer, r *keystore.Record) error {
 	}
 	row("created", r.CreatedAt.UTC().Format(time.RFC3339Nano))
 	row("updated", r.UpdatedAt.UTC().Format(time.RFC3339Nano))
-	if r.Owner != "" {
+	if r.Live(now) {
 		row("lease", fmt.Sprintf("%s until %s, fence %d", r.Owner, r.LeaseUntil.UTC().Format(time.RFC3339), r.Fence))
 	}
 	if r.Response != nil {
@@ -175,12 +176,12 @@ func resolved(r *keystore.Record) bool {
 	return r.Reason == idem.ReasonExecuted || r.Reason == idem.ReasonNotExecuted
 }
 
-// oldest is the age of the oldest record of a state, "-" when there is none.
-func oldest(n int, seconds int64) string {
-	if n == 0 {
+// oldest is the age of the oldest record of a state, "-" when there is none (nil).
+func oldest(seconds *int64) string {
+	if seconds == nil {
 		return "-"
 	}
-	return age(time.Duration(seconds) * time.Second)
+	return age(time.Duration(*seconds) * time.Second)
 }
 
 func writeStats(w io.Writer, s statsOut) error {
@@ -190,8 +191,8 @@ func writeStats(w io.Writer, s statsOut) error {
 	}
 	fmt.Fprintf(tw, "total\t%d\n", s.Records.Total)
 	fmt.Fprintf(tw, "tenants\t%d\n", s.Records.Tenants)
-	fmt.Fprintf(tw, "oldest pending\t%s\n", oldest(s.Records.ByState[keystore.StatePending], s.Records.OldestPendingSeconds))
-	fmt.Fprintf(tw, "oldest manual\t%s\n", oldest(s.Records.ByState[keystore.StateManual], s.Records.OldestManualSeconds))
+	fmt.Fprintf(tw, "oldest pending\t%s\n", oldest(s.Records.OldestPendingSeconds))
+	fmt.Fprintf(tw, "oldest manual\t%s\n", oldest(s.Records.OldestManualSeconds))
 	if len(s.Client) > 0 {
 		fmt.Fprintf(tw, "client counters (since the service started):\t\n")
 		for _, k := range slices.Sorted(maps.Keys(s.Client)) {

@@ -37,11 +37,21 @@ func TestShowResolvedAndFlag(t *testing.T) {
 		{"pending, flag unset", &keystore.Record{Key: "k3", State: keystore.StatePending, CreatedAt: at, UpdatedAt: at},
 			[]string{`(?m)^error +-$`},
 			[]string{`(?m)^last call`, `not executed`, `false`}},
+		// The lease is shown while held (now is at+1m), not after its expiry.
+		{"lease held", &keystore.Record{Key: "k4", State: keystore.StatePending, CreatedAt: at, UpdatedAt: at,
+			Owner: "host-a", LeaseUntil: at.Add(2 * time.Minute), Fence: 3},
+			[]string{`(?m)^lease +host-a until 2026-03-01T12:02:00Z, fence 3$`}, nil},
+		{"lease expired", &keystore.Record{Key: "k5", State: keystore.StateFailed, CreatedAt: at, UpdatedAt: at,
+			Owner: "host-a", LeaseUntil: at.Add(30 * time.Second), Fence: 1},
+			nil, []string{`(?m)^lease`, `host-a`}},
+		{"lease ending now", &keystore.Record{Key: "k6", State: keystore.StatePending, CreatedAt: at, UpdatedAt: at,
+			Owner: "host-a", LeaseUntil: at.Add(time.Minute), Fence: 1},
+			nil, []string{`(?m)^lease`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b strings.Builder
-			require.NoError(t, writeRecord(&b, tt.rec))
+			require.NoError(t, writeRecord(&b, tt.rec, at.Add(time.Minute)))
 			for _, re := range tt.want {
 				assert.Regexp(t, re, b.String())
 			}
@@ -56,7 +66,7 @@ func TestShowResolvedAndFlag(t *testing.T) {
 func TestStatsOldestNone(t *testing.T) {
 	var b strings.Builder
 	require.NoError(t, writeStats(&b, statsOut{Records: idem.AdminRecordStats{Total: 1,
-		ByState: map[keystore.State]int{keystore.StateManual: 1}, OldestManualSeconds: 90}}))
+		ByState: map[keystore.State]int{keystore.StateManual: 1}, OldestManualSeconds: new(int64(90))}}))
 	assert.Contains(t, b.String(), "oldest pending  -\n")
 	assert.Contains(t, b.String(), "oldest manual   1m30s\n")
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/idemkit/idem/keystore/boltstore"
 )
 
-var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+var testNow = time.Now().UTC().Truncate(time.Second) // near the real time: a PostgreSQL keystore's clock is checked against it
 
 func fixedNow() time.Time { return testNow }
 

@@ -40,8 +40,8 @@ flags:
   -rounds N           bursts of them at most, one operation each, until one overlaps (default 3)
   -timeout D          per request (default 10s)
 
-exit status: 0 every row honoured or not observed, 1 a row broken or the probe failed,
-2 usage error (no -sandbox included)
+exit status: 0 every row honoured or not observed, 1 a row broken or the probe failed (the
+API unreachable included: no row is graded then), 2 usage error (no -sandbox included)
 `
 
 // probeHeaders is the repeatable -header flag.

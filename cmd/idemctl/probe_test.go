@@ -131,6 +131,26 @@ func TestProbeBrokenServerExitsOne(t *testing.T) {
 	}
 }
 
+// An API that cannot be reached is no verdict: no table, no broken row, exit 1 and stderr
+// saying the API is unreachable, with the transport error.
+func TestProbeUnreachableExitsOne(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	code, out, errOut := probeCmd(url, "-sandbox")
+	if code != 1 || out != "" {
+		t.Fatalf("exit %d, stdout %q, want 1 and nothing", code, out)
+	}
+	for _, s := range []string{"cannot be reached", url, "connection refused"} {
+		if !strings.Contains(errOut, s) {
+			t.Errorf("stderr %q does not say %q", errOut, s)
+		}
+	}
+	if strings.Contains(errOut, string(probe.Broken)) {
+		t.Errorf("stderr %q gives a broken verdict", errOut)
+	}
+}
+
 // Without -sandbox (or with bad flags) nothing is sent and the exit status is 2.
 func TestProbeUsage(t *testing.T) {
 	var hits atomic.Int64

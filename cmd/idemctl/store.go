@@ -86,6 +86,9 @@ func (b *storeBackend) stats(ctx context.Context) (statsOut, error) {
 
 func (b *storeBackend) purge(ctx context.Context, cutoff time.Time, dryRun bool) (int, error) {
 	if !dryRun {
+		if err := b.checkClock(ctx); err != nil {
+			return 0, err
+		}
 		return b.s.Purge(ctx, cutoff)
 	}
 	recs, err := b.s.List(ctx, keystore.StateSucceeded, keystore.StateFailed)
@@ -99,6 +102,26 @@ func (b *storeBackend) purge(ctx context.Context, cutoff time.Time, dryRun bool)
 		}
 	}
 	return n, nil
+}
+
+// checkClock refuses a purge whose cutoff comes from this host's clock when a shared store's
+// clock (keystore.Clock: PostgreSQL) differs from it by more than idem.DefaultMaxClockSkew,
+// as the client does: an operator's clock running ahead would delete the fleet's fresh
+// records, and a later payment of their intents would be charged again.
+func (b *storeBackend) checkClock(ctx context.Context) error {
+	sc, ok := b.s.(keystore.Clock)
+	if !ok {
+		return nil
+	}
+	local := b.now()
+	store, err := sc.Now(ctx)
+	if err != nil {
+		return err
+	}
+	if skew := local.Sub(store); skew > idem.DefaultMaxClockSkew || skew < -idem.DefaultMaxClockSkew {
+		return &idem.ClockSkewError{Op: "retention purge", Local: local, Store: store, Skew: skew, Max: idem.DefaultMaxClockSkew}
+	}
+	return nil
 }
 
 // resolve settles a manual record through idem.Client.Resolve, as the admin handler does.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/examples/oapi/payments"
@@ -49,14 +48,15 @@ func payAll(ctx context.Context, c *idem.Client, serverURL string, refs []string
 	return out, nil
 }
 
-// summarize counts the outcomes: paid (201), declined (a 4xx answer) and unresolved (an
-// error: the record stays in the keystore for Recover or a person).
+// summarize counts the outcomes: paid (any 2xx: the 201, or a payment Config.Lookup found),
+// declined (a 4xx answer) and unresolved (an error: the record stays in the keystore for
+// Recover or a person).
 func summarize(out []outcome) (paid, declined, unresolved int) {
 	for _, o := range out {
 		switch {
 		case o.Err != nil:
 			unresolved++
-		case o.Status == http.StatusCreated && o.Payment != nil:
+		case o.Status/100 == 2:
 			paid++
 		default:
 			declined++
@@ -71,6 +71,8 @@ func (o outcome) String() string {
 		return fmt.Sprintf("%s: unresolved: %v", o.Reference, o.Err)
 	case o.Payment != nil:
 		return fmt.Sprintf("%s: paid %s", o.Reference, o.Payment.Id)
+	case o.Status/100 == 2:
+		return fmt.Sprintf("%s: paid (HTTP %d)", o.Reference, o.Status)
 	}
 	return fmt.Sprintf("%s: declined (%d)", o.Reference, o.Status)
 }

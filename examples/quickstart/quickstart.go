@@ -45,6 +45,10 @@ func pay(ctx context.Context, baseURL, dbPath, apiKey string) (string, error) {
 		// The server stored a 5xx for the key: execution began, effect unknown. Never pay again
 		// here. The record is manual; Config.Lookup or Client.Resolve settles it.
 		return "reconcile", err
+	case errors.Is(err, idem.ErrLeaseLost):
+		// Another instance of a fleet took the record over and finishes it. Never pay again
+		// here: a later Do of "order-42" waits for that instance, then returns the outcome.
+		return "taken over", err
 	case errors.Is(err, idem.ErrOutcomeUnknown): // maybe paid: the record stays pending; Recover or Do again
 		return "unknown", err
 	case errors.Is(err, idem.ErrNotExecuted):

@@ -6,10 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/keystore"
@@ -99,6 +102,42 @@ func TestShared(t *testing.T) {
 		a := openStore(t, pools(), nil)
 		return a, openStore(t, pools(), nil)
 	})
+}
+
+// A search_path whose schemas do not exist: Migrate says so, naming the search_path and the
+// CREATE SCHEMA to run, and the error is ErrNoTargetSchema wrapping PostgreSQL's 3F000.
+func TestMigrateMissingSchema(t *testing.T) {
+	dsn := needPG(t)
+	ctx := context.Background()
+	for _, tc := range []struct{ searchPath, create string }{
+		{"idem_missing_x", "CREATE SCHEMA idem_missing_x"},
+		{`"$user", idem_missing_y`, "CREATE SCHEMA idem_missing_y"},
+	} {
+		t.Run(tc.searchPath, func(t *testing.T) {
+			cfg, err := pgxpool.ParseConfig(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ConnConfig.RuntimeParams["search_path"] = tc.searchPath
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			err = pgstore.Migrate(ctx, pool)
+			if !errors.Is(err, pgstore.ErrNoTargetSchema) {
+				t.Fatalf("Migrate: %v, want ErrNoTargetSchema", err)
+			}
+			if pe, ok := errors.AsType[*pgconn.PgError](err); !ok || pe.Code != "3F000" {
+				t.Errorf("Migrate: %v does not wrap the 3F000 PgError", err)
+			}
+			for _, want := range []string{"search_path " + strconv.Quote(tc.searchPath), tc.create} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+		})
+	}
 }
 
 func TestMigrate(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,6 +21,11 @@ const migrateLock = 0x6964656d // "idem"
 // ErrNoSchema: Open found no idem schema in the search_path; run Migrate first.
 var ErrNoSchema = errors.New("pgstore: no idem schema in the database (run pgstore.Migrate)")
 
+// ErrNoTargetSchema is returned (wrapped, with PostgreSQL's own error) by Migrate when no
+// schema named in the search_path exists, so there is nowhere to create the tables (SQLSTATE
+// 3F000). The message names the search_path and the CREATE SCHEMA to run first.
+var ErrNoTargetSchema = errors.New("pgstore: nowhere to create the idem tables")
+
 // SchemaVersionError is returned by Open and Migrate when the database's schema version is not
 // the one this package supports: newer (written by a newer release; upgrade this program) or,
 // from Open only, older (run Migrate).
@@ -28,6 +34,7 @@ type SchemaVersionError struct {
 	Supported int // SchemaVersion
 }
 
+// Error says which version was found and what to do: upgrade the program or run Migrate.
 func (e *SchemaVersionError) Error() string {
 	if e.Found > e.Supported {
 		return fmt.Sprintf("pgstore: database schema version %d is newer than %d, the newest this release supports: upgrade the program", e.Found, e.Supported)
@@ -69,11 +76,38 @@ CREATE INDEX idem_records_pending ON idem_records (created_ns, key, tenant) WHER
 CREATE INDEX idem_records_purge ON idem_records (updated_ns) WHERE state IN ('succeeded', 'failed');
 `
 
-// Migrate creates the idem tables in the first schema of the search_path, or upgrades them to
-// SchemaVersion. It is idempotent, and concurrent calls are serialised by an advisory lock. It
-// returns a *SchemaVersionError if the database holds a newer schema, changing nothing, or the
-// database's error.
+// Migrate creates the idem tables in the first existing schema of the search_path, or upgrades
+// them to SchemaVersion. It is idempotent, and concurrent calls are serialised by an advisory
+// lock. It returns a *SchemaVersionError if the database holds a newer schema, changing
+// nothing, ErrNoTargetSchema (wrapping the database's error) if no schema of the search_path
+// exists (it creates no schema: that is the DBA's choice), or the database's error.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	err := migrate(ctx, pool)
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok && pe.Code == "3F000" { // invalid_schema_name
+		return noTargetSchema(ctx, pool, err)
+	}
+	return err
+}
+
+// noTargetSchema is ErrNoTargetSchema wrapping err, naming the search_path and the schema to
+// create: the first one that is not "$user".
+func noTargetSchema(ctx context.Context, pool *pgxpool.Pool, err error) error {
+	var sp string
+	if pool.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&sp) != nil {
+		return fmt.Errorf("%w (CREATE SCHEMA first, or set search_path in the DSN): %w", ErrNoTargetSchema, err)
+	}
+	name := "<name>"
+	for s := range strings.SplitSeq(sp, ",") {
+		if s = strings.TrimSpace(s); s != "" && s != `"$user"` && s != "$user" {
+			name = s
+			break
+		}
+	}
+	return fmt.Errorf("%w: search_path %q names no existing schema; run CREATE SCHEMA %s first (or fix search_path in the DSN): %w",
+		ErrNoTargetSchema, sp, name, err)
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLock); err != nil {
 			return fmt.Errorf("pgstore: migrate: %w", err)

@@ -29,7 +29,10 @@ type Store struct {
 	closed atomic.Bool
 }
 
-var _ keystore.Store = (*Store)(nil)
+var (
+	_ keystore.Store = (*Store)(nil)
+	_ keystore.Clock = (*Store)(nil)
+)
 
 // Open returns a Store on pool, whose schema Migrate must have created. It checks the schema
 // and changes nothing: it returns ErrNoSchema if there is none, a *SchemaVersionError if it is
@@ -241,4 +244,18 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time) (int, error) {
 		return 0, dbErr(ctx, "purge", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// Now returns the database's clock (SELECT now()): the one clock every instance sharing the
+// database can compare its own with (keystore.Clock). It returns keystore.ErrClosed after
+// Close, ctx.Err(), or the database's error.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	if err := s.begin(ctx); err != nil {
+		return time.Time{}, err
+	}
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return time.Time{}, dbErr(ctx, "reading the clock", err)
+	}
+	return now, nil
 }

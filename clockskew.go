@@ -1,0 +1,134 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// Leases and retention are compared with the caller's clock (keystore.Lease), so in a fleet
+// sharing one store an instance whose clock is ahead would purge the others' fresh records
+// (a later Do of the same intent would mint a new key: a double charge) and take over their
+// live leases. When the store has an authoritative clock (keystore.Clock), the client checks
+// its own against it before every operation that acts on other instances' records on the
+// strength of its clock, and refuses beyond Config.MaxClockSkew. Its own hot path (create a
+// record, renew its own lease) does not check: no round trip is added before the first byte.
+
+// DefaultMaxClockSkew is Config.MaxClockSkew when it is 0 (capped at LeaseTTL/3). NTP keeps
+// hosts within milliseconds of each other, so 5 s never refuses a healthy fleet, even with a
+// slow database round trip; and it is small beside what it protects: the default lease
+// (30 s, renewed every 10 s, so a live lease always has 20 s left) and the retention (days).
+const DefaultMaxClockSkew = 5 * time.Second
+
+// ErrClockSkew: this client's clock (Config.Now) and the keystore's (keystore.Clock) differ by
+// more than Config.MaxClockSkew, so the client refused an operation that would act on other
+// instances' records on the strength of its own clock: a retention purge, a claim of orphans
+// (Recover, the background reclaimer), or a Do taking over a record whose lease another
+// instance held. Nothing was done; the error is a *ClockSkewError (inside an *OperationError
+// for Do). Fix the host's time synchronisation (NTP); nothing in the keystore needs repair.
+var ErrClockSkew = errors.New("idem: clock differs from the keystore's")
+
+// ClockSkewError reports a refused operation. It matches ErrClockSkew with errors.Is.
+type ClockSkewError struct {
+	Op    string        // what was refused: "retention purge", "orphan claim", "takeover of another instance's record"
+	Local time.Time     // this client's clock (Config.Now) when the store's was read
+	Store time.Time     // the keystore's clock
+	Skew  time.Duration // Local - Store: positive when this client is ahead
+	Max   time.Duration // Config.MaxClockSkew
+}
+
+// Error names the operation, both clocks and the skew.
+func (e *ClockSkewError) Error() string {
+	dir, d := "ahead of", e.Skew
+	if d < 0 {
+		dir, d = "behind", -d
+	}
+	return fmt.Sprintf("idem: %s refused: this client's clock %s is %s %s the keystore's %s (MaxClockSkew %s); fix the host's time synchronisation (NTP)",
+		e.Op, e.Local.Format(time.RFC3339Nano), d, dir, e.Store.Format(time.RFC3339Nano), e.Max)
+}
+
+// Is makes errors.Is(err, ErrClockSkew) true.
+func (e *ClockSkewError) Is(target error) bool { return target == ErrClockSkew }
+
+// ClockSkewEvent: an operation was refused because the clocks disagree (Hooks.OnClockSkew).
+// Event.Key is set for a refused lease takeover, empty for a purge or an orphan claim.
+type ClockSkewEvent struct {
+	Event
+	Err *ClockSkewError // the refusal, with both clocks
+}
+
+// The operations checkClock guards, as named in ClockSkewError.Op.
+const (
+	opPurge    = "retention purge"
+	opReclaim  = "orphan claim"
+	opTakeover = "takeover of another instance's record"
+)
+
+// skewDefaults fills and checks MaxClockSkew; LeaseTTL is already set.
+func (c *Client) skewDefaults() error {
+	cfg := &c.cfg
+	limit := cfg.LeaseTTL / 3
+	switch {
+	case cfg.MaxClockSkew == 0:
+		cfg.MaxClockSkew = min(DefaultMaxClockSkew, limit)
+	case cfg.MaxClockSkew > limit:
+		return fmt.Errorf("%w: MaxClockSkew %s is longer than LeaseTTL/3 (%s): an instance that far ahead could take over leases its holder is still renewing",
+			ErrInvalidConfig, cfg.MaxClockSkew, limit)
+	}
+	return nil
+}
+
+// checkClock compares Config.Now with the store's clock before op, when the store has one
+// (keystore.Clock) and the check is on. rec is the record a takeover would claim, nil
+// otherwise. It returns a *ClockSkewError (counted, logged, Hooks.OnClockSkew) beyond
+// MaxClockSkew, the store's error if its clock cannot be read, else nil.
+func (c *Client) checkClock(ctx context.Context, op string, rec *keystore.Record) error {
+	sc, ok := c.store.(keystore.Clock)
+	if !ok || c.cfg.MaxClockSkew < 0 {
+		return nil
+	}
+	before := c.cfg.Now()
+	store, err := sc.Now(ctx)
+	if err != nil {
+		return fmt.Errorf("idem: reading the keystore's clock before a %s: %w", op, err)
+	}
+	after := c.cfg.Now()
+	// The store read its clock at some local instant in [before, after]: measure from the
+	// nearer end, so that a slow round trip never counts as skew.
+	local, skew := before, time.Duration(0)
+	switch {
+	case store.Before(before):
+		skew = before.Sub(store)
+	case store.After(after):
+		local, skew = after, after.Sub(store)
+	}
+	if skew <= c.cfg.MaxClockSkew && skew >= -c.cfg.MaxClockSkew {
+		return nil
+	}
+	e := &ClockSkewError{Op: op, Local: local, Store: store, Skew: skew, Max: c.cfg.MaxClockSkew}
+	c.stats.clockSkew.Add(1)
+	ev := ClockSkewEvent{Event: Event{Time: local}, Err: e}
+	if rec != nil {
+		ev.Key, ev.Scope, ev.Intent = rec.Key, rec.Scope, rec.Intent
+	}
+	if l := c.cfg.Logger; l != nil {
+		l.Error("idem clock differs from the keystore's; operation refused", "op", op, "key", ev.Key,
+			"local", local, "store", store, "skew", skew, "max", c.cfg.MaxClockSkew)
+	}
+	if h := c.cfg.Hooks.OnClockSkew; h != nil {
+		h(ev)
+	}
+	return e
+}
+
+// takesOver reports whether claiming rec acts on another instance's record on the strength
+// of this client's clock: the holder's lease expired by this clock only, and the key's age,
+// judged against KeyTTL before a resend, runs from a CreatedAt another clock wrote (a clock
+// behind would resend a key the server may have forgotten). Our own records, and a dead
+// owner's on an exclusive store (one process, one clock), are claimed without a check.
+func (c *Client) takesOver(rec *keystore.Record) bool {
+	return rec.Owner != c.cfg.Owner && !c.deadOwner(rec)
+}

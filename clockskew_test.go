@@ -1,0 +1,378 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keystore"
+)
+
+// clockStore is Memory shared by a fleet with an authoritative clock (keystore.Clock), set by
+// the test, that counts its reads.
+type clockStore struct {
+	*keystore.Memory
+	mu    sync.Mutex
+	now   time.Time
+	err   error
+	reads int
+}
+
+func (s *clockStore) Now(ctx context.Context) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reads++
+	return s.now, s.err
+}
+
+func (s *clockStore) clockReads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads
+}
+
+// skewEnv is a client on a clockStore whose clock is the client's minus ahead (the client is
+// ahead of the store by ahead; negative: behind).
+type skewEnv struct {
+	*env
+	store *clockStore
+	skews []ClockSkewEvent
+	mu    sync.Mutex
+}
+
+func newSkewEnv(t *testing.T, ahead time.Duration, mod func(*Config)) *skewEnv {
+	t.Helper()
+	se := &skewEnv{store: &clockStore{Memory: keystore.NewMemory()}}
+	se.env = newEnv(t, idemtest.Config{RetryAfter: -1}, func(c *Config) {
+		c.Store = se.store
+		c.Owner = "instance-a"
+		c.PurgeInterval = -1
+		c.Hooks.OnClockSkew = func(ev ClockSkewEvent) {
+			se.mu.Lock()
+			defer se.mu.Unlock()
+			se.skews = append(se.skews, ev)
+		}
+		if mod != nil {
+			mod(c)
+		}
+	})
+	se.env.store = se.store
+	se.store.now = se.clock.Now().Add(-ahead)
+	t.Cleanup(func() { _ = se.c.Close() })
+	return se
+}
+
+func (se *skewEnv) events() []ClockSkewEvent {
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	return append([]ClockSkewEvent(nil), se.skews...)
+}
+
+// seed stores, by the store's clock: a succeeded record 100 h old (past Retention for every
+// clock), a succeeded record of intent "order-fresh" 1 h old, and a pending orphan of a dead
+// instance whose lease expired a minute ago.
+func (se *skewEnv) seed(t *testing.T) (old, fresh, orphan *keystore.Record) {
+	t.Helper()
+	ctx := context.Background()
+	now := se.store.now
+	done := func(key, intent string, at time.Time) *keystore.Record {
+		rec := newPendingRecord(key, 100, key, at)
+		rec.Intent, rec.State, rec.LastStatus = intent, keystore.StateSucceeded, 201
+		require.NoError(t, se.store.Create(ctx, rec))
+		return rec
+	}
+	old = done("key-old", "order-old", now.Add(-100*time.Hour))
+	fresh = done("key-fresh", "order-fresh", now.Add(-time.Hour))
+	orphan = newPendingRecord("key-orphan", 300, "orphan", now.Add(-time.Hour))
+	orphan.Owner, orphan.LeaseUntil, orphan.Fence = "dead-instance", now.Add(-time.Minute), 1
+	require.NoError(t, se.store.Create(ctx, orphan))
+	return old, fresh, orphan
+}
+
+func (se *skewEnv) exists(t *testing.T, key string) bool {
+	t.Helper()
+	_, err := se.store.Get(context.Background(), "", key)
+	if errors.Is(err, keystore.ErrNotFound) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// Recover compares the client's clock with the store's first: beyond MaxClockSkew, ahead or
+// behind, it purges and claims nothing and returns a *ClockSkewError; within it, it purges
+// what is past Retention and reclaims the orphan.
+func TestRecoverClockSkew(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ahead   time.Duration
+		refused bool
+	}{
+		{"in sync", 0, false},
+		{"ahead within the bound", 4 * time.Second, false},
+		{"behind within the bound", -4 * time.Second, false},
+		{"ahead 80h", 80 * time.Hour, true},
+		{"ahead just beyond the bound", DefaultMaxClockSkew + time.Millisecond, true},
+		{"behind 1h", -time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			se := newSkewEnv(t, tc.ahead, nil)
+			old, fresh, orphan := se.seed(t)
+			rep, err := se.c.Recover(context.Background(), nil)
+			byIntent, ierr := se.store.GetByIntent(context.Background(), "", "order-fresh")
+			require.NoError(t, ierr, "the fresh intent is kept either way")
+			assert.Equal(t, fresh.Key, byIntent.Key)
+			if !tc.refused {
+				require.NoError(t, err)
+				assert.Equal(t, RecoverReport{Pending: 1, Succeeded: 1, Purged: 1}, rep)
+				assert.False(t, se.exists(t, old.Key), "the old record is purged")
+				assert.Equal(t, keystore.StateSucceeded, se.record(orphan.Key).State)
+				assert.Equal(t, 1, se.srv.AttemptsFor(orphan.Key))
+				assert.Equal(t, int64(0), se.c.Stats().ClockSkewRefusals)
+				assert.Empty(t, se.events())
+				// One read before the purge, one before each ClaimExpired batch (the orphan's,
+				// then the empty one that ends the pass); none for the orphan's own sending.
+				assert.Equal(t, 3, se.store.clockReads())
+				return
+			}
+			require.ErrorIs(t, err, ErrClockSkew)
+			var ce *ClockSkewError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, ClockSkewError{Op: "retention purge", Local: se.clock.Now(), Store: se.store.now,
+				Skew: tc.ahead, Max: DefaultMaxClockSkew}, *ce)
+			assert.Contains(t, err.Error(), "retention purge refused")
+			assert.Contains(t, err.Error(), se.store.now.Format(time.RFC3339Nano))
+			assert.Contains(t, err.Error(), "NTP")
+			assert.Equal(t, RecoverReport{}, rep, "nothing done")
+			assert.True(t, se.exists(t, old.Key), "nothing purged")
+			rec := se.record(orphan.Key)
+			assert.Equal(t, keystore.StatePending, rec.State, "the orphan is not claimed")
+			assert.Equal(t, "dead-instance", rec.Owner)
+			assert.Equal(t, int64(1), rec.Fence)
+			assert.Equal(t, 0, se.srv.Stats().Requests, "nothing sent")
+			assert.Equal(t, int64(1), se.c.Stats().ClockSkewRefusals)
+			ev := se.events()
+			require.Len(t, ev, 1)
+			assert.Equal(t, ce, ev[0].Err)
+			assert.Equal(t, "", ev[0].Key)
+			assert.Equal(t, 1, se.store.clockReads())
+		})
+	}
+}
+
+// The background purge pass checks the clock first: the client 80 h ahead deletes nothing (a
+// later Do of the fresh intent finds its record, nothing is sent); in sync, it deletes only
+// the record past Retention.
+func TestBackgroundPurgeClockSkew(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ahead   time.Duration
+		refused bool
+	}{
+		{"in sync", 0, false},
+		{"ahead 80h", 80 * time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			se := newSkewEnv(t, tc.ahead, func(c *Config) { c.PurgeInterval = time.Minute })
+			old, fresh, _ := se.seed(t)
+			se.clock.Advance(2 * time.Minute) // a pass is due
+			se.store.mu.Lock()
+			se.store.now = se.store.now.Add(2 * time.Minute)
+			se.store.mu.Unlock()
+			se.c.maybePurge()
+			se.c.purger.wg.Wait()
+			assert.Equal(t, 1, se.store.clockReads())
+			assert.True(t, se.exists(t, fresh.Key), "a fresh record is never purged")
+			assert.Equal(t, tc.refused, se.exists(t, old.Key))
+			assert.Equal(t, map[bool]int64{true: 1, false: 0}[tc.refused], se.c.Stats().ClockSkewRefusals)
+			assert.Len(t, se.events(), map[bool]int{true: 1, false: 0}[tc.refused])
+
+			// The fresh intent is answered from its record: no new key, nothing sent.
+			res, err := se.c.Do(context.Background(), payment(100, "key-fresh", WithIntent("order-fresh")))
+			require.NoError(t, err)
+			assert.Equal(t, SourceStore, res.Source)
+			assert.Equal(t, fresh.Key, res.Key)
+			assert.Equal(t, 0, se.srv.Stats().Requests)
+		})
+	}
+}
+
+// The background reclaimer checks the clock before each ClaimExpired: refused, the orphan
+// stays as it was and nothing is sent.
+func TestReclaimerClockSkew(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ahead   time.Duration
+		refused bool
+	}{
+		{"in sync", 0, false},
+		{"ahead 80h", 80 * time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			se := newSkewEnv(t, tc.ahead, nil)
+			_, _, orphan := se.seed(t)
+			se.c.reclaimNow(context.Background())
+			rec := se.record(orphan.Key)
+			if tc.refused {
+				assert.Equal(t, keystore.StatePending, rec.State)
+				assert.Equal(t, "dead-instance", rec.Owner)
+				assert.Equal(t, int64(1), rec.Fence)
+				assert.Equal(t, 0, se.srv.Stats().Requests)
+				assert.Equal(t, int64(1), se.c.Stats().ClockSkewRefusals)
+				ev := se.events()
+				require.Len(t, ev, 1)
+				assert.Equal(t, "orphan claim", ev[0].Err.Op)
+				assert.Equal(t, 1, se.store.clockReads())
+				return
+			}
+			assert.Equal(t, keystore.StateSucceeded, rec.State)
+			assert.Equal(t, 1, se.srv.AttemptsFor(orphan.Key))
+			assert.Equal(t, int64(1), se.c.Stats().OrphansReclaimed)
+			assert.Equal(t, int64(0), se.c.Stats().ClockSkewRefusals)
+			assert.Equal(t, 2, se.store.clockReads(), "one per ClaimExpired batch")
+		})
+	}
+}
+
+// A Do that finds a pending record of another instance (its lease expired by the client's
+// clock, or released: the key's age is judged by that clock too) does not take it over when
+// its clock is off: ErrClockSkew, outcome unknown, nothing sent, the record untouched. With
+// agreeing clocks it claims and sends; its own record it resumes without reading the store's
+// clock.
+func TestDoTakeoverClockSkew(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		ahead     time.Duration
+		owner     string        // the record's lease holder ("" released)
+		leaseLeft time.Duration // its lease expiry from the store's now
+		refused   bool
+		reads     int
+	}{
+		{"live lease, client 80h ahead", 80 * time.Hour, "instance-b", 20 * time.Second, true, 1},
+		{"live lease, client 40s ahead", 40 * time.Second, "instance-b", 20 * time.Second, true, 1},
+		{"expired lease, clocks agree", 0, "instance-b", -time.Minute, false, 1},
+		{"released, client 80h ahead", 80 * time.Hour, "", 0, true, 1},
+		{"released, client 1h behind", -time.Hour, "", 0, true, 1},
+		{"released, clocks agree", 0, "", 0, false, 1},
+		{"own record, client 80h ahead", 80 * time.Hour, "instance-a", -time.Minute, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			se := newSkewEnv(t, tc.ahead, nil)
+			op := payment(100, "order-9", WithIntent("order-9"))
+			writer := se.store.now // the other instance's clock agrees with the store's
+			if tc.owner == "instance-a" {
+				writer = se.clock.Now() // our own record: written by our clock
+			}
+			rec := newPendingRecord(op.Key(), 100, "order-9", writer.Add(-time.Minute))
+			rec.Intent, rec.Fence = "order-9", 1
+			if tc.owner != "" {
+				rec.Owner, rec.LeaseUntil = tc.owner, writer.Add(tc.leaseLeft)
+			}
+			require.NoError(t, se.store.Create(context.Background(), rec))
+
+			res, err := se.c.Do(context.Background(), op)
+			assert.Equal(t, tc.reads, se.store.clockReads())
+			if !tc.refused {
+				require.NoError(t, err)
+				assert.Equal(t, 1, se.srv.AttemptsFor(op.Key()))
+				assert.Equal(t, op.Key(), res.Key)
+				assert.Equal(t, keystore.StateSucceeded, se.record(op.Key()).State)
+				assert.Equal(t, int64(0), se.c.Stats().ClockSkewRefusals)
+				return
+			}
+			require.ErrorIs(t, err, ErrClockSkew)
+			require.ErrorIs(t, err, ErrOutcomeUnknown)
+			oe := opErr(t, err)
+			assert.Equal(t, op.Key(), oe.Key)
+			assert.Equal(t, "order-9", oe.Intent)
+			assert.Equal(t, 0, oe.Attempts)
+			var ce *ClockSkewError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, "takeover of another instance's record", ce.Op)
+			assert.Equal(t, tc.ahead, ce.Skew)
+			assert.Equal(t, 0, se.srv.Stats().Requests, "nothing sent")
+			got := se.record(op.Key())
+			assert.Equal(t, rec.Owner, got.Owner)
+			assert.Equal(t, rec.LeaseUntil, got.LeaseUntil)
+			assert.Equal(t, int64(1), got.Fence)
+			assert.Equal(t, keystore.StatePending, got.State)
+			assert.Equal(t, 0, got.Attempts)
+			assert.Equal(t, int64(1), se.c.Stats().ClockSkewRefusals)
+			ev := se.events()
+			require.Len(t, ev, 1)
+			assert.Equal(t, op.Key(), ev[0].Key)
+			assert.Equal(t, "order-9", ev[0].Intent)
+		})
+	}
+}
+
+// The hot path never reads the store's clock, however far off the client's is: a new
+// record, a 503 and a resend under a renewed lease, a success.
+func TestHotPathReadsNoStoreClock(t *testing.T) {
+	se := newSkewEnv(t, 80*time.Hour, nil)
+	se.srv.Script(idemtest.Fault503)
+	res, err := se.c.Do(context.Background(), payment(100, "order-1", WithIntent("order-1")))
+	require.NoError(t, err)
+	assert.Equal(t, 2, res.Attempts)
+	assert.Equal(t, 0, se.store.clockReads())
+	assert.Equal(t, int64(0), se.c.Stats().ClockSkewRefusals)
+}
+
+// A negative MaxClockSkew turns the check off (tests with injected clocks); a store whose
+// clock cannot be read refuses the operation with the store's error.
+func TestClockCheckOffAndStoreError(t *testing.T) {
+	se := newSkewEnv(t, 80*time.Hour, func(c *Config) { c.MaxClockSkew = -1 })
+	old, _, _ := se.seed(t)
+	rep, err := se.c.Recover(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, 2, rep.Purged, "off: both records are past Retention by the client's clock")
+	assert.False(t, se.exists(t, old.Key))
+	assert.Equal(t, 0, se.store.clockReads())
+
+	se = newSkewEnv(t, 0, nil)
+	old, _, _ = se.seed(t)
+	down := errors.New("connection refused")
+	se.store.err = down
+	_, err = se.c.Recover(context.Background(), nil)
+	require.ErrorIs(t, err, down)
+	assert.NotErrorIs(t, err, ErrClockSkew)
+	assert.True(t, se.exists(t, old.Key))
+	assert.Equal(t, int64(0), se.c.Stats().ClockSkewRefusals)
+}
+
+// MaxClockSkew defaults to DefaultMaxClockSkew capped at LeaseTTL/3; beyond LeaseTTL/3 it is
+// ErrInvalidConfig.
+func TestMaxClockSkewConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		want  time.Duration
+		valid bool
+	}{
+		{"default", Config{}, DefaultMaxClockSkew, true},
+		{"capped by a short lease", Config{LeaseTTL: 12 * time.Second, Policy: Policy{AttemptTimeout: time.Second}}, 4 * time.Second, true},
+		{"explicit", Config{MaxClockSkew: time.Second}, time.Second, true},
+		{"LeaseTTL/3", Config{MaxClockSkew: 10 * time.Second}, 10 * time.Second, true},
+		{"off", Config{MaxClockSkew: -1}, -1, true},
+		{"beyond LeaseTTL/3", Config{MaxClockSkew: 10*time.Second + 1}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.BaseURL = "http://127.0.0.1:1"
+			c, err := NewClient(tc.cfg)
+			if !tc.valid {
+				require.ErrorIs(t, err, ErrInvalidConfig)
+				assert.Contains(t, err.Error(), "MaxClockSkew")
+				return
+			}
+			require.NoError(t, err)
+			defer c.Close()
+			assert.Equal(t, tc.want, c.cfg.MaxClockSkew)
+		})
+	}
+}

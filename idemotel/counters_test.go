@@ -1,0 +1,15 @@
+package idemotel
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/idemkit/idem"
+)
+
+// Every counter of idem.Stats is exported: a new field without a metric fails here.
+func TestEveryStatExported(t *testing.T) {
+	if n := reflect.TypeFor[idem.Stats]().NumField(); n != len(counters) {
+		t.Errorf("idem.Stats has %d counters, idemotel exports %d", n, len(counters))
+	}
+}
