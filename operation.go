@@ -212,6 +212,7 @@ func Fingerprint(method, path string, body []byte) string {
 
 // fingerprint returns the fingerprint of op over its normalised target (see target), and
 // the one over its URL as written, which records persisted before normalisation carry.
+// open computes the second only when a stored record differs from the first.
 func (c *Client) fingerprint(op *Operation) (fp, asWritten string) {
 	return Fingerprint(op.method, c.target(op.url), op.body), Fingerprint(op.method, op.url, op.body)
 }

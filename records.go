@@ -35,7 +35,7 @@ var errNilRecord = errors.New("idem: keystore returned neither a record nor an e
 // Without an intent it tries the Create first and looks only when the key exists: most keys
 // are new, and a read costs a transaction (or a round trip) of its own.
 func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keystore.Record, bool, error) {
-	fp, asWritten := c.fingerprint(op)
+	fp := Fingerprint(op.method, c.target(op.url), op.body)
 	for try := 0; try < 3; try++ {
 		var rec *keystore.Record
 		err := keystore.ErrNotFound
@@ -43,7 +43,9 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keysto
 			rec, err = c.lookup(ctx, op, scope)
 		}
 		if err == nil {
-			if rec.Fingerprint != fp && rec.Fingerprint != asWritten { // asWritten: records from before normalisation
+			// The fingerprint over the URL as written matches records from before
+			// normalisation; computed only here, when a stored record differs.
+			if rec.Fingerprint != fp && rec.Fingerprint != Fingerprint(op.method, op.url, op.body) {
 				return nil, false, &OperationError{Key: rec.Key, Scope: scope, Intent: rec.Intent, Kind: ErrKeyConflict,
 					Cause: fmt.Errorf("key %q is bound to another request (%s %s, fingerprint %.12s); this one is %s %s, fingerprint %.12s",
 						rec.Key, rec.Request.Method, rec.Request.URL, rec.Fingerprint, op.method, op.url, fp)}
