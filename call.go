@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -24,9 +26,9 @@ type call struct {
 	c      *Client
 	s      callSettings
 	rec    *keystore.Record
-	header http.Header // headers as sent, credentials included (unlike rec.Request.Header)
-	target string      // absolute URL
-	bo     *backoff.ExponentialBackOff
+	header http.Header                 // headers as sent, credentials included (unlike rec.Request.Header)
+	target string                      // absolute URL
+	bo     *backoff.ExponentialBackOff // nil until the first retry (backoff)
 	start  time.Time
 
 	baseAttempts int // rec.Attempts when the call began
@@ -34,37 +36,45 @@ type call struct {
 	statusChecks int
 	unknown      bool // an attempt may have executed and no answer resolved it yet
 	last         *Attempt
-	delay        time.Duration // wait before the next attempt, decided in checkRetry
-	spent        int           // retry-budget tokens this call took
-	lastCode     int           // status of the last response in this call, 0 if none
-	lastAnswer   *Attempt      // the last attempt that got a response: every stop after it carries it
-	credErr      error         // Config.Credentials failed: nothing was sent, nothing will be
-	lease        callLease     // the record's lease while the call runs (fleet.go)
+	delay        time.Duration          // wait before the next attempt, decided in checkRetry
+	spent        int                    // retry-budget tokens this call took
+	lastCode     int                    // status of the last response in this call, 0 if none
+	lastAnswer   *Attempt               // the last attempt that got a response: every stop after it carries it
+	credErr      error                  // Config.Credentials failed: nothing was sent, nothing will be
+	lease        callLease              // the record's lease while the call runs (fleet.go)
+	trace        *httptrace.ClientTrace // sets written; made at the first attempt
+	written      atomic.Bool            // the current attempt reached a connection
 
 	result *Result
 	stop   *OperationError
 }
 
 func (c *Client) newCall(s callSettings, rec *keystore.Record, header http.Header, target string) *call {
-	p := s.policy
-	bo := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(p.InitialDelay),
-		backoff.WithMultiplier(p.Multiplier),
-		backoff.WithRandomizationFactor(p.Jitter),
-		backoff.WithMaxInterval(p.MaxDelay),
-		backoff.WithMaxElapsedTime(0), // MaxElapsed is enforced by the call, with the injected clock
-	)
 	c.stats.calls.Add(1)
-	return &call{c: c, s: s, rec: rec, header: header, target: target, bo: bo,
+	return &call{c: c, s: s, rec: rec, header: header, target: target,
 		start: c.cfg.Now(), baseAttempts: rec.Attempts}
+}
+
+// expBackoff returns the call's backoff, made at the first retry: most calls never retry.
+func (cl *call) expBackoff() *backoff.ExponentialBackOff {
+	if cl.bo == nil {
+		p := cl.s.policy
+		cl.bo = backoff.NewExponentialBackOff(
+			backoff.WithInitialInterval(p.InitialDelay),
+			backoff.WithMultiplier(p.Multiplier),
+			backoff.WithRandomizationFactor(p.Jitter),
+			backoff.WithMaxInterval(p.MaxDelay),
+			backoff.WithMaxElapsedTime(0), // MaxElapsed is enforced by the call, with the injected clock
+		)
+	}
+	return cl.bo
 }
 
 // run drives the call to a known state. resumed means the record existed before this call,
 // so an earlier attempt may have executed: the status endpoint is asked before any send.
 // The record must be claimed by this client (created claimed, or Claim / ClaimExpired).
 func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
-	ctx = cl.startLease(ctx)
-	defer cl.lease.cancel(nil)
+	cl.startLease(ctx)
 	switch {
 	case resumed && cl.rec.NotExecuted:
 		// The last call ended knowing nothing was executed: send without asking, but first
@@ -240,7 +250,10 @@ func (cl *call) retry(ctx context.Context, a *Attempt, reason Class, waited bool
 func (cl *call) prepareRetry(req *http.Request) error {
 	d := cl.delay
 	cl.delay = 0
-	if err := cl.c.cfg.Sleep(req.Context(), d); err != nil {
+	sctx, cancel := cl.interruptible(req.Context(), 0)
+	err := cl.c.cfg.Sleep(sctx, d)
+	cl.endInterruptible(cancel)
+	if err != nil {
 		if lerr := cl.leaseLost(); lerr != nil {
 			cl.stopLeaseLost(lerr)
 			return errStopped

@@ -171,6 +171,7 @@ type Client struct {
 	stats      counters
 	purger     purger                // background retention purge (purge.go)
 	reclaimer  reclaimer             // background orphan reclaim (reclaim.go)
+	renewer    renewer               // lease renewal of running calls (fleet.go)
 	retrier    *retryablehttp.Client // shared by every call (retrier.go)
 }
 
@@ -348,10 +349,11 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 	if err := checkEntry(c, ctx); err != nil {
 		return nil, err
 	}
-	if err := op.validate(); err != nil {
+	u, err := op.check()
+	if err != nil {
 		return nil, err
 	}
-	op, err := c.adoptKeyHeader(op)
+	op, err = c.adoptKeyHeader(op)
 	if err != nil {
 		return nil, err
 	}
@@ -360,7 +362,7 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 	if err != nil {
 		return nil, err
 	}
-	target, err := c.resolveURL(op.url)
+	target, err := c.resolveParsed(op.url, u)
 	if err != nil {
 		return nil, err
 	}
@@ -376,7 +378,7 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 		if err != nil {
 			return nil, &OperationError{Key: op.key, Scope: scope, Intent: op.intent, Kind: ErrCanceled, Cause: err}
 		}
-		defer unlock()
+		defer unlock.Unlock()
 		if waited {
 			c.stats.sameKey.Add(1)
 		}
@@ -389,6 +391,12 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 			key = rec.Key
 		}
 	}
+	var held heldLock // unlocked when Do returns; one defer outside the loop costs no allocation
+	defer func() {
+		if held.k != nil {
+			held.Unlock()
+		}
+	}()
 	for try := 0; ; try++ {
 		unlock, waited, err := c.locks.lock(ctx, keyLockName(scope, key))
 		if err != nil {
@@ -399,7 +407,7 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 		}
 		rec, created, err := c.open(ctx, op, scope)
 		if err != nil {
-			unlock()
+			unlock.Unlock()
 			if errors.Is(err, ErrKeyConflict) {
 				c.onLocalKeyConflict(err)
 			}
@@ -409,11 +417,11 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 			return nil, err
 		}
 		if rec.Key != key && try < 3 { // another process bound the intent to its key meanwhile
-			unlock()
+			unlock.Unlock()
 			key = rec.Key
 			continue
 		}
-		defer unlock()
+		held = unlock
 		if !created && rec.State == keystore.StatePending {
 			// Another instance may be sending it: take the lease, waiting while it is live.
 			if rec, err = c.acquire(ctx, s, rec); err != nil {
@@ -434,10 +442,14 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 
 func (c *Client) settings(opts []CallOption) (callSettings, error) {
 	s := callSettings{policy: c.policy, statusURL: c.cfg.StatusURL, status: c.cfg.StatusFunc}
-	for _, o := range opts {
-		if o != nil {
-			o(&s)
+	if len(opts) > 0 { // an option gets a pointer, which moves s to the heap: only then
+		o := s
+		for _, opt := range opts {
+			if opt != nil {
+				opt(&o)
+			}
 		}
+		s = o
 	}
 	if err := s.policy.Validate(); err != nil {
 		return s, err
@@ -461,6 +473,11 @@ func (c *Client) resolveURL(ref string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: bad URL %q: %w", ErrInvalidOperation, ref, err)
 	}
+	return c.resolveParsed(ref, u)
+}
+
+// resolveParsed is resolveURL of ref already parsed as u.
+func (c *Client) resolveParsed(ref string, u *url.URL) (string, error) {
 	full := ref
 	if !u.IsAbs() {
 		if c.base == nil {
@@ -475,9 +492,6 @@ func (c *Client) resolveURL(ref string) (string, error) {
 	}
 	return full, nil
 }
-
-func intentLockName(scope, intent string) string { return "i\x00" + scope + "\x00" + intent }
-func keyLockName(scope, key string) string       { return "k\x00" + scope + "\x00" + key }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {

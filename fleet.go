@@ -80,7 +80,7 @@ func (c *Client) lease() keystore.Lease {
 	return keystore.Lease{Owner: c.cfg.Owner, Now: now, Until: now.Add(c.cfg.LeaseTTL)}
 }
 
-// callLease is the lease state of one call. The renewal goroutine and the call share it.
+// callLease is the lease state of one call. The client's renewer and the call share it.
 type callLease struct {
 	fence int64
 	until atomic.Int64 // LeaseUntil last confirmed by the store, Unix nanoseconds
@@ -89,52 +89,161 @@ type callLease struct {
 	mu   sync.Mutex
 	lost error // why the lease is gone, nil while held
 
-	cancel context.CancelCauseFunc
-	stop   chan struct{}
-	done   chan struct{}
+	interrupt  []context.CancelFunc  // cancel the attempt or waits under way (interruptible), innermost last
+	ibuf       [3]context.CancelFunc // interrupt's room: an attempt, or a status check and its wait
+	ctx        context.Context       // the call's context, for the renewer's store writes
+	registered bool                  // with the client's renewer, between startLease and endLease
+	renewing   bool                  // a renewal of this call is running (guarded by renewer.mu)
 }
 
-// errLeaseGone is the cause of a call context cancelled because its lease was lost.
-var errLeaseGone = errors.New("idem: lease lost")
+// renewer renews the leases of a Client's running calls every LeaseTTL/3. One timer serves
+// them all, armed only while calls run: most calls end in microseconds, long before their
+// first renewal is due, and then cost a map insert and delete instead of a goroutine and a
+// ticker each.
+type renewer struct {
+	mu    sync.Mutex
+	done  sync.Cond           // a renewal ended (endLease waits for its call's)
+	calls map[*call]time.Time // running calls and when each one's next renewal is due
+	timer *time.Timer         // runs renewDue; armed while calls is not empty
+	armed bool
+	every time.Duration // LeaseTTL/3
+}
 
-// startLease derives the call's context, cancelled at once if the lease is lost, and starts
-// renewing the lease every LeaseTTL/3 until endLease.
-func (cl *call) startLease(ctx context.Context) context.Context {
+// startLease has the client's renewer renew the lease every LeaseTTL/3 until endLease.
+func (cl *call) startLease(ctx context.Context) {
 	l := &cl.lease
 	l.fence = cl.rec.Fence
 	l.until.Store(cl.rec.LeaseUntil.UnixNano())
-	ctx, l.cancel = context.WithCancelCause(ctx)
-	l.stop, l.done = make(chan struct{}), make(chan struct{})
-	go cl.renewLoop(context.WithoutCancel(ctx), cl.c.cfg.LeaseTTL/3)
-	return ctx
-}
-
-func (cl *call) renewLoop(ctx context.Context, every time.Duration) {
-	defer close(cl.lease.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-cl.lease.stop:
-			return
-		case <-t.C:
-			if err := cl.renew(ctx); err != nil && cl.leaseLost() == nil {
-				cl.c.warn("renewing lease", cl.rec, err) // retried at the next tick
-			}
+	l.ctx = ctx
+	l.registered = true
+	r := &cl.c.renewer
+	r.mu.Lock()
+	if r.calls == nil {
+		r.calls = make(map[*call]time.Time)
+		r.done.L = &r.mu
+	}
+	if r.every == 0 { // preset only by tests
+		r.every = cl.c.cfg.LeaseTTL / 3
+	}
+	r.calls[cl] = time.Now().Add(r.every)
+	if !r.armed {
+		r.armed = true
+		if r.timer == nil {
+			r.timer = time.AfterFunc(r.every, cl.c.renewDue)
+		} else {
+			r.timer.Reset(r.every)
 		}
 	}
+	r.mu.Unlock()
 }
 
-// endLease stops the renewals; the call writes no more lease changes after it except
-// Release. The call's context stays usable (a business lookup may follow).
-func (cl *call) endLease() {
+// interruptible derives from ctx the context of one attempt (ending after timeout, if not 0)
+// or one wait of the call, which a lost lease cancels at once: a call whose record another
+// instance took over stops sending and waiting. Only what the call is doing right now can
+// be interrupted, so the call's own context is not wrapped (that costs every call a
+// cancellable context); endInterruptible releases it.
+func (cl *call) interruptible(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	var cancel context.CancelFunc
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
 	l := &cl.lease
-	if l.stop == nil {
+	l.mu.Lock()
+	if l.interrupt == nil {
+		l.interrupt = l.ibuf[:0]
+	}
+	l.interrupt = append(l.interrupt, cancel) // popped by endInterruptible even when lost
+	lost := l.lost != nil
+	l.mu.Unlock()
+	if lost {
+		cancel()
+	}
+	return ctx, cancel
+}
+
+// endInterruptible ends what the innermost interruptible began.
+func (cl *call) endInterruptible(cancel context.CancelFunc) {
+	l := &cl.lease
+	l.mu.Lock()
+	l.interrupt[len(l.interrupt)-1] = nil
+	l.interrupt = l.interrupt[:len(l.interrupt)-1]
+	l.mu.Unlock()
+	cancel()
+}
+
+// renewDue runs on the renewer's timer: it renews every call whose renewal is due, each on
+// its own goroutine (one slow store round trip must not delay the others), and arms the
+// timer for the next one due.
+func (c *Client) renewDue() {
+	r := &c.renewer
+	now := time.Now()
+	var due []*call
+	r.mu.Lock()
+	for cl, at := range r.calls {
+		if !at.After(now) {
+			cl.lease.renewing = true
+			r.calls[cl] = now.Add(r.every)
+			due = append(due, cl)
+		}
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, cl := range due {
+		wg.Go(func() {
+			if err := cl.renew(context.WithoutCancel(cl.lease.ctx)); err != nil && cl.leaseLost() == nil {
+				cl.c.warn("renewing lease", cl.rec, err) // retried when it is due again
+			}
+			r.mu.Lock()
+			cl.lease.renewing = false // its endLease need not wait for the others' renewals
+			r.mu.Unlock()
+			r.done.Broadcast()
+		})
+	}
+	wg.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.calls) == 0 || r.timer == nil {
+		r.armed = false
 		return
 	}
-	close(l.stop)
-	<-l.done
-	l.stop = nil
+	next := time.Time{}
+	for _, at := range r.calls {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	r.timer.Reset(max(time.Until(next), 0))
+}
+
+// stopRenewer stops the renewer's timer (Close).
+func (c *Client) stopRenewer() {
+	r := &c.renewer
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.timer != nil {
+		r.timer.Stop()
+		r.armed = false
+	}
+}
+
+// endLease stops the renewals, waiting for one in flight; the call writes no more lease
+// changes after it except Release. The call's context stays usable (a business lookup may
+// follow).
+func (cl *call) endLease() {
+	l := &cl.lease
+	if !l.registered {
+		return
+	}
+	l.registered = false
+	r := &cl.c.renewer
+	r.mu.Lock()
+	for l.renewing {
+		r.done.Wait()
+	}
+	delete(r.calls, cl)
+	r.mu.Unlock()
 }
 
 // renew extends the lease to now+LeaseTTL. A fenced refusal marks the lease lost.
@@ -154,21 +263,23 @@ func (cl *call) renew(ctx context.Context) error {
 	return err
 }
 
-// loseLease records that another instance holds the record now: the call's context is
-// cancelled, so an attempt in flight stops at once, and nothing more is sent or written.
+// loseLease records that another instance holds the record now: an attempt in flight or a
+// wait stops at once (interruptible), and nothing more is sent or written.
 func (cl *call) loseLease(err error) {
 	l := &cl.lease
 	l.mu.Lock()
 	first := l.lost == nil
+	var interrupt []context.CancelFunc
 	if first {
 		l.lost = err
+		interrupt = append(interrupt, l.interrupt...) // called outside l.mu
 	}
 	l.mu.Unlock()
 	if !first {
 		return
 	}
-	if l.cancel != nil {
-		l.cancel(errLeaseGone)
+	for _, f := range interrupt {
+		f()
 	}
 	cl.c.onClaimLost(cl, err)
 }

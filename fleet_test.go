@@ -274,3 +274,102 @@ func TestReclaimer(t *testing.T) {
 		t.Fatal("the reclaimer goroutine still runs after Close")
 	}
 }
+
+// renewSignal is a countingStore that also signals each Renew on renewed.
+type renewSignal struct {
+	countingStore
+	renewed chan error
+}
+
+func (s *renewSignal) Renew(ctx context.Context, scope, key, owner string, fence int64, until time.Time) error {
+	err := s.countingStore.Renew(ctx, scope, key, owner, fence, until)
+	select {
+	case s.renewed <- err:
+	default:
+	}
+	return err
+}
+
+// TestBackgroundRenewal: a call that outlives its renewal interval has its lease renewed by
+// the client's renewer while the attempt is in flight (the server answers only after the
+// renewal), and a call that ends first is never renewed. The renewal interval (LeaseTTL/3)
+// is shortened so the test does not wait.
+func TestBackgroundRenewal(t *testing.T) {
+	store := &renewSignal{countingStore: countingStore{Store: openBolt(t)}, renewed: make(chan error, 1)}
+	block := true
+	e := newEnv(t, idemtest.Config{OnPayment: func(*http.Request) {
+		if !block {
+			return
+		}
+		select {
+		case err := <-store.renewed:
+			assert.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Error("no renewal while the attempt was in flight")
+		}
+	}}, func(c *Config) { c.Store = store })
+	e.c.renewer.every = time.Millisecond
+	op := payment(100, "ref-renew")
+	res, err := e.c.Do(context.Background(), op)
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Attempts)
+	rec, err := store.Get(context.Background(), "", op.Key())
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StateSucceeded, rec.State)
+	assert.Equal(t, int64(1), rec.Fence, "a renewal keeps the fence")
+	renews := store.snapshot()["Renew"]
+	assert.GreaterOrEqual(t, renews, 1)
+
+	// A quick call is not renewed: its lease ends before a renewal is due.
+	block = false
+	e.c.renewer.mu.Lock()
+	e.c.renewer.every = time.Hour
+	e.c.renewer.mu.Unlock()
+	_, err = e.c.Do(context.Background(), payment(101, "ref-quick"))
+	require.NoError(t, err)
+	e.c.renewer.mu.Lock()
+	assert.Empty(t, e.c.renewer.calls, "ended calls leave the renewer")
+	e.c.renewer.mu.Unlock()
+	assert.LessOrEqual(t, store.snapshot()["Renew"]-renews, 1, "at most a renewal of the first call still due")
+}
+
+// TestBackgroundRenewalFenced: another instance takes the record over while an attempt is
+// in flight; the renewer's fenced renewal cancels the attempt at once (Do returns while the
+// server still holds the request), and the call returns ErrLeaseLost without writing over
+// the new owner's record.
+func TestBackgroundRenewalFenced(t *testing.T) {
+	store := openBolt(t)
+	var e *env
+	var op *Operation
+	lost, returned := make(chan struct{}), make(chan struct{})
+	e = newEnv(t, idemtest.Config{OnPayment: func(r *http.Request) {
+		far := e.clock.Now().Add(time.Hour)
+		_, err := store.Claim(context.Background(), "", op.Key(), keystore.Lease{Owner: "other", Now: far, Until: far.Add(time.Minute)})
+		assert.NoError(t, err)
+		for _, ch := range []chan struct{}{lost, returned} {
+			select {
+			case <-ch:
+			case <-time.After(10 * time.Second):
+				t.Error("the attempt was not cancelled after the lease was lost")
+				return
+			}
+		}
+	}}, func(c *Config) {
+		c.Store = store
+		c.Hooks.OnClaimLost = func(ClaimLostEvent) { close(lost) }
+	})
+	e.c.renewer.every = time.Millisecond
+	op = payment(100, "ref-fenced")
+	_, err := e.c.Do(context.Background(), op)
+	close(returned)
+	require.ErrorIs(t, err, ErrLeaseLost)
+	var oe *OperationError
+	require.ErrorAs(t, err, &oe)
+	assert.True(t, oe.Unknown, "the request may have executed")
+	assert.Equal(t, int64(1), e.c.Stats().ClaimsLost)
+	rec, err := store.Get(context.Background(), "", op.Key())
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StatePending, rec.State)
+	assert.Equal(t, "other", rec.Owner)
+	assert.Equal(t, int64(2), rec.Fence)
+}

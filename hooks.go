@@ -118,7 +118,7 @@ type Hooks struct {
 	OnResolved          func(ResolvedEvent)          // a manual record was settled
 	OnDamagedRecord     func(DamagedRecordEvent)     // Recover skipped a record that cannot be decoded
 	// OnClaimLost: another instance took the call's record over (fenced write); the call
-	// stops sending. It may run on the call's lease-renewal goroutine.
+	// stops sending. It may run on the client's lease renewer (a goroutine of its own).
 	OnClaimLost func(ClaimLostEvent)
 	// OnClockSkew: an operation was refused because this client's clock and the keystore's
 	// differ by more than Config.MaxClockSkew (ErrClockSkew). It may run on a background

@@ -117,41 +117,47 @@ func (o *Operation) Body() []byte { return append([]byte(nil), o.body...) }
 func (o *Operation) Header() http.Header { return o.header.Clone() }
 
 func (o *Operation) validate() error {
+	_, err := o.check()
+	return err
+}
+
+// check is validate that also returns the parsed URL, so that Do parses it once.
+func (o *Operation) check() (*url.URL, error) {
 	if o == nil {
-		return fmt.Errorf("%w: nil operation", ErrInvalidOperation)
+		return nil, fmt.Errorf("%w: nil operation", ErrInvalidOperation)
 	}
 	if o.err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOperation, o.err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOperation, o.err)
 	}
 	if err := ValidateKey(o.key); err != nil {
-		return err
+		return nil, err
 	}
 	if !isToken(o.method) {
-		return fmt.Errorf("%w: bad method %q", ErrInvalidOperation, o.method)
+		return nil, fmt.Errorf("%w: bad method %q", ErrInvalidOperation, o.method)
 	}
 	u, err := url.Parse(o.url)
 	if err != nil || o.url == "" {
-		return fmt.Errorf("%w: bad URL %q", ErrInvalidOperation, o.url)
+		return nil, fmt.Errorf("%w: bad URL %q", ErrInvalidOperation, o.url)
 	}
 	if u.User != nil { // the URL is persisted with the record: never a password with it
-		return fmt.Errorf("%w: URL carries user info, which would be persisted; use Config.Credentials", ErrInvalidOperation)
+		return nil, fmt.Errorf("%w: URL carries user info, which would be persisted; use Config.Credentials", ErrInvalidOperation)
 	}
 	if !utf8.ValidString(o.intent) || !utf8.ValidString(o.tenant) {
-		return fmt.Errorf("%w: intent and tenant must be valid UTF-8", ErrInvalidOperation)
+		return nil, fmt.Errorf("%w: intent and tenant must be valid UTF-8", ErrInvalidOperation)
 	}
 	for name, values := range o.header {
 		if !isToken(name) {
-			return fmt.Errorf("%w: bad header name %q", ErrInvalidOperation, name)
+			return nil, fmt.Errorf("%w: bad header name %q", ErrInvalidOperation, name)
 		}
 		for _, v := range values {
 			// CR, LF and NUL can never be sent; other bytes must be UTF-8 so that every
 			// keystore can persist them unchanged.
 			if strings.ContainsAny(v, "\r\n\x00") || !utf8.ValidString(v) {
-				return fmt.Errorf("%w: header %s has a value that cannot be sent or stored", ErrInvalidOperation, name)
+				return nil, fmt.Errorf("%w: header %s has a value that cannot be sent or stored", ErrInvalidOperation, name)
 			}
 		}
 	}
-	return nil
+	return u, nil
 }
 
 // isToken reports whether s is an RFC 9110 §5.6.2 token, which a method must be.
@@ -198,11 +204,15 @@ func Fingerprint(method, path string, body []byte) string {
 		h.Write(n[:])
 		h.Write(part)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	var sum [sha256.Size]byte
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], h.Sum(sum[:0]))
+	return string(out[:])
 }
 
 // fingerprint returns the fingerprint of op over its normalised target (see target), and
 // the one over its URL as written, which records persisted before normalisation carry.
+// open computes the second only when a stored record differs from the first.
 func (c *Client) fingerprint(op *Operation) (fp, asWritten string) {
 	return Fingerprint(op.method, c.target(op.url), op.body), Fingerprint(op.method, op.url, op.body)
 }

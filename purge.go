@@ -114,6 +114,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.stopReclaimer()
+	c.stopRenewer()
 	p := &c.purger
 	p.mu.Lock()
 	p.closed = true

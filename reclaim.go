@@ -24,14 +24,19 @@ type heldLease struct {
 	fence      int64
 }
 
-// reclaimPass claims orphans in batches no larger than the idle workers (a claimed record
-// starts at once, well inside its lease) and reconciles each with a resumed call. out gets
-// every record handled (ran false: a call of this process holds its key, so it was skipped).
-// It returns the records it claimed, and the first ClaimExpired error, or the
-// *ClockSkewError that refused a batch (checked before each, see checkClock).
+// reclaimAhead is how many claimed records per worker a reclaim pass may hold before a
+// worker starts them. A batch per idle worker made a pass over N records cost about N
+// ClaimExpired calls, each scanning the store; claiming ahead makes it N/(reclaimAhead-1)
+// per worker. A record waits at most reclaimAhead records' time before its call starts, far
+// inside its lease, and a call that starts after its lease ended is fenced, never sent twice.
+const reclaimAhead = 8
+
+// reclaimPass claims orphans in batches of up to reclaimAhead per worker and reconciles each
+// with a resumed call. out gets every record handled (ran false: a call of this process holds
+// its key, so it was skipped). It returns the records it claimed, and the first ClaimExpired
+// error.
 func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Reconciled, bool)) (map[scopedKey]bool, error) {
 	workers := c.cfg.RecoverConcurrency
-	slots := make(chan struct{}, workers)
 	claimed := make(map[scopedKey]bool)
 	var (
 		wg   sync.WaitGroup
@@ -43,7 +48,29 @@ func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Recon
 		held = append(held, heldLease{rec.Scope, rec.Key, rec.Fence})
 		mu.Unlock()
 	}
+	work := make(chan *keystore.Record, workers*reclaimAhead)
+	taken := make(chan struct{}, 1) // a worker took a record from work
+	for range workers {
+		wg.Go(func() {
+			for rec := range work {
+				select {
+				case taken <- struct{}{}:
+				default:
+				}
+				if ctx.Err() != nil { // never started: released at the end, untouched
+					hold(rec)
+					continue
+				}
+				r, ran, pending := c.reclaimOne(ctx, s, rec)
+				if pending {
+					hold(rec)
+				}
+				out(r, ran)
+			}
+		})
+	}
 	defer func() {
+		close(work)
 		wg.Wait()
 		for _, h := range held { // fenced: another instance took it after our lease expired
 			err := c.store.Release(context.WithoutCancel(ctx), h.scope, h.key, c.cfg.Owner, h.fence)
@@ -53,26 +80,20 @@ func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Recon
 		}
 	}()
 	for ctx.Err() == nil {
-		slots <- struct{}{} // wait for one idle worker, then take every idle one
-		n := 1
-	take:
-		for n < workers {
+		for len(work) > workers { // claim again once the queue is down to a round of work
 			select {
-			case slots <- struct{}{}:
-				n++
-			default:
-				break take
+			case <-taken:
+			case <-ctx.Done():
+				return claimed, nil
 			}
 		}
+		n := cap(work) - len(work)
 		err := c.checkClock(ctx, opReclaim, nil)
 		var recs []*keystore.Record
 		if err == nil {
 			recs, err = c.store.ClaimExpired(ctx, c.lease(), n)
 		}
 		if err != nil {
-			for range n {
-				<-slots
-			}
 			if ctx.Err() != nil {
 				return claimed, nil
 			}
@@ -88,19 +109,7 @@ func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Recon
 			claimed[name] = true
 			fresh++
 			c.stats.orphans.Add(1)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-slots }()
-				r, ran, pending := c.reclaimOne(ctx, s, rec)
-				if pending {
-					hold(rec)
-				}
-				out(r, ran)
-			}()
-		}
-		for range n - fresh {
-			<-slots
+			work <- rec // room for n: only this loop sends
 		}
 		if len(recs) == 0 || (fresh == 0 && len(recs) < n) {
 			break

@@ -32,20 +32,27 @@ func (c *Client) getByIntent(ctx context.Context, scope, intent string) (*keysto
 var errNilRecord = errors.New("idem: keystore returned neither a record nor an error")
 
 // open finds the record for op (by intent, then by key) or persists a new pending one.
+// Without an intent it tries the Create first and looks only when the key exists: most keys
+// are new, and a read costs a transaction (or a round trip) of its own.
 func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keystore.Record, bool, error) {
-	fp, asWritten := c.fingerprint(op)
+	fp := Fingerprint(op.method, c.target(op.url), op.body)
 	for try := 0; try < 3; try++ {
-		rec, err := c.lookup(ctx, op, scope)
+		var rec *keystore.Record
+		err := keystore.ErrNotFound
+		if try > 0 || op.intent != "" {
+			rec, err = c.lookup(ctx, op, scope)
+		}
 		if err == nil {
-			if rec.Fingerprint != fp && rec.Fingerprint != asWritten { // asWritten: records from before normalisation
+			// The fingerprint over the URL as written matches records from before
+			// normalisation; computed only here, when a stored record differs.
+			if rec.Fingerprint != fp && rec.Fingerprint != Fingerprint(op.method, op.url, op.body) {
 				return nil, false, &OperationError{Key: rec.Key, Scope: scope, Intent: rec.Intent, Kind: ErrKeyConflict,
 					Cause: fmt.Errorf("key %q is bound to another request (%s %s, fingerprint %.12s); this one is %s %s, fingerprint %.12s",
 						rec.Key, rec.Request.Method, rec.Request.URL, rec.Fingerprint, op.method, op.url, fp)}
 			}
 			return rec, false, nil
 		}
-		var conflict *OperationError
-		if errors.As(err, &conflict) {
+		if _, ok := errors.AsType[*OperationError](err); ok { // a conflict (AsType: no allocation)
 			return nil, false, err
 		}
 		if !errors.Is(err, keystore.ErrNotFound) {

@@ -98,7 +98,7 @@ func (c *Client) Resolve(ctx context.Context, scope, key string, r Resolution) (
 	if err != nil {
 		return nil, &OperationError{Key: key, Scope: scope, Kind: ErrCanceled, Cause: err}
 	}
-	defer unlock()
+	defer unlock.Unlock()
 	rec, err := c.get(ctx, scope, key)
 	if err != nil {
 		return nil, fmt.Errorf("idem: resolving key %q: %w", key, err)

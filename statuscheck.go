@@ -23,6 +23,8 @@ func (cl *call) resolve(ctx context.Context) bool {
 		}
 		return true
 	}
+	ctx, cancel := cl.interruptible(ctx, 0)
+	defer cl.endInterruptible(cancel)
 	req := StatusRequest{Key: cl.rec.Key, Scope: cl.rec.Scope, Method: cl.rec.Request.Method,
 		URL: cl.rec.Request.URL, Header: cl.header}
 	var wait time.Duration

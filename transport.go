@@ -2,12 +2,10 @@ package idem
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
-	"sync/atomic"
 )
 
 // attemptTransport wraps the caller's transport; the client has one, and each request
@@ -29,14 +27,17 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		cl.last = &Attempt{Number: cl.attempts + 1, Err: &notSentError{err}}
 		return nil, cl.last.Err
 	}
-	ctx, cancel := context.WithTimeout(req.Context(), cl.s.policy.AttemptTimeout)
-	defer cancel()
-	var written atomic.Bool
+	ctx, cancel := cl.interruptible(req.Context(), cl.s.policy.AttemptTimeout)
+	defer cl.endInterruptible(cancel)
 	// GotConn is the last moment before request bytes may leave. Counting from there is
-	// conservative: at worst an unsent request costs one status check.
-	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { written.Store(true) }}
+	// conservative: at worst an unsent request costs one status check. The trace is the
+	// call's, made at its first attempt: GotConn fires only inside this RoundTrip.
+	cl.written.Store(false)
+	if cl.trace == nil {
+		cl.trace = &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { cl.written.Store(true) }}
+	}
 	// A shallow copy: the header map already belongs to this call's request alone.
-	out := req.WithContext(httptrace.WithClientTrace(ctx, trace))
+	out := req.WithContext(httptrace.WithClientTrace(ctx, cl.trace))
 	// net/http replays a request on a reused connection when it deems it replayable, and a
 	// request with an Idempotency-Key and a GetBody is. A nil GetBody and a non-nil body turn
 	// that off; idem owns every resend.
@@ -57,7 +58,7 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	resp, err := t.base.RoundTrip(out)
 	if err == nil {
 		var body []byte
-		body, err = io.ReadAll(io.LimitReader(resp.Body, cl.s.policy.MaxResponseSize+1))
+		body, err = readBody(resp.Body, resp.ContentLength, cl.s.policy.MaxResponseSize)
 		resp.Body.Close()
 		if err == nil && int64(len(body)) > cl.s.policy.MaxResponseSize {
 			err = fmt.Errorf("idem: response body larger than %d bytes", cl.s.policy.MaxResponseSize)
@@ -70,10 +71,37 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 	}
 	a.Err = err
-	a.Written = written.Load() || a.Response != nil
+	a.Written = cl.written.Load() || a.Response != nil
 	if err != nil && !a.Written {
 		a.Err = &notSentError{err}
 	}
 	cl.last = a
 	return resp, a.Err
+}
+
+// readBody reads r to its end, or to one byte more than limit. size is the announced
+// length (-1 if unknown): when it fits, the buffer is allocated once at that size.
+func readBody(r io.Reader, size, limit int64) ([]byte, error) {
+	n := int64(512)
+	if size >= 0 && size <= limit {
+		n = size + 1 // room to see the EOF without growing
+	}
+	b := make([]byte, 0, n)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		room := cap(b) - len(b)
+		if over := limit + 1 - int64(len(b)); int64(room) > over {
+			room = int(over)
+		}
+		m, err := r.Read(b[len(b) : len(b)+room])
+		b = b[:len(b)+m]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil || int64(len(b)) > limit {
+			return b, err
+		}
+	}
 }

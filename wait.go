@@ -31,7 +31,7 @@ func (cl *call) floorDelay(ra time.Duration, ok bool) (time.Duration, bool) {
 }
 
 func (cl *call) backoff() time.Duration {
-	d := cl.bo.NextBackOff()
+	d := cl.expBackoff().NextBackOff()
 	if d < 0 || d > cl.s.policy.MaxDelay { // backoff.Stop is -1; never happens with MaxElapsedTime 0
 		d = cl.s.policy.MaxDelay
 	}
@@ -77,7 +77,14 @@ func (cl *call) wait(ctx context.Context, d time.Duration, fromRetryAfter bool) 
 	if !cl.allow(ctx, d, fromRetryAfter) {
 		return false
 	}
-	if err := cl.c.cfg.Sleep(ctx, d); err != nil {
+	sctx, cancel := cl.interruptible(ctx, 0)
+	err := cl.c.cfg.Sleep(sctx, d)
+	cl.endInterruptible(cancel)
+	if err != nil {
+		if lerr := cl.leaseLost(); lerr != nil {
+			cl.stopLeaseLost(lerr)
+			return false
+		}
 		cl.halt(ErrCanceled, err)
 		return false
 	}

@@ -143,6 +143,7 @@ type summary struct {
 	Intent      string         `json:"intent"`
 	Fingerprint string         `json:"fingerprint"`
 	State       keystore.State `json:"state"`
+	CreatedAt   time.Time      `json:"created_at"`
 	UpdatedAt   time.Time      `json:"updated_at"`
 	Owner       string         `json:"owner"`
 	LeaseUntil  time.Time      `json:"lease_until"`
@@ -164,7 +165,7 @@ func decodeSummary(k, v []byte) (*keystore.Record, error) {
 	}
 	return &keystore.Record{
 		Scope: s.Scope, Key: s.Key, Intent: s.Intent, Fingerprint: s.Fingerprint,
-		State: s.State, UpdatedAt: s.UpdatedAt,
+		State: s.State, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 		Owner: s.Owner, LeaseUntil: s.LeaseUntil, Fence: s.Fence,
 	}, nil
 }

@@ -52,6 +52,13 @@ func (m versions) get(k []byte) *keystore.Record {
 // begins, and settle takes the write lock after a commit: so a deferred write is either
 // committed before the transaction began or in the copy, never neither.
 func (s *Store) viewOverlay(fn func(tx *bbolt.Tx, ov versions) error) error {
+	return s.viewOverlayOf(nil, fn)
+}
+
+// viewOverlayOf is viewOverlay with only the deferred version of the record under key k
+// when k is not nil: a Get copies one entry instead of every deferred write (there are as
+// many as calls in flight), which matters under many concurrent calls.
+func (s *Store) viewOverlayOf(k []byte, fn func(tx *bbolt.Tx, ov versions) error) error {
 	v := &s.pending
 	v.mu.RLock()
 	locked := true
@@ -62,7 +69,13 @@ func (s *Store) viewOverlay(fn func(tx *bbolt.Tx, ov versions) error) error {
 	}()
 	return s.view(func(tx *bbolt.Tx) error {
 		var ov versions
-		if len(v.recs) > 0 {
+		switch {
+		case len(v.recs) == 0:
+		case k != nil:
+			if o := v.recs[string(k)]; o != nil {
+				ov = versions{string(k): v.vals[o]}
+			}
+		default:
 			ov = make(versions, len(v.recs))
 			for k, o := range v.recs {
 				ov[k] = v.vals[o]

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -132,22 +133,46 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 	var out []*keystore.Record
 	err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
 		records := tx.Bucket(bucketRecords)
-		var orphans []*keystore.Record
+		// The scan decodes no record it can rule out or order from its bytes (a full decode of
+		// every record made a pass over N records cost N full decodes per batch): candidates
+		// are sorted like keystore.SortRecords and decoded in that order until limit orphans
+		// are found.
+		var cands []*keystore.Record // Scope, Key and CreatedAt only
 		err := forEachRecord(records, func(k, v []byte) error {
-			rec, err := decode(k, v)
+			if surelyNotOrphaned(v, l.Now) {
+				return nil
+			}
+			if c, ok := candidate(k, v); ok {
+				cands = append(cands, c)
+				return nil
+			}
+			rec, err := decodeSummary(k, v)
 			if err != nil {
 				return err
 			}
 			if keystore.Orphaned(rec, l.Now) {
-				orphans = append(orphans, rec)
+				cands = append(cands, rec)
 			}
 			return nil
 		})
 		if err != nil {
 			return err // nothing written yet
 		}
-		keystore.SortRecords(orphans)
-		orphans = orphans[:min(limit, len(orphans))]
+		keystore.SortRecords(cands)
+		var orphans []*keystore.Record
+		for _, c := range cands {
+			if len(orphans) == limit {
+				break
+			}
+			k := scopedKey(c.Scope, c.Key)
+			rec, err := decode(k, records.Get(k))
+			if err != nil {
+				return err // nothing written yet
+			}
+			if keystore.Orphaned(rec, l.Now) {
+				orphans = append(orphans, rec)
+			}
+		}
 		for _, rec := range orphans {
 			keystore.ApplyClaim(rec, l)
 			if err := putRecord(records, scopedKey(rec.Scope, rec.Key), rec); err != nil {
@@ -193,4 +218,51 @@ func keepLease(e *encoded, old *keystore.Record) error {
 	}
 	e.rec, e.value = &rec, v
 	return nil
+}
+
+// surelyNotOrphaned reports, without decoding v (a record as encode wrote it), that the record
+// is not pending, or is pending under a live lease, so that ClaimExpired need not decode it.
+// It relies on the encoding's top-level "state", "owner" and "lease_until" string members: in
+// JSON a quote inside a string is escaped, and the record's only nested objects are header
+// maps (arrays as values) and bodies (base64), so these byte sequences occur nowhere else.
+// Whenever it is unsure it returns false and the record is decoded.
+func surelyNotOrphaned(v []byte, now time.Time) bool {
+	if !bytes.Contains(v, []byte(`"state":"pending"`)) {
+		return bytes.Contains(v, []byte(`"state":"`)) // another state; no state at all: decode
+	}
+	i := bytes.Index(v, []byte(`"lease_until":"`))
+	if i < 0 || bytes.Contains(v, []byte(`"owner":""`)) || !bytes.Contains(v, []byte(`"owner":"`)) {
+		return false
+	}
+	rest := v[i+len(`"lease_until":"`):]
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 {
+		return false
+	}
+	until, err := time.Parse(time.RFC3339Nano, string(rest[:end]))
+	return err == nil && until.After(now)
+}
+
+// candidate returns the scope, key and CreatedAt of the record (k, v) read from its bytes
+// (the top-level "created_at" string member, see surelyNotOrphaned), ok false if they cannot
+// be read so.
+func candidate(k, v []byte) (*keystore.Record, bool) {
+	scope, key, ok := splitScopedKey(k)
+	if !ok {
+		return nil, false
+	}
+	i := bytes.Index(v, []byte(`"created_at":"`))
+	if i < 0 {
+		return nil, false
+	}
+	rest := v[i+len(`"created_at":"`):]
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 {
+		return nil, false
+	}
+	at, err := time.Parse(time.RFC3339Nano, string(rest[:end]))
+	if err != nil {
+		return nil, false
+	}
+	return &keystore.Record{Scope: scope, Key: key, CreatedAt: at}, true
 }

@@ -141,7 +141,7 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*keystore.Record, e
 	}
 	k := scopedKey(scope, key)
 	var rec *keystore.Record
-	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) error {
+	err := s.viewOverlayOf(k, func(tx *bbolt.Tx, ov versions) error {
 		if rec = ov.get(k); rec != nil { // a deferred write not committed yet
 			return nil
 		}
