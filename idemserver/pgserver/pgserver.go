@@ -21,6 +21,20 @@
 // advisory lock, the lock, the row); the handler's own statements; one pipelined batch (the
 // answer, guarded so that it fails unless the claim still owns the row, and COMMIT).
 //
+// # Clocks
+//
+// Expiry and leases are judged by the middleware's clock (idemserver.Config.Now), and the
+// instants stored (created_at, locked_until, expires_at) come from it too. In a fleet of API
+// servers sharing one database, a server whose clock is ahead would treat a completed key as
+// expired and execute its retry again (a double charge), take over a checkpointed row whose
+// lease has not passed, and purge the others' answers early; one whose clock is behind would
+// store instants that make the others do the same. So Claim, Lookup and Purge compare the
+// middleware's clock with the database's (clock_timestamp(), read in the claim's existing
+// batch: no extra round trip) and refuse with ErrClockSkew beyond Options.MaxClockSkew (5 s by
+// default): the claim rolls back (503 with Retry-After, nothing executed, the key untouched),
+// the purge deletes nothing. Checkpoint and Complete do not check again: they run within the
+// request whose claim passed.
+//
 // # Recovery points (calls to third parties)
 //
 // A handler that must call a third party mid-request (a card network) cannot roll that call
@@ -64,13 +78,41 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Backend is the PostgreSQL idemserver.Backend. Create it with New after Migrate.
+// Backend is the PostgreSQL idemserver.Backend. Create it with New or NewWithOptions after
+// Migrate.
 type Backend struct {
-	pool *pgxpool.Pool
+	pool    *pgxpool.Pool
+	maxSkew time.Duration // < 0: no clock check
 }
 
-// New returns a Backend on pool. The pool's search_path must reach the table Migrate made.
-func New(pool *pgxpool.Pool) *Backend { return &Backend{pool: pool} }
+// Options configures a Backend (NewWithOptions). The zero value is New's configuration.
+type Options struct {
+	// MaxClockSkew is how far the middleware's clock (idemserver.Config.Now, as passed to
+	// Claim, Lookup and Purge) may be from the database's (clock_timestamp()) before they
+	// refuse with a *ClockSkewError (ErrClockSkew): 0 means DefaultMaxClockSkew; a negative
+	// value turns the check off (for tests whose injected clock is far from real time; never
+	// in a fleet). Keep it well below idemserver.Config.Lease and Config.Retention: an
+	// instance up to MaxClockSkew ahead may take over a checkpointed row that much early.
+	MaxClockSkew time.Duration
+}
+
+// DefaultMaxClockSkew is Options.MaxClockSkew when it is 0, as the idem client's
+// DefaultMaxClockSkew: NTP keeps hosts within milliseconds, so 5 s never refuses a healthy
+// fleet, and it is small beside the lease (90 s by default) and the retention (24 h).
+const DefaultMaxClockSkew = 5 * time.Second
+
+// New returns a Backend on pool with the default Options. The pool's search_path must reach
+// the table Migrate made.
+func New(pool *pgxpool.Pool) *Backend { return NewWithOptions(pool, Options{}) }
+
+// NewWithOptions returns a Backend on pool configured by o (zero fields take their
+// defaults). The pool's search_path must reach the table Migrate made.
+func NewWithOptions(pool *pgxpool.Pool, o Options) *Backend {
+	if o.MaxClockSkew == 0 {
+		o.MaxClockSkew = DefaultMaxClockSkew
+	}
+	return &Backend{pool: pool, maxSkew: o.MaxClockSkew}
+}
 
 // ErrNoTx is returned by MustTx for a context that carries no claim transaction.
 var ErrNoTx = errors.New("pgserver: no claim transaction in context")
@@ -157,6 +199,7 @@ func scanRow(r pgx.Row) (*row, error) {
 // Claim implements idemserver.Backend.
 func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idemserver.Claim, *idemserver.Record, error) {
 	s := req.Scope
+	entry := time.Now() // req.Now was read just before: local offsets from here bound the database's clock reading
 	// The claim holds its pool connection until it ends, so that its phases (Checkpoint)
 	// and its final write and COMMIT share one connection.
 	pc, err := b.pool.Acquire(ctx)
@@ -185,13 +228,17 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 	batch.Queue(`INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at, locked_until)
 		SELECT $1, $2, $3, $4, 1, $5, $6, $7 WHERE pg_try_advisory_xact_lock($8)
 		ON CONFLICT (tenant, operation, key) DO NOTHING`, s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil, lock)
-	batch.Queue("SELECT pg_try_advisory_xact_lock($1)", lock)
+	batch.Queue("SELECT pg_try_advisory_xact_lock($1), clock_timestamp()", lock)
 	batch.Queue(selectRow+" FOR UPDATE", s.Tenant, s.Operation, s.Key)
+	sent := time.Since(entry)
 	br := tx.SendBatch(ctx, batch)
 	inserted, err := br.Exec()
-	var got bool
+	var (
+		got bool
+		db  time.Time
+	)
 	if err == nil {
-		err = br.QueryRow().Scan(&got)
+		err = br.QueryRow().Scan(&got, &db)
 	}
 	var cur *row
 	if err == nil {
@@ -202,6 +249,11 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
+	}
+	// Checked after the batch so that the claim keeps its one round trip; the deferred
+	// rollback undoes the insert, so a refused claim leaves the key as it was.
+	if err := b.checkClock("claim", req.Now.Add(sent), req.Now.Add(time.Since(entry)), db); err != nil {
+		return nil, nil, err
 	}
 	if inserted.RowsAffected() == 1 {
 		keep = true
@@ -238,12 +290,20 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 // is processing; it reads pg_locks instead of taking the lock, so it never makes a claim 409.
 func (b *Backend) Lookup(ctx context.Context, s idemserver.Scope, now time.Time) (*idemserver.Record, error) {
 	id := uint64(lockID(s))
-	var held bool
+	var (
+		held bool
+		db   time.Time
+	)
+	start := time.Now()
 	err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND database =
-		(SELECT oid FROM pg_database WHERE datname = current_database()) AND classid = $1 AND objid = $2 AND objsubid = 1 AND granted)`,
-		uint32(id>>32), uint32(id)).Scan(&held)
+		(SELECT oid FROM pg_database WHERE datname = current_database()) AND classid = $1 AND objid = $2 AND objsubid = 1 AND granted),
+		clock_timestamp()`,
+		uint32(id>>32), uint32(id)).Scan(&held, &db)
 	if err != nil {
 		return nil, fmt.Errorf("pgserver: lookup: %w", err)
+	}
+	if err := b.checkClock("lookup", now, now.Add(time.Since(start)), db); err != nil {
+		return nil, err
 	}
 	cur, err := scanRow(b.pool.QueryRow(ctx, selectRow, s.Tenant, s.Operation, s.Key))
 	if err != nil {
@@ -262,10 +322,22 @@ func (b *Backend) Lookup(ctx context.Context, s idemserver.Scope, now time.Time)
 }
 
 // Purge implements idemserver.Backend: one DELETE of at most limit expired rows, skipping rows
-// a claim is replacing.
+// a claim is replacing. Unless Options.MaxClockSkew < 0, it first reads the database's clock
+// (one more round trip, off the request path) and deletes nothing, returning a
+// *ClockSkewError, when now is further from it than MaxClockSkew.
 func (b *Backend) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
+	}
+	if b.maxSkew >= 0 {
+		start := time.Now()
+		var db time.Time
+		if err := b.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&db); err != nil {
+			return 0, fmt.Errorf("pgserver: purge: reading the database's clock: %w", err)
+		}
+		if err := b.checkClock("purge", now, now.Add(time.Since(start)), db); err != nil {
+			return 0, err
+		}
 	}
 	tag, err := b.pool.Exec(ctx, `DELETE FROM idem_server_keys WHERE ctid IN (SELECT ctid FROM idem_server_keys
 		WHERE state = 2 AND expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, now, limit)
