@@ -128,13 +128,23 @@ func writeAdminJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v)
 }
 
+// renamedCounters keeps the JSON names of the counters renamed after v0.1.0, so that what
+// reads GET /stats keeps working.
+var renamedCounters = map[string]string{"KeyStatusChecks": "status_checks"}
+
 // snakeFields turns a struct of int64/int counters (Stats, RecoverReport) into a map keyed by
 // the snake_case of each field name, so that the JSON reads like the rest of the handler's.
 func snakeFields(v any) map[string]any {
 	rv := reflect.ValueOf(v)
 	out := make(map[string]any, rv.NumField())
 	for i := range rv.NumField() {
-		out[snake(rv.Type().Field(i).Name)] = rv.Field(i).Interface()
+		name := rv.Type().Field(i).Name
+		if wire, ok := renamedCounters[name]; ok {
+			name = wire
+		} else {
+			name = snake(name)
+		}
+		out[name] = rv.Field(i).Interface()
 	}
 	return out
 }

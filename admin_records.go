@@ -18,20 +18,20 @@ import (
 // AdminRecord is one row of the admin handler's GET /records: a record without its bodies
 // and headers. AgeSeconds is measured from CreatedAt by the client's clock (Config.Now).
 type AdminRecord struct {
-	Scope      string         `json:"scope"`                 // the tenant (Record.Scope)
-	Key        string         `json:"key"`                   // the idempotency key
-	Intent     string         `json:"intent,omitempty"`      // the caller-named intent, such as an order id
-	State      keystore.State `json:"state"`                 // pending, succeeded, failed or manual
-	Method     string         `json:"method"`                // the operation's HTTP method
-	URL        string         `json:"url"`                   // relative to the client's BaseURL
-	Attempts   int            `json:"attempts"`              // requests sent to the API so far
-	LastStatus int            `json:"last_status,omitempty"` // of the last answer; 0 (omitted) if none
-	Reason     string         `json:"reason,omitempty"`      // stop reason (Reason* constants)
-	Error      string         `json:"error,omitempty"`       // why it failed or is still unknown
-	Note       string         `json:"note,omitempty"`        // who resolved it, on what evidence
-	AgeSeconds int64          `json:"age_seconds"`           // seconds since CreatedAt (Config.Now)
-	CreatedAt  time.Time      `json:"created_at"`            // when the key was persisted
-	UpdatedAt  time.Time      `json:"updated_at"`            // the record's last write
+	Scope          string         `json:"scope"`                 // the tenant (Record.Scope)
+	Key            string         `json:"key"`                   // the idempotency key
+	Intent         string         `json:"intent,omitempty"`      // the caller-named intent, such as an order id
+	State          keystore.State `json:"state"`                 // pending, succeeded, failed or manual
+	Method         string         `json:"method"`                // the operation's HTTP method
+	URL            string         `json:"url"`                   // relative to the client's BaseURL
+	Attempts       int            `json:"attempts"`              // requests sent to the API so far
+	LastStatusCode int            `json:"last_status,omitempty"` // of the last answer; 0 (omitted) if none
+	Reason         string         `json:"reason,omitempty"`      // stop reason (Reason* constants)
+	Error          string         `json:"error,omitempty"`       // why it failed or is still unknown
+	Note           string         `json:"note,omitempty"`        // who resolved it, on what evidence
+	AgeSeconds     int64          `json:"age_seconds"`           // seconds since CreatedAt (Config.Now)
+	CreatedAt      time.Time      `json:"created_at"`            // when the key was persisted
+	UpdatedAt      time.Time      `json:"updated_at"`            // the record's last write
 }
 
 // AdminRecordStats is the "records" member of the admin handler's GET /stats: what the
@@ -83,7 +83,7 @@ func oldestOf(cur *int64, a int64) *int64 {
 
 func adminSummary(r *keystore.Record, now time.Time) AdminRecord {
 	return AdminRecord{Scope: r.Scope, Key: r.Key, Intent: r.Intent, State: r.State,
-		Method: r.Request.Method, URL: r.Request.URL, Attempts: r.Attempts, LastStatus: r.LastStatus,
+		Method: r.Request.Method, URL: r.Request.URL, Attempts: r.Attempts, LastStatusCode: r.LastStatusCode,
 		Reason: r.Reason, Error: r.Error, Note: r.Note, AgeSeconds: int64(now.Sub(r.CreatedAt) / time.Second),
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 }
@@ -217,9 +217,9 @@ type AdminResolveRequest struct {
 
 // AdminResponse is the answer an operator records with an "executed" verdict.
 type AdminResponse struct {
-	Status int         `json:"status"`           // HTTP status, 100 to 599 (else 400)
-	Header http.Header `json:"header,omitempty"` // its headers; credential headers are stripped before storing
-	Body   string      `json:"body,omitempty"`   // its body as text, such as the charge's JSON
+	StatusCode int         `json:"status"`           // HTTP status, 100 to 599 (else 400)
+	Header     http.Header `json:"header,omitempty"` // its headers; credential headers are stripped before storing
+	Body       string      `json:"body,omitempty"`   // its body as text, such as the charge's JSON
 }
 
 // resolve serves POST /resolve.
@@ -255,11 +255,11 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 			problem(w, http.StatusBadRequest, "a response goes only with the executed verdict")
 			return
 		}
-		if req.Response.Status < 100 || req.Response.Status > 599 {
-			problem(w, http.StatusBadRequest, fmt.Sprintf("response status %d is not an HTTP status", req.Response.Status))
+		if req.Response.StatusCode < 100 || req.Response.StatusCode > 599 {
+			problem(w, http.StatusBadRequest, fmt.Sprintf("response status %d is not an HTTP status", req.Response.StatusCode))
 			return
 		}
-		res.Response = &keystore.Response{Status: req.Response.Status,
+		res.Response = &keystore.Response{StatusCode: req.Response.StatusCode,
 			Header: keystore.StripSecrets(req.Response.Header, h.c.cfg.SecretHeaders...), Body: []byte(req.Response.Body)}
 	}
 	rec, ok := h.find(w, r, req.Tenant, req.Key, req.Intent)

@@ -43,14 +43,14 @@ func adminEnv(t *testing.T) *env {
 		at := adminNow.Add(-age)
 		require.NoError(t, e.store.Create(context.Background(), &keystore.Record{
 			Scope: scope, Key: key, Intent: intent, Fingerprint: Fingerprint(http.MethodPost, "/v1/payments", body),
-			State: st, Attempts: 1, LastStatus: map[bool]int{true: 500}[reason != ""], Reason: reason,
+			State: st, Attempts: 1, LastStatusCode: map[bool]int{true: 500}[reason != ""], Reason: reason,
 			Request: keystore.Request{Method: http.MethodPost, URL: "/v1/payments",
 				Header: http.Header{"Content-Type": {"application/json"}}, Body: body},
 			Response: resp, CreatedAt: at, UpdatedAt: at}))
 	}
-	add("", "k-manual", "order-2", keystore.StateManual, 30*time.Hour, ReasonStoredServerError, &keystore.Response{Status: 500, Body: []byte(`{"error":"boom"}`)})
+	add("", "k-manual", "order-2", keystore.StateManual, 30*time.Hour, ReasonStoredServerError, &keystore.Response{StatusCode: 500, Body: []byte(`{"error":"boom"}`)})
 	add("", "k-pending", "order-1", keystore.StatePending, 2*time.Hour, "", nil)
-	add("", "k-ok", "order-3", keystore.StateSucceeded, 100*time.Hour, "", &keystore.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)})
+	add("", "k-ok", "order-3", keystore.StateSucceeded, 100*time.Hour, "", &keystore.Response{StatusCode: 201, Body: []byte(`{"id":"pay_1"}`)})
 	add("acme", "k-acme", "order-1", keystore.StatePending, 5*time.Minute, "", nil)
 	return e
 }
@@ -269,7 +269,7 @@ func TestAdminResolve(t *testing.T) {
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
 	assert.Equal(t, ReasonExecuted, rec.Reason)
 	assert.Equal(t, "ops: charge ch_9 found, ticket 7", rec.Note)
-	assert.Equal(t, &keystore.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
+	assert.Equal(t, &keystore.Response{StatusCode: 201, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: []byte(`{"id":"ch_9"}`)}, rec.Response)
 	assert.Equal(t, adminNow.Add(time.Minute), rec.UpdatedAt)
 	want, _ := json.Marshal(rec)
@@ -353,6 +353,8 @@ func TestAdminRecoverAndStats(t *testing.T) {
 		ByState: map[keystore.State]int{"pending": 2, "manual": 1, "succeeded": 1, "failed": 0}}, st.Records)
 	assert.Len(t, st.Client, reflect.TypeFor[Stats]().NumField(), "every counter of Stats")
 	assert.Equal(t, int64(0), st.Client["calls"])
+	assert.Contains(t, st.Client, "status_checks", "the renamed counter keeps its JSON name")
+	assert.NotContains(t, st.Client, "key_status_checks")
 
 	code, _, body = adminDo(t, h, "POST", "/recover", "", true)
 	require.Equal(t, 200, code, body)

@@ -349,7 +349,7 @@ func BenchmarkRecover(b *testing.B) {
 	idemRecover := func(b *testing.B, hc *http.Client) {
 		run(b, func(ctx context.Context, store keystore.Store) (int, error) {
 			c, err := idem.NewClient(idem.Config{BaseURL: srv.URL, Store: store, HTTPClient: hc,
-				StatusURL: "/v1/payments/operations/{key}"})
+				KeyStatusURL: "/v1/payments/operations/{key}"})
 			if err != nil {
 				return 0, err
 			}
@@ -424,8 +424,8 @@ func reconcileOne(ctx context.Context, store keystore.Store, hc *http.Client, ba
 	if err := json.Unmarshal(body, &st); err != nil || resp.StatusCode != http.StatusOK || st.Status != "completed" {
 		return fmt.Errorf("status of %s: %d %s (%v)", rec.Key, resp.StatusCode, body, err)
 	}
-	rec.State, rec.LastStatus, rec.UpdatedAt = keystore.StateSucceeded, st.ResponseStatus, time.Now()
-	rec.Response = &keystore.Response{Status: st.ResponseStatus, Body: st.ResponseBody}
+	rec.State, rec.LastStatusCode, rec.UpdatedAt = keystore.StateSucceeded, st.ResponseStatus, time.Now()
+	rec.Response = &keystore.Response{StatusCode: st.ResponseStatus, Body: st.ResponseBody}
 	return store.Update(ctx, rec)
 }
 

@@ -33,7 +33,7 @@ func TestBudgetDrainsDeniesAndRefills(t *testing.T) {
 
 	// Outage: the first call spends the bucket on two retries, then is denied.
 	op := payment(1, "outage-1")
-	_, err := c.Do(ctx, op, WithMaxAttempts(10))
+	_, err := c.Do(ctx, op, CallMaxAttempts(10))
 	require.ErrorIs(t, err, ErrBudgetExhausted)
 	assert.Equal(t, 3, opErr(t, err).Attempts)
 	assert.Equal(t, 0, c.Budget().Available())
@@ -43,7 +43,7 @@ func TestBudgetDrainsDeniesAndRefills(t *testing.T) {
 
 	// Still down: every further call makes its first attempt only.
 	for i := range 5 {
-		_, err := c.Do(ctx, payment(i+2, "outage"), WithMaxAttempts(10))
+		_, err := c.Do(ctx, payment(i+2, "outage"), CallMaxAttempts(10))
 		require.ErrorIs(t, err, ErrBudgetExhausted)
 		assert.Equal(t, 1, opErr(t, err).Attempts)
 	}
@@ -64,11 +64,11 @@ func TestBudgetDrainsDeniesAndRefills(t *testing.T) {
 	assert.Equal(t, 2, res.Attempts)
 	assert.Equal(t, 5, c.Budget().Available())
 
-	// WithoutBudget bypasses an empty bucket for one call.
+	// CallNoBudget bypasses an empty bucket for one call.
 	c.Budget().take(&call{}, false)
 	require.Equal(t, 0, c.Budget().Available())
 	flaky.Store(2)
-	res, err = c.Do(ctx, payment(100, "vip"), WithoutBudget())
+	res, err = c.Do(ctx, payment(100, "vip"), CallNoBudget())
 	require.NoError(t, err)
 	assert.Equal(t, 3, res.Attempts)
 	assert.Equal(t, 1, c.Budget().Available(), "no tokens taken; the success refunds one")

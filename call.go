@@ -291,7 +291,7 @@ func (cl *call) response(a *Attempt, src Source) *Result {
 // fail ends the call with a final, non-retryable answer.
 func (cl *call) fail(kind error, status int, resp *Result, cause error) {
 	cl.unknown = false
-	cl.stop = &OperationError{Kind: kind, LastStatus: status, Response: resp, Cause: cause}
+	cl.stop = &OperationError{Kind: kind, LastStatusCode: status, Response: resp, Cause: cause}
 }
 
 // halt ends the call without a final answer; the record stays pending (or becomes manual).
@@ -303,7 +303,7 @@ func (cl *call) halt(kind error, cause error) {
 // for good, the record goes manual with the stored answer.
 func (cl *call) storedServerError(resp *Result, cause error) {
 	cl.unknown = true
-	cl.stop = &OperationError{Kind: ErrStoredServerError, Unknown: true, LastStatus: resp.StatusCode,
+	cl.stop = &OperationError{Kind: ErrStoredServerError, Unknown: true, LastStatusCode: resp.StatusCode,
 		Response: resp, Cause: cause}
 	cl.c.onStoredServerError(cl, resp)
 }

@@ -35,7 +35,7 @@ type Config struct {
 	BaseURL string
 	// HTTPClient provides the transport (connection pool, TLS). Its Timeout, if set, also
 	// applies; redirects are never followed (a 3xx to an operation is an unknown outcome, see
-	// ClassifyStatus). Default: a pooled
+	// ClassifyStatusCode). Default: a pooled
 	// client from go-cleanhttp.
 	HTTPClient *http.Client
 	// Store persists records. Use one Client per store in a process: the lock that keeps two
@@ -48,13 +48,13 @@ type Config struct {
 	// Tenant scopes keys locally (WithTenant overrides it per operation). The server scopes
 	// keys by its own notion of tenant, usually the credentials.
 	Tenant string
-	// StatusURL is the status endpoint path ("{key}" is replaced by the escaped key), such as
-	// "/v1/payments/operations/{key}", in the default JSON convention (see StatusFunc and the package docs). Empty:
+	// KeyStatusURL is the status endpoint path ("{key}" is replaced by the escaped key), such as
+	// "/v1/payments/operations/{key}", in the default JSON convention (see KeyStatusFunc and the package docs). Empty:
 	// no status endpoint, and an unknown outcome is resent with the same key while the key is
 	// younger than KeyTTL.
-	StatusURL string
-	// StatusFunc replaces the default status check for APIs with another convention.
-	StatusFunc StatusFunc
+	KeyStatusURL string
+	// KeyStatusFunc replaces the default status check for APIs with another convention.
+	KeyStatusFunc KeyStatusFunc
 	// Lookup, if set, is the business lookup: asked about a record the key can tell no more
 	// about (a stored 5xx, ErrStoredServerError; or ErrKeyExpired), when a call ends that way,
 	// when Do meets such a manual record, and by Recover. A conclusive verdict is persisted
@@ -176,7 +176,7 @@ type Client struct {
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
-// field: a BaseURL that is not absolute or carries user info, a relative StatusURL without
+// field: a BaseURL that is not absolute or carries user info, a relative KeyStatusURL without
 // BaseURL, a Retention shorter than KeyTTL, a LeaseTTL not longer than Policy.AttemptTimeout,
 // a KeyHeader that is a credential or secret header, negative values) or
 // ErrInvalidPolicy.
@@ -212,12 +212,12 @@ func NewClient(cfg Config) (*Client, error) {
 	if isSecretHeader(c.cfg.KeyHeader, cfg.SecretHeaders) {
 		return nil, fmt.Errorf("%w: SecretHeaders names the key header %q, which must be persisted", ErrInvalidConfig, c.cfg.KeyHeader)
 	}
-	if cfg.StatusURL != "" && !strings.Contains(cfg.StatusURL, "{key}") {
-		return nil, fmt.Errorf("%w: StatusURL %q has no {key} placeholder", ErrInvalidConfig, cfg.StatusURL)
+	if cfg.KeyStatusURL != "" && !strings.Contains(cfg.KeyStatusURL, "{key}") {
+		return nil, fmt.Errorf("%w: KeyStatusURL %q has no {key} placeholder", ErrInvalidConfig, cfg.KeyStatusURL)
 	}
-	if cfg.StatusURL != "" && c.base == nil {
-		if u, err := url.Parse(strings.ReplaceAll(cfg.StatusURL, "{key}", "k")); err != nil || !u.IsAbs() || u.Host == "" {
-			return nil, fmt.Errorf("%w: StatusURL %q is relative and BaseURL is empty", ErrInvalidConfig, cfg.StatusURL)
+	if cfg.KeyStatusURL != "" && c.base == nil {
+		if u, err := url.Parse(strings.ReplaceAll(cfg.KeyStatusURL, "{key}", "k")); err != nil || !u.IsAbs() || u.Host == "" {
+			return nil, fmt.Errorf("%w: KeyStatusURL %q is relative and BaseURL is empty", ErrInvalidConfig, cfg.KeyStatusURL)
 		}
 	}
 	if cfg.KeyTTL == 0 {
@@ -296,11 +296,11 @@ func (c *Client) Budget() *Budget {
 type Source string
 
 const (
-	SourceResponse Source = "response" // the server's answer to an attempt of this call
-	SourceReplay   Source = "replay"   // the server replayed a stored answer (Idempotent-Replayed)
-	SourceStatus   Source = "status"   // the status endpoint reported the stored answer
-	SourceStore    Source = "store"    // the keystore already held the final answer
-	SourceLookup   Source = "lookup"   // Config.Lookup found the payment after the key could tell no more
+	SourceResponse  Source = "response" // the server's answer to an attempt of this call
+	SourceReplay    Source = "replay"   // the server replayed a stored answer (Idempotent-Replayed)
+	SourceKeyStatus Source = "status"   // the status endpoint reported the stored answer
+	SourceStore     Source = "store"    // the keystore already held the final answer
+	SourceLookup    Source = "lookup"   // Config.Lookup found the payment after the key could tell no more
 )
 
 // SourceHeader is the response header the Transport sets on every answer it returns for an
@@ -311,13 +311,13 @@ const SourceHeader = "Idem-Source"
 
 // Result is the final, successful answer for an operation.
 type Result struct {
-	Key          string      // the idempotency key used
-	StatusCode   int         // HTTP status of the operation's answer (2xx)
-	Header       http.Header // response headers (nil when the answer came from the status endpoint)
-	Body         []byte      // the response body, byte for byte
-	Attempts     int         // requests sent in this call (0 when answered from the store)
-	StatusChecks int         // status-endpoint asks made in this call
-	Source       Source      // where the answer came from
+	Key             string      // the idempotency key used
+	StatusCode      int         // HTTP status of the operation's answer (2xx)
+	Header          http.Header // response headers (nil when the answer came from the status endpoint)
+	Body            []byte      // the response body, byte for byte
+	Attempts        int         // requests sent in this call (0 when answered from the store)
+	KeyStatusChecks int         // status-endpoint asks made in this call
+	Source          Source      // where the answer came from
 }
 
 // Replayed reports whether the answer was not produced by this call's own execution: a
@@ -441,7 +441,7 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 }
 
 func (c *Client) settings(opts []CallOption) (callSettings, error) {
-	s := callSettings{policy: c.policy, statusURL: c.cfg.StatusURL, status: c.cfg.StatusFunc}
+	s := callSettings{policy: c.policy, statusURL: c.cfg.KeyStatusURL, status: c.cfg.KeyStatusFunc}
 	if len(opts) > 0 { // an option gets a pointer, which moves s to the heap: only then
 		o := s
 		for _, opt := range opts {

@@ -83,7 +83,7 @@ func (se *skewEnv) seed(t *testing.T) (old, fresh, orphan *keystore.Record) {
 	now := se.store.now
 	done := func(key, intent string, at time.Time) *keystore.Record {
 		rec := newPendingRecord(key, 100, key, at)
-		rec.Intent, rec.State, rec.LastStatus = intent, keystore.StateSucceeded, 201
+		rec.Intent, rec.State, rec.LastStatusCode = intent, keystore.StateSucceeded, 201
 		require.NoError(t, se.store.Create(ctx, rec))
 		return rec
 	}

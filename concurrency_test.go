@@ -47,7 +47,7 @@ func TestNoHiddenTransportReplays(t *testing.T) {
 	require.NoError(t, err)
 	recorded := 0
 	for i := range 10 {
-		res, err := c.Do(context.Background(), payment(i+1, "replay"), WithMaxAttempts(5))
+		res, err := c.Do(context.Background(), payment(i+1, "replay"), CallMaxAttempts(5))
 		if err == nil {
 			recorded += res.Attempts
 		} else {
@@ -71,7 +71,7 @@ func TestSameKeyNeverSentConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = e.c.Do(context.Background(), op, WithAttemptTimeout(5*time.Second))
+			results[i], errs[i] = e.c.Do(context.Background(), op, CallAttemptTimeout(5*time.Second))
 		}()
 	}
 	wg.Wait()
@@ -102,7 +102,7 @@ func TestPerCallPolicyDoesNotLeak(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			want := 1 + i%4
-			_, err := c.Do(context.Background(), payment(i+1, "leak"), WithMaxAttempts(want))
+			_, err := c.Do(context.Background(), payment(i+1, "leak"), CallMaxAttempts(want))
 			assert.ErrorIs(t, err, ErrExhausted)
 			if oe := opErr(t, err); oe != nil {
 				assert.Equal(t, want, oe.Attempts, "call %d", i)
@@ -132,7 +132,7 @@ func (s slowCreate) Create(ctx context.Context, rec *keystore.Record) error {
 func TestRecoverBesideNewCallsNeverDoubleSends(t *testing.T) {
 	e := newEnv(t, idemtest.Config{}, nil)
 	c, err := NewClient(Config{BaseURL: e.srv.URL, Store: slowCreate{e.store, 20 * time.Millisecond},
-		StatusURL: statusPath, Budget: BudgetConfig{Disabled: true}})
+		KeyStatusURL: statusPath, Budget: BudgetConfig{Disabled: true}})
 	require.NoError(t, err)
 	stop := make(chan struct{})
 	recovered := make(chan int)

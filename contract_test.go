@@ -166,14 +166,14 @@ func TestCallerKeyHeaderAdopted(t *testing.T) {
 	for _, name := range []string{"Idempotency-Key", "idempotency-key", "IDEMPOTENCY-KEY"} {
 		t.Run(name, func(t *testing.T) {
 			kr := &keyRecorder{codes: []int{http.StatusBadGateway}}
-			c, _, store := scriptedClient(t, kr, func(c *Config) { c.StatusURL = statusPath })
+			c, _, store := scriptedClient(t, kr, func(c *Config) { c.KeyStatusURL = statusPath })
 			op := NewOperation(http.MethodPost, "/v1/payments", paymentBody(1, "r"),
 				WithHeader(http.Header{name: {"order-77-key"}, "X-Trace": {"t1"}}))
 			res, err := c.Do(context.Background(), op)
 			require.NoError(t, err)
 			assert.Equal(t, "order-77-key", res.Key)
 			assert.Equal(t, 2, res.Attempts)
-			assert.Equal(t, 1, res.StatusChecks)
+			assert.Equal(t, 1, res.KeyStatusChecks)
 			assert.Equal(t, []string{"POST /v1/payments", "GET /v1/payments/operations/order-77-key", "POST /v1/payments"}, kr.paths)
 			for i, vs := range kr.seen {
 				assert.Equal(t, []string{"order-77-key"}, vs, "request %d carries one identical key", i)
@@ -241,9 +241,9 @@ func TestStopCarriesLastResponse(t *testing.T) {
 		want       error
 		attempts   int
 	}{
-		{"attempts exhausted", "0", []CallOption{WithMaxAttempts(2)}, nil, ErrExhausted, 2},
+		{"attempts exhausted", "0", []CallOption{CallMaxAttempts(2)}, nil, ErrExhausted, 2},
 		{"Retry-After too long", "3600", nil, nil, ErrRetryAfterTooLong, 1},
-		{"deadline before the next attempt", "", []CallOption{WithBackoff(time.Minute, 1, NoJitter, time.Minute)},
+		{"deadline before the next attempt", "", []CallOption{CallBackoff(time.Minute, 1, NoJitter, time.Minute)},
 			func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 5*time.Second) }, ErrDeadline, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -272,7 +272,7 @@ func TestStopCarriesLastResponse(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, keystore.StatePending, rec.State)
 			require.NotNil(t, rec.Response, "the record keeps it")
-			assert.Equal(t, 503, rec.Response.Status)
+			assert.Equal(t, 503, rec.Response.StatusCode)
 			assert.Equal(t, `{"error":"overloaded"}`, string(rec.Response.Body))
 		})
 	}
@@ -292,7 +292,7 @@ func TestDeadlineMatchesContextDeadline(t *testing.T) {
 	c, clock, _ := scriptedClient(t, h, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := c.Do(ctx, payment(1, "r"), WithBackoff(30*time.Second, 1, NoJitter, 30*time.Second))
+	_, err := c.Do(ctx, payment(1, "r"), CallBackoff(30*time.Second, 1, NoJitter, 30*time.Second))
 	require.ErrorIs(t, err, ErrDeadline)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.NotErrorIs(t, err, ErrCanceled)
@@ -346,9 +346,9 @@ func TestNewClientRefusesUnworkableConfig(t *testing.T) {
 		cfg   Config
 		field string // "" means accepted
 	}{
-		{"relative StatusURL without BaseURL", Config{StatusURL: "/v1/payments/operations/{key}"}, "StatusURL"},
-		{"absolute StatusURL without BaseURL", Config{StatusURL: "https://api.example.com/ops/{key}"}, ""},
-		{"relative StatusURL with BaseURL", Config{BaseURL: "https://api.example.com", StatusURL: "/ops/{key}"}, ""},
+		{"relative KeyStatusURL without BaseURL", Config{KeyStatusURL: "/v1/payments/operations/{key}"}, "KeyStatusURL"},
+		{"absolute KeyStatusURL without BaseURL", Config{KeyStatusURL: "https://api.example.com/ops/{key}"}, ""},
+		{"relative KeyStatusURL with BaseURL", Config{BaseURL: "https://api.example.com", KeyStatusURL: "/ops/{key}"}, ""},
 		{"Retention shorter than the default KeyTTL", Config{Retention: time.Hour}, "Retention"},
 		{"Retention shorter than KeyTTL", Config{KeyTTL: 72 * time.Hour, Retention: 48 * time.Hour}, "Retention"},
 		{"KeyTTL longer than the default Retention", Config{KeyTTL: 96 * time.Hour}, "Retention"},
@@ -423,16 +423,16 @@ func TestDoNotRetryHintNeverFailsAPossiblyExecutedPayment(t *testing.T) {
 			}))
 			t.Cleanup(srv.Close)
 			store := keystore.NewMemory()
-			c, err := NewClient(Config{BaseURL: srv.URL, Store: store, StatusURL: statusPath,
+			c, err := NewClient(Config{BaseURL: srv.URL, Store: store, KeyStatusURL: statusPath,
 				Now: clock.Now, Sleep: clock.Sleep, Budget: BudgetConfig{Disabled: true}})
 			require.NoError(t, err)
 			op := payment(500, "hint-"+strconv.Itoa(code))
-			res, err := c.Do(context.Background(), op, WithMaxAttempts(3))
+			res, err := c.Do(context.Background(), op, CallMaxAttempts(3))
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusCreated, res.StatusCode)
-			assert.Equal(t, SourceStatus, res.Source)
+			assert.Equal(t, SourceKeyStatus, res.Source)
 			assert.Equal(t, 1, res.Attempts)
-			assert.Equal(t, 1, res.StatusChecks)
+			assert.Equal(t, 1, res.KeyStatusChecks)
 			st := api.Stats()
 			assert.Equal(t, 1, st.Executions)
 			assert.Equal(t, 1, st.Requests)

@@ -35,7 +35,7 @@ func finalChild() int {
 		fmt.Fprintln(os.Stderr, "child: open store:", err)
 		return 3
 	}
-	c, err := NewClient(Config{BaseURL: url, Store: store, StatusURL: statusPath,
+	c, err := NewClient(Config{BaseURL: url, Store: store, KeyStatusURL: statusPath,
 		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", crashAuth); return nil }})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
@@ -90,7 +90,7 @@ func TestCrashAfterAnswerLosesOnlyTheFinalWrite(t *testing.T) {
 	require.Equal(t, 0, rec.Attempts, "the record is as persisted before the send")
 
 	var sends atomic.Int64
-	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, StatusURL: statusPath,
+	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, KeyStatusURL: statusPath,
 		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", crashAuth); return nil },
 		Hooks:       Hooks{OnAttempt: func(AttemptEvent) { sends.Add(1) }}})
 	require.NoError(t, err)
@@ -102,11 +102,11 @@ func TestCrashAfterAnswerLosesOnlyTheFinalWrite(t *testing.T) {
 	assert.Zero(t, sends.Load(), "nothing resent")
 	require.Len(t, got, 1)
 	require.NotNil(t, got[0].Result)
-	assert.Equal(t, SourceStatus, got[0].Result.Source)
-	assert.Equal(t, 1, got[0].Result.StatusChecks)
+	assert.Equal(t, SourceKeyStatus, got[0].Result.Source)
+	assert.Equal(t, 1, got[0].Result.KeyStatusChecks)
 	assert.Equal(t, 1, srv.ExecutionsByReference(finalRef), "executed exactly once")
 	rec, err = store.Get(ctx, "", key)
 	require.NoError(t, err)
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
-	assert.Equal(t, http.StatusCreated, rec.LastStatus)
+	assert.Equal(t, http.StatusCreated, rec.LastStatusCode)
 }

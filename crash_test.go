@@ -45,10 +45,10 @@ func crashChild() int {
 		return 3
 	}
 	defer store.Close()
-	c, err := NewClient(Config{BaseURL: parts[0], Store: store, StatusURL: statusPath,
+	c, err := NewClient(Config{BaseURL: parts[0], Store: store, KeyStatusURL: statusPath,
 		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", crashAuth); return nil },
 		Policy: Policy{AttemptTimeout: 150 * time.Millisecond, InitialDelay: time.Millisecond,
-			MaxDelay: 5 * time.Millisecond, MaxAttempts: 20, MaxStatusChecks: 20},
+			MaxDelay: 5 * time.Millisecond, MaxAttempts: 20, MaxKeyStatusChecks: 20},
 		Budget: BudgetConfig{Disabled: true}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)

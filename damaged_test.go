@@ -53,7 +53,7 @@ func TestRecoverSkipsDamagedRecord(t *testing.T) {
 	srv := idemtest.NewServer(idemtest.Config{})
 	defer srv.Close()
 	var events []DamagedRecordEvent
-	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, StatusURL: statusPath,
+	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, KeyStatusURL: statusPath,
 		Hooks: Hooks{OnDamagedRecord: func(e DamagedRecordEvent) { events = append(events, e) }}})
 	require.NoError(t, err)
 	defer c.Close()

@@ -16,72 +16,72 @@ func TestDecodeStatus(t *testing.T) {
 		code   int
 		header http.Header
 		body   string
-		want   Status
+		want   KeyStatus
 	}{
 		// the three convention answers
 		{"completed", 200, nil,
 			`{"status":"completed","response_status":201,"response_body":{"id":"pay_1",  "amount": 500,"nested":{"a":[1,2]}}}`,
-			Status{State: StatusCompleted, ResponseStatus: 201, ResponseBody: []byte(`{"id":"pay_1",  "amount": 500,"nested":{"a":[1,2]}}`)}},
+			KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 201, ResponseBody: []byte(`{"id":"pay_1",  "amount": 500,"nested":{"a":[1,2]}}`)}},
 		{"completed with a string body", 200, nil,
 			`{"status":"completed","response_status":200,"response_body":"ok"}`,
-			Status{State: StatusCompleted, ResponseStatus: 200, ResponseBody: []byte(`"ok"`)}},
+			KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 200, ResponseBody: []byte(`"ok"`)}},
 		{"completed without body", 200, nil,
 			`{"status":"completed","response_status":204}`,
-			Status{State: StatusCompleted, ResponseStatus: 204}},
+			KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 204}},
 		{"completed with null body has no body", 200, nil,
 			`{"status":"completed","response_status":204,"response_body":null}`,
-			Status{State: StatusCompleted, ResponseStatus: 204}},
+			KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 204}},
 		{"completed stored 4xx", 200, nil,
 			`{"status":"completed","response_status":402,"response_body":{"error":"card_declined"}}`,
-			Status{State: StatusCompleted, ResponseStatus: 402, ResponseBody: []byte(`{"error":"card_declined"}`)}},
+			KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 402, ResponseBody: []byte(`{"error":"card_declined"}`)}},
 		{"completed response_status 100", 200, nil, `{"status":"completed","response_status":100}`,
-			Status{State: StatusCompleted, ResponseStatus: 100}},
+			KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 100}},
 		{"completed response_status 599", 200, nil, `{"status":"completed","response_status":599}`,
-			Status{State: StatusCompleted, ResponseStatus: 599}},
+			KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 599}},
 		{"completed with extra fields", 200, nil, `{"status":"completed","response_status":201,"created":1,"key":"k"}`,
-			Status{State: StatusCompleted, ResponseStatus: 201}},
+			KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 201}},
 		{"processing with Retry-After seconds", 202, ra("2"), `{"status":"processing"}`,
-			Status{State: StatusProcessing, RetryAfter: 2 * time.Second, HasRetryAfter: true}},
+			KeyStatus{State: KeyStatusProcessing, RetryAfter: 2 * time.Second, HasRetryAfter: true}},
 		{"processing with Retry-After date", 202, ra("Fri, 01 Mar 2024 12:00:30 GMT"), `{"status":"processing"}`,
-			Status{State: StatusProcessing, RetryAfter: 30 * time.Second, HasRetryAfter: true}},
+			KeyStatus{State: KeyStatusProcessing, RetryAfter: 30 * time.Second, HasRetryAfter: true}},
 		{"processing with bad Retry-After", 202, ra("soon"), `{"status":"processing"}`,
-			Status{State: StatusProcessing}},
+			KeyStatus{State: KeyStatusProcessing}},
 		{"processing without Retry-After", 202, http.Header{}, `{"status":"processing"}`,
-			Status{State: StatusProcessing}},
-		{"not found", 404, nil, `{"status":"not_found"}`, Status{State: StatusNotFound}},
+			KeyStatus{State: KeyStatusProcessing}},
+		{"not found", 404, nil, `{"status":"not_found"}`, KeyStatus{State: KeyStatusNotFound}},
 
 		// mismatches and garbage: still unknown
-		{"200 processing", 200, nil, `{"status":"processing"}`, Status{}},
-		{"200 not_found", 200, nil, `{"status":"not_found"}`, Status{}},
-		{"202 completed", 202, nil, `{"status":"completed","response_status":201}`, Status{}},
-		{"404 completed", 404, nil, `{"status":"completed","response_status":201}`, Status{}},
-		{"404 without body", 404, nil, ``, Status{}},
-		{"404 processing", 404, nil, `{"status":"processing"}`, Status{}},
-		{"500 completed", 500, nil, `{"status":"completed","response_status":201}`, Status{}},
+		{"200 processing", 200, nil, `{"status":"processing"}`, KeyStatus{}},
+		{"200 not_found", 200, nil, `{"status":"not_found"}`, KeyStatus{}},
+		{"202 completed", 202, nil, `{"status":"completed","response_status":201}`, KeyStatus{}},
+		{"404 completed", 404, nil, `{"status":"completed","response_status":201}`, KeyStatus{}},
+		{"404 without body", 404, nil, ``, KeyStatus{}},
+		{"404 processing", 404, nil, `{"status":"processing"}`, KeyStatus{}},
+		{"500 completed", 500, nil, `{"status":"completed","response_status":201}`, KeyStatus{}},
 		{"500 with Retry-After keeps the hint", 500, ra("3"), `oops`,
-			Status{RetryAfter: 3 * time.Second, HasRetryAfter: true}},
-		{"201 completed", 201, nil, `{"status":"completed","response_status":201}`, Status{}},
-		{"completed response_status 0", 200, nil, `{"status":"completed","response_status":0}`, Status{}},
-		{"completed response_status missing", 200, nil, `{"status":"completed","response_body":{}}`, Status{}},
-		{"completed response_status 99", 200, nil, `{"status":"completed","response_status":99}`, Status{}},
-		{"completed response_status 600", 200, nil, `{"status":"completed","response_status":600}`, Status{}},
-		{"completed response_status negative", 200, nil, `{"status":"completed","response_status":-201}`, Status{}},
-		{"completed response_status as string", 200, nil, `{"status":"completed","response_status":"201"}`, Status{}},
-		{"completed response_status fractional", 200, nil, `{"status":"completed","response_status":201.5}`, Status{}},
-		{"status value is case-sensitive", 200, nil, `{"status":"Completed","response_status":201}`, Status{}},
-		{"non-JSON", 200, nil, `<html>completed</html>`, Status{}},
-		{"truncated JSON", 200, nil, `{"status":"completed","response_status":201`, Status{}},
-		{"trailing garbage", 200, nil, `{"status":"completed","response_status":201} x`, Status{}},
-		{"empty body", 200, nil, ``, Status{}},
-		{"JSON null body", 200, nil, `null`, Status{}},
-		{"JSON array", 200, nil, `[]`, Status{}},
-		{"empty object", 200, nil, `{}`, Status{}},
-		{"status null", 200, nil, `{"status":null,"response_status":201}`, Status{}},
-		{"status number", 202, nil, `{"status":1}`, Status{}},
+			KeyStatus{RetryAfter: 3 * time.Second, HasRetryAfter: true}},
+		{"201 completed", 201, nil, `{"status":"completed","response_status":201}`, KeyStatus{}},
+		{"completed response_status 0", 200, nil, `{"status":"completed","response_status":0}`, KeyStatus{}},
+		{"completed response_status missing", 200, nil, `{"status":"completed","response_body":{}}`, KeyStatus{}},
+		{"completed response_status 99", 200, nil, `{"status":"completed","response_status":99}`, KeyStatus{}},
+		{"completed response_status 600", 200, nil, `{"status":"completed","response_status":600}`, KeyStatus{}},
+		{"completed response_status negative", 200, nil, `{"status":"completed","response_status":-201}`, KeyStatus{}},
+		{"completed response_status as string", 200, nil, `{"status":"completed","response_status":"201"}`, KeyStatus{}},
+		{"completed response_status fractional", 200, nil, `{"status":"completed","response_status":201.5}`, KeyStatus{}},
+		{"status value is case-sensitive", 200, nil, `{"status":"Completed","response_status":201}`, KeyStatus{}},
+		{"non-JSON", 200, nil, `<html>completed</html>`, KeyStatus{}},
+		{"truncated JSON", 200, nil, `{"status":"completed","response_status":201`, KeyStatus{}},
+		{"trailing garbage", 200, nil, `{"status":"completed","response_status":201} x`, KeyStatus{}},
+		{"empty body", 200, nil, ``, KeyStatus{}},
+		{"JSON null body", 200, nil, `null`, KeyStatus{}},
+		{"JSON array", 200, nil, `[]`, KeyStatus{}},
+		{"empty object", 200, nil, `{}`, KeyStatus{}},
+		{"status null", 200, nil, `{"status":null,"response_status":201}`, KeyStatus{}},
+		{"status number", 202, nil, `{"status":1}`, KeyStatus{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := DecodeStatus(tt.code, tt.header, []byte(tt.body), now)
+			got := DecodeKeyStatus(tt.code, tt.header, []byte(tt.body), now)
 			assert.Equal(t, tt.want, got)
 		})
 	}
@@ -89,7 +89,7 @@ func TestDecodeStatus(t *testing.T) {
 
 func TestDecodeStatusBodyIsNotAliased(t *testing.T) {
 	body := []byte(`{"status":"completed","response_status":201,"response_body":{"id":"p"}}`)
-	st := DecodeStatus(200, nil, body, time.Time{})
+	st := DecodeKeyStatus(200, nil, body, time.Time{})
 	want := append([]byte(nil), st.ResponseBody...)
 	for i := range body {
 		body[i] = 'x'
@@ -100,15 +100,15 @@ func TestDecodeStatusBodyIsNotAliased(t *testing.T) {
 
 func TestStatusStateString(t *testing.T) {
 	tests := []struct {
-		s    StatusState
+		s    KeyStatusState
 		want string
 	}{
-		{StatusUnknown, "unknown"},
-		{StatusCompleted, "completed"},
-		{StatusProcessing, "processing"},
-		{StatusNotFound, "not_found"},
-		{StatusState(4), "unknown"},
-		{StatusState(-1), "unknown"},
+		{KeyStatusUnknown, "unknown"},
+		{KeyStatusCompleted, "completed"},
+		{KeyStatusProcessing, "processing"},
+		{KeyStatusNotFound, "not_found"},
+		{KeyStatusState(4), "unknown"},
+		{KeyStatusState(-1), "unknown"},
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, tt.s.String())

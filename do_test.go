@@ -102,7 +102,7 @@ func TestDoValidationErrorIsNotRetried(t *testing.T) {
 	require.ErrorIs(t, err, ErrPermanent)
 	oe := opErr(t, err)
 	assert.Equal(t, 1, oe.Attempts)
-	assert.Equal(t, http.StatusBadRequest, oe.LastStatus)
+	assert.Equal(t, http.StatusBadRequest, oe.LastStatusCode)
 	assert.False(t, oe.Unknown)
 	require.NotNil(t, oe.Response)
 	assert.Equal(t, http.StatusBadRequest, oe.Response.StatusCode)
@@ -137,7 +137,7 @@ func TestDoKeyConflict(t *testing.T) {
 	_, err = other.Do(context.Background(), payment(300, "a", WithKey(first.Key())))
 	require.ErrorIs(t, err, ErrKeyConflict)
 	oe := opErr(t, err)
-	assert.Equal(t, http.StatusUnprocessableEntity, oe.LastStatus)
+	assert.Equal(t, http.StatusUnprocessableEntity, oe.LastStatusCode)
 	assert.Equal(t, 1, oe.Attempts)
 	assert.Equal(t, 1, e.srv.ExecutionsFor(first.Key()))
 }
@@ -152,13 +152,13 @@ func TestDoInvalidInputNeverPanics(t *testing.T) {
 	}{
 		"nil op":           {nil, nil, ErrInvalidOperation},
 		"empty key":        {payment(1, "x", WithKey(" ")), nil, ErrInvalidOperation},
-		"zero attempts":    {payment(1, "x"), []CallOption{WithMaxAttempts(0)}, ErrInvalidPolicy},
-		"negative timeout": {payment(1, "x"), []CallOption{WithAttemptTimeout(-time.Second)}, ErrInvalidPolicy},
-		"timeout >= lease": {payment(1, "x"), []CallOption{WithAttemptTimeout(DefaultLeaseTTL)}, ErrInvalidPolicy},
-		"bad jitter":       {payment(1, "x"), []CallOption{WithBackoff(time.Millisecond, 2, 1.5, time.Second)}, ErrInvalidPolicy},
-		"multiplier < 1":   {payment(1, "x"), []CallOption{WithBackoff(time.Millisecond, 0.5, 0.1, time.Second)}, ErrInvalidPolicy},
+		"zero attempts":    {payment(1, "x"), []CallOption{CallMaxAttempts(0)}, ErrInvalidPolicy},
+		"negative timeout": {payment(1, "x"), []CallOption{CallAttemptTimeout(-time.Second)}, ErrInvalidPolicy},
+		"timeout >= lease": {payment(1, "x"), []CallOption{CallAttemptTimeout(DefaultLeaseTTL)}, ErrInvalidPolicy},
+		"bad jitter":       {payment(1, "x"), []CallOption{CallBackoff(time.Millisecond, 2, 1.5, time.Second)}, ErrInvalidPolicy},
+		"multiplier < 1":   {payment(1, "x"), []CallOption{CallBackoff(time.Millisecond, 0.5, 0.1, time.Second)}, ErrInvalidPolicy},
 		"empty method":     {NewOperation("", "/v1/payments", nil), nil, ErrInvalidOperation},
-		"status no {key}":  {payment(1, "x"), []CallOption{WithStatusURL("/status")}, ErrInvalidConfig},
+		"status no {key}":  {payment(1, "x"), []CallOption{CallKeyStatusURL("/status")}, ErrInvalidConfig},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := e.c.Do(ctx, tc.op, tc.opts...)
@@ -192,7 +192,7 @@ func TestDoKeyAsSFString(t *testing.T) {
 	res, err := e.c.Do(context.Background(), op)
 	require.NoError(t, err)
 	assert.Equal(t, []string{`"` + op.Key() + `"`}, seen)
-	assert.Equal(t, SourceStatus, res.Source, "the status check found the key the server unquoted")
+	assert.Equal(t, SourceKeyStatus, res.Source, "the status check found the key the server unquoted")
 	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
 }
 

@@ -59,7 +59,7 @@
 // succeeded; none makes it failed with ErrNotExecuted, and only then may the application
 // pay again under a new intent.
 //
-// The status endpoint (Config.StatusURL, or a StatusFunc for other conventions) answers
+// The status endpoint (Config.KeyStatusURL, or a KeyStatusFunc for other conventions) answers
 // 200 {"status":"completed","response_status":201,"response_body":{...}},
 // 202 {"status":"processing"} or 404 {"status":"not_found"}. Without one, an unknown outcome
 // is resent with the same key, which the server's idempotency makes safe while the key is

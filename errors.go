@@ -79,15 +79,15 @@ var (
 // OperationError is the error Do and Recover return for an operation that did not succeed.
 // It says how far the operation got, so that the caller can tell "failed" from "unknown".
 type OperationError struct {
-	Key        string        // the idempotency key (as persisted)
-	Scope      string        // the tenant scope of the key
-	Intent     string        // the caller-named intent, if any
-	Attempts   int           // requests sent to the server in this call
-	LastStatus int           // HTTP status of the last answer; 0 if none came
-	RetryAfter time.Duration // the wait the server asked for, when that stopped the call
-	Unknown    bool          // an attempt may have executed and was not resolved
-	Kind       error         // the sentinel saying why the call stopped (ErrExhausted, ...)
-	Cause      error         // the underlying error (transport, context, store), may be nil
+	Key            string        // the idempotency key (as persisted)
+	Scope          string        // the tenant scope of the key
+	Intent         string        // the caller-named intent, if any
+	Attempts       int           // requests sent to the server in this call
+	LastStatusCode int           // HTTP status of the last answer; 0 if none came
+	RetryAfter     time.Duration // the wait the server asked for, when that stopped the call
+	Unknown        bool          // an attempt may have executed and was not resolved
+	Kind           error         // the sentinel saying why the call stopped (ErrExhausted, ...)
+	Cause          error         // the underlying error (transport, context, store), may be nil
 	// Response is the last answer the server gave in this call (status, headers, body up to
 	// Policy.MaxResponseSize): the final answer for ErrPermanent, ErrKeyConflict and
 	// ErrStoredServerError, the last one seen when retries stopped (ErrExhausted,
@@ -106,8 +106,8 @@ func (e *OperationError) Error() string {
 		fmt.Fprintf(&b, ", intent %q", e.Intent)
 	}
 	fmt.Fprintf(&b, ", %d attempt(s)", e.Attempts)
-	if e.LastStatus != 0 {
-		fmt.Fprintf(&b, ", last status %d", e.LastStatus)
+	if e.LastStatusCode != 0 {
+		fmt.Fprintf(&b, ", last status %d", e.LastStatusCode)
 	}
 	if e.RetryAfter > 0 {
 		fmt.Fprintf(&b, ", server asked to wait %s", e.RetryAfter)

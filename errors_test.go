@@ -28,14 +28,14 @@ func TestOperationErrorText(t *testing.T) {
 	}{
 		{"minimal", &OperationError{Kind: ErrExhausted, Key: "k1", Attempts: 5},
 			`idem: retries exhausted (key "k1", 5 attempt(s))`},
-		{"last status", &OperationError{Kind: ErrPermanent, Key: "k1", Attempts: 1, LastStatus: 402},
+		{"last status", &OperationError{Kind: ErrPermanent, Key: "k1", Attempts: 1, LastStatusCode: 402},
 			`idem: permanent failure (key "k1", 1 attempt(s), last status 402)`},
 		{"intent, retry-after, cause", &OperationError{Kind: ErrRetryAfterTooLong, Key: "k2", Intent: "order-7",
-			Attempts: 2, LastStatus: 503, RetryAfter: 90 * time.Second, Cause: errors.New("boom")},
+			Attempts: 2, LastStatusCode: 503, RetryAfter: 90 * time.Second, Cause: errors.New("boom")},
 			`idem: Retry-After beyond the allowed wait (key "k2", intent "order-7", 2 attempt(s), last status 503, server asked to wait 1m30s): boom`},
 		{"unknown flag on another kind", &OperationError{Kind: ErrBudgetExhausted, Key: "k3", Attempts: 1, Unknown: true},
 			`idem: retry budget exhausted (key "k3", 1 attempt(s)); outcome unknown`},
-		{"unknown kind is not repeated", &OperationError{Kind: ErrOutcomeUnknown, Key: "k4", Attempts: 3, LastStatus: 502, Unknown: true},
+		{"unknown kind is not repeated", &OperationError{Kind: ErrOutcomeUnknown, Key: "k4", Attempts: 3, LastStatusCode: 502, Unknown: true},
 			`idem: outcome unknown (key "k4", 3 attempt(s), last status 502)`},
 		{"key is quoted", &OperationError{Kind: ErrKeyConflict, Key: `a"b`, Attempts: 0},
 			`idem: idempotency key reused with another payload (key "a\"b", 0 attempt(s))`},
@@ -85,7 +85,7 @@ func TestOperationErrorUnwrapsCause(t *testing.T) {
 }
 
 func TestOperationErrorAs(t *testing.T) {
-	orig := &OperationError{Kind: ErrPermanent, Key: "k9", Attempts: 1, LastStatus: 400,
+	orig := &OperationError{Kind: ErrPermanent, Key: "k9", Attempts: 1, LastStatusCode: 400,
 		Response: &Result{Key: "k9", StatusCode: 400, Body: []byte(`{"error":"bad"}`)}}
 	wrapped := fmt.Errorf("service: %w", fmt.Errorf("handler: %w", orig))
 

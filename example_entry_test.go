@@ -29,10 +29,10 @@ func ExampleNewClient() {
 	}
 	defer store.Close()
 	c, err := idem.NewClient(idem.Config{
-		BaseURL:     api.URL,
-		Store:       store,
-		StatusURL:   "/v1/payments/operations/{key}",
-		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", "Bearer sk_test"); return nil },
+		BaseURL:      api.URL,
+		Store:        store,
+		KeyStatusURL: "/v1/payments/operations/{key}",
+		Credentials:  func(r *http.Request) error { r.Header.Set("Authorization", "Bearer sk_test"); return nil },
 	})
 	if err != nil {
 		panic(err)
@@ -50,17 +50,17 @@ func ExampleNewClient() {
 
 // Per-call options override the client's policy for one call. A call that runs out of
 // attempts leaves its record pending; the same operation again continues the same key.
-func ExampleWithMaxAttempts() {
+func ExampleCallMaxAttempts() {
 	api := idemtest.NewServer(idemtest.Config{RetryAfter: -1}) // 503s ask for Retry-After: 0
 	defer api.Close()
 	api.Script(idemtest.Fault503, idemtest.Fault503)
-	c, _ := idem.NewClient(idem.Config{BaseURL: api.URL, StatusURL: "/v1/payments/operations/{key}"})
+	c, _ := idem.NewClient(idem.Config{BaseURL: api.URL, KeyStatusURL: "/v1/payments/operations/{key}"})
 
 	op := idem.NewOperation(http.MethodPost, "/v1/payments", []byte(`{"amount":500,"currency":"EUR","customer":"c"}`))
-	_, err := c.Do(context.Background(), op, idem.WithMaxAttempts(2))
+	_, err := c.Do(context.Background(), op, idem.CallMaxAttempts(2))
 	fmt.Println(errors.Is(err, idem.ErrExhausted), api.AttemptsFor(op.Key()))
 
-	res, err := c.Do(context.Background(), op, idem.WithMaxAttempts(3), idem.WithMaxRetryAfter(0))
+	res, err := c.Do(context.Background(), op, idem.CallMaxAttempts(3), idem.CallMaxRetryAfter(0))
 	fmt.Println(res.StatusCode, err, api.AttemptsFor(op.Key()), api.ExecutionsFor(op.Key()))
 	// Output:
 	// true 2
@@ -73,12 +73,12 @@ func ExampleHooks() {
 	defer api.Close()
 	api.Script(idemtest.Fault503, idemtest.FaultDropAfterCommit)
 	c, _ := idem.NewClient(idem.Config{
-		BaseURL:   api.URL,
-		StatusURL: "/v1/payments/operations/{key}",
+		BaseURL:      api.URL,
+		KeyStatusURL: "/v1/payments/operations/{key}",
 		Hooks: idem.Hooks{
-			OnAttempt:     func(e idem.AttemptEvent) { fmt.Println("attempt", e.Attempt, e.StatusCode, e.Class) },
-			OnUnknown:     func(e idem.UnknownEvent) { fmt.Println("outcome unknown after attempt", e.Attempt) },
-			OnStatusCheck: func(e idem.StatusCheckEvent) { fmt.Println("status check:", e.State) },
+			OnAttempt:        func(e idem.AttemptEvent) { fmt.Println("attempt", e.Attempt, e.StatusCode, e.Class) },
+			OnUnknown:        func(e idem.UnknownEvent) { fmt.Println("outcome unknown after attempt", e.Attempt) },
+			OnKeyStatusCheck: func(e idem.KeyStatusCheckEvent) { fmt.Println("status check:", e.State) },
 		},
 	})
 	res, err := c.Do(context.Background(), idem.NewOperation(http.MethodPost, "/v1/payments",
@@ -98,8 +98,8 @@ func ExampleNewHTTPClient() {
 	api := idemtest.NewServer(idemtest.Config{})
 	defer api.Close()
 	api.Script(idemtest.FaultDropAfterCommit)
-	// BaseURL resolves the relative StatusURL; requests through the client carry full URLs.
-	c, _ := idem.NewClient(idem.Config{BaseURL: api.URL, StatusURL: "/v1/payments/operations/{key}"})
+	// BaseURL resolves the relative KeyStatusURL; requests through the client carry full URLs.
+	c, _ := idem.NewClient(idem.Config{BaseURL: api.URL, KeyStatusURL: "/v1/payments/operations/{key}"})
 	hc := idem.NewHTTPClient(c) // give it to a generated client: WithHTTPClient(hc)
 
 	ctx := idem.ContextWithIntent(context.Background(), "order-42") // optional: binds retries across restarts
@@ -130,7 +130,7 @@ func ExampleTransport() {
 	}
 
 	api.Script(idemtest.FaultDropAfterCommit)
-	ctx := idem.ContextWithCallOptions(context.Background(), idem.WithMaxAttempts(1))
+	ctx := idem.ContextWithCallOptions(context.Background(), idem.CallMaxAttempts(1))
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, api.URL+"/v1/payments",
 		strings.NewReader(`{"amount":10,"currency":"EUR","customer":"c"}`))
 	_, err = hc.Do(req)

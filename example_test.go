@@ -20,16 +20,16 @@ func ExampleClient_Do() {
 	api.Script(idemtest.FaultDropAfterCommit)
 
 	c, err := idem.NewClient(idem.Config{
-		BaseURL:   api.URL,
-		Store:     keystore.NewMemory(), // use keystore/boltstore to survive restarts
-		StatusURL: "/v1/payments/operations/{key}",
+		BaseURL:      api.URL,
+		Store:        keystore.NewMemory(), // use keystore/boltstore to survive restarts
+		KeyStatusURL: "/v1/payments/operations/{key}",
 	})
 	if err != nil {
 		panic(err)
 	}
 	op := idem.NewOperation(http.MethodPost, "/v1/payments",
 		[]byte(`{"amount":1250,"currency":"EUR","customer":"cus_42"}`), idem.WithIntent("order-42"))
-	res, err := c.Do(context.Background(), op, idem.WithMaxAttempts(5))
+	res, err := c.Do(context.Background(), op, idem.CallMaxAttempts(5))
 	if err != nil {
 		panic(err)
 	}
@@ -47,7 +47,7 @@ func ExampleOperationError() {
 	_, err := c.Do(context.Background(), op)
 	var oe *idem.OperationError
 	if errors.As(err, &oe) {
-		fmt.Println(errors.Is(err, idem.ErrPermanent), errors.Is(err, idem.ErrOutcomeUnknown), oe.Attempts, oe.LastStatus)
+		fmt.Println(errors.Is(err, idem.ErrPermanent), errors.Is(err, idem.ErrOutcomeUnknown), oe.Attempts, oe.LastStatusCode)
 	}
 	// Output: true false 1 400
 }
@@ -68,7 +68,7 @@ func ExampleClient_Recover() {
 		CreatedAt:   now, UpdatedAt: now,
 	})
 
-	c, _ := idem.NewClient(idem.Config{BaseURL: api.URL, Store: store, StatusURL: "/v1/payments/operations/{key}"})
+	c, _ := idem.NewClient(idem.Config{BaseURL: api.URL, Store: store, KeyStatusURL: "/v1/payments/operations/{key}"})
 	rep, err := c.Recover(context.Background(), func(r idem.Reconciled) {
 		if r.Err == nil {
 			fmt.Println("intent", r.Record.Intent, "->", r.Record.State, r.Result.StatusCode)
@@ -88,7 +88,7 @@ func ExampleLookupByReference() {
 	api.Script(idemtest.FaultStored500) // the server stores a 500 for the first key, charging nothing
 
 	lookup, _ := idem.LookupByReference("/v1/payments?reference={reference}", "reference")
-	c, _ := idem.NewClient(idem.Config{BaseURL: api.URL, StatusURL: "/v1/payments/operations/{key}", Lookup: lookup})
+	c, _ := idem.NewClient(idem.Config{BaseURL: api.URL, KeyStatusURL: "/v1/payments/operations/{key}", Lookup: lookup})
 	body := []byte(`{"amount":990,"currency":"EUR","customer":"cus_7","reference":"order-7"}`)
 
 	ctx := context.Background()
@@ -111,7 +111,7 @@ func ExampleClient_Resolve() {
 	api := idemtest.NewServer(idemtest.Config{})
 	defer api.Close()
 	api.Script(idemtest.FaultStored500AfterCharge)
-	c, _ := idem.NewClient(idem.Config{BaseURL: api.URL, StatusURL: "/v1/payments/operations/{key}"})
+	c, _ := idem.NewClient(idem.Config{BaseURL: api.URL, KeyStatusURL: "/v1/payments/operations/{key}"})
 	body := []byte(`{"amount":990,"currency":"EUR","customer":"cus_7","reference":"order-8"}`)
 	op := idem.NewOperation(http.MethodPost, "/v1/payments", body, idem.WithIntent("order-8"))
 
@@ -122,7 +122,7 @@ func ExampleClient_Resolve() {
 		fmt.Println("stored", oe.Response.StatusCode, "unknown:", errors.Is(err, idem.ErrOutcomeUnknown))
 		rec, _ := c.Resolve(ctx, oe.Scope, oe.Key, idem.Resolution{Verdict: idem.VerdictExecuted,
 			Note:     "ops #12: charge pay_1 found in the dashboard",
-			Response: &keystore.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)}})
+			Response: &keystore.Response{StatusCode: 201, Body: []byte(`{"id":"pay_1"}`)}})
 		fmt.Println(rec.State, rec.Note)
 	}
 	res, _ := c.Do(ctx, op)

@@ -36,7 +36,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		}
 		// The server answered before the loss was seen: the answer is true, and the new
 		// owner learns the same from the server. Only the write is left to it.
-		cl.result.Attempts, cl.result.StatusChecks = cl.attempts, cl.statusChecks
+		cl.result.Attempts, cl.result.KeyStatusChecks = cl.attempts, cl.statusChecks
 		cl.c.stats.succeeded.Add(1)
 		return cl.result, nil
 	}
@@ -48,24 +48,24 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 	switch {
 	case cl.result != nil:
 		rec.State = keystore.StateSucceeded
-		rec.LastStatus = cl.result.StatusCode
+		rec.LastStatusCode = cl.result.StatusCode
 		rec.Response = cl.persistedResponse(cl.result)
-		cl.result.Attempts, cl.result.StatusChecks = cl.attempts, cl.statusChecks
+		cl.result.Attempts, cl.result.KeyStatusChecks = cl.attempts, cl.statusChecks
 		cl.c.stats.succeeded.Add(1)
 	default:
 		e := cl.stop
 		e.Key, e.Scope, e.Intent = rec.Key, rec.Scope, rec.Intent
 		e.Attempts, e.Unknown = cl.attempts, e.Unknown || cl.unknown
-		if e.LastStatus == 0 {
-			e.LastStatus = rec.LastStatus
+		if e.LastStatusCode == 0 {
+			e.LastStatusCode = rec.LastStatusCode
 			if cl.lastCode != 0 {
-				e.LastStatus = cl.lastCode
+				e.LastStatusCode = cl.lastCode
 			}
 		}
 		if e.Response == nil { // the caller sees what the server last said, whatever stopped us
 			e.Response = cl.response(cl.lastAnswer, SourceResponse)
 		}
-		rec.LastStatus = e.LastStatus
+		rec.LastStatusCode = e.LastStatusCode
 		rec.Reason = kindReason(e.Kind)
 		if e.Cause != nil {
 			rec.Error = e.Cause.Error()
@@ -153,7 +153,7 @@ func (cl *call) persistedResponse(r *Result) *keystore.Response {
 			}
 		}
 	}
-	return &keystore.Response{Status: r.StatusCode, Header: h, Body: r.Body}
+	return &keystore.Response{StatusCode: r.StatusCode, Header: h, Body: r.Body}
 }
 
 // finishLost ends a call whose record another instance took over: nothing is written (the
@@ -162,7 +162,7 @@ func (cl *call) persistedResponse(r *Result) *keystore.Response {
 func (cl *call) finishLost(cause error) (*Result, error) {
 	rec := cl.rec
 	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrLeaseLost,
-		Attempts: cl.attempts, LastStatus: cl.lastCode, Cause: cause,
+		Attempts: cl.attempts, LastStatusCode: cl.lastCode, Cause: cause,
 		Unknown:  cl.unknown || (cl.stop != nil && cl.stop.Unknown),
 		Response: cl.response(cl.lastAnswer, SourceResponse)}
 	cl.stop, cl.result = e, nil

@@ -89,7 +89,7 @@ func (c *Client) leaseWaitError(rec *keystore.Record, err error, canceled bool) 
 		return err
 	}
 	return &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrCanceled,
-		Unknown: true, LastStatus: rec.LastStatus, Cause: err}
+		Unknown: true, LastStatusCode: rec.LastStatusCode, Cause: err}
 }
 
 // takeoverRefused is what Do returns when it did not take over rec because the clock check
@@ -98,7 +98,7 @@ func (c *Client) leaseWaitError(rec *keystore.Record, err error, canceled bool) 
 func (c *Client) takeoverRefused(ctx context.Context, rec *keystore.Record, err error) error {
 	if errors.Is(err, ErrClockSkew) {
 		return &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrClockSkew,
-			Unknown: true, LastStatus: rec.LastStatus, Cause: err}
+			Unknown: true, LastStatusCode: rec.LastStatusCode, Cause: err}
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		return c.leaseWaitError(rec, cerr, true)

@@ -49,7 +49,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 	})
 }
 
-func FuzzDecodeStatus(f *testing.F) {
+func FuzzDecodeKeyStatus(f *testing.F) {
 	f.Add(200, []byte(`{"status":"completed","response_status":201,"response_body":{"id":"p1"}}`), "")
 	f.Add(200, []byte(`{"status":"completed","response_status":204,"response_body":null}`), "")
 	f.Add(200, []byte(`{"status":"completed","response_status":600}`), "")
@@ -66,32 +66,32 @@ func FuzzDecodeStatus(f *testing.F) {
 		if retryAfter != "" {
 			h = http.Header{"Retry-After": {retryAfter}}
 		}
-		st := DecodeStatus(code, h, body, now)
+		st := DecodeKeyStatus(code, h, body, now)
 		switch st.State {
-		case StatusCompleted:
+		case KeyStatusCompleted:
 			if code != http.StatusOK {
 				t.Fatalf("completed from HTTP %d", code)
 			}
-			if st.ResponseStatus < 100 || st.ResponseStatus > 599 {
-				t.Fatalf("completed with response_status %d", st.ResponseStatus)
+			if st.ResponseStatusCode < 100 || st.ResponseStatusCode > 599 {
+				t.Fatalf("completed with response_status %d", st.ResponseStatusCode)
 			}
 			if string(st.ResponseBody) == "null" {
 				t.Fatalf("completed with a literal null body")
 			}
-		case StatusProcessing:
+		case KeyStatusProcessing:
 			if code != http.StatusAccepted {
 				t.Fatalf("processing from HTTP %d", code)
 			}
-		case StatusNotFound:
+		case KeyStatusNotFound:
 			if code != http.StatusNotFound {
 				t.Fatalf("not_found from HTTP %d", code)
 			}
-		case StatusUnknown:
+		case KeyStatusUnknown:
 		default:
 			t.Fatalf("state %d out of range", st.State)
 		}
-		if st.State != StatusCompleted && (st.ResponseStatus != 0 || st.ResponseBody != nil) {
-			t.Fatalf("state %s carries a response (%d, %q)", st.State, st.ResponseStatus, st.ResponseBody)
+		if st.State != KeyStatusCompleted && (st.ResponseStatusCode != 0 || st.ResponseBody != nil) {
+			t.Fatalf("state %s carries a response (%d, %q)", st.State, st.ResponseStatusCode, st.ResponseBody)
 		}
 		wantRA, wantOK := ParseRetryAfter(retryAfter, now)
 		if st.RetryAfter != wantRA || st.HasRetryAfter != wantOK {
@@ -138,7 +138,7 @@ func FuzzValidateKey(f *testing.F) {
 
 // FuzzIsKeyReuse: the key-reuse rule never panics, and a body names key reuse only through
 // one of its error members: KeyConflictCodes with that exact member agrees, on 400 and 422;
-// the 400 rule implies the 422 rule, and ClassifyStatus follows both.
+// the 400 rule implies the 422 rule, and ClassifyStatusCode follows both.
 func FuzzIsKeyReuse(f *testing.F) {
 	for _, s := range []string{
 		`{"error":"idempotency_key_reused"}`, `{"error":{"type":"idempotency_error"}}`,
@@ -167,14 +167,14 @@ func FuzzIsKeyReuse(f *testing.F) {
 		if got != named {
 			t.Fatalf("IsKeyReuse(%q) = %v, codes %q", body, got, codes)
 		}
-		// The 400 rule is stricter than the 422 rule, and both are what ClassifyStatus says.
+		// The 400 rule is stricter than the 422 rule, and both are what ClassifyStatusCode says.
 		at := func(status int) *Attempt { return &Attempt{Response: &http.Response{StatusCode: status}, Body: body} }
 		if isKeyReuse400(body) && !got {
 			t.Fatalf("isKeyReuse400(%q) without IsKeyReuse", body)
 		}
-		if (ClassifyStatus(at(http.StatusBadRequest)) == ClassKeyConflict) != isKeyReuse400(body) ||
-			(ClassifyStatus(at(http.StatusUnprocessableEntity)) == ClassKeyConflict) != got {
-			t.Fatalf("ClassifyStatus disagrees with the key-reuse rule on %q", body)
+		if (ClassifyStatusCode(at(http.StatusBadRequest)) == ClassKeyConflict) != isKeyReuse400(body) ||
+			(ClassifyStatusCode(at(http.StatusUnprocessableEntity)) == ClassKeyConflict) != got {
+			t.Fatalf("ClassifyStatusCode disagrees with the key-reuse rule on %q", body)
 		}
 	})
 }

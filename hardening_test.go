@@ -33,13 +33,13 @@ func TestUnsendableOperationsAreRefusedBeforePersisting(t *testing.T) {
 		"scheme-relative":   NewOperation("POST", "//user:pass@api.example.com/v1/payments", nil),
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := e.c.Do(context.Background(), op, WithMaxAttempts(3))
+			_, err := e.c.Do(context.Background(), op, CallMaxAttempts(3))
 			require.ErrorIs(t, err, ErrInvalidOperation)
 			_, err = e.store.Get(context.Background(), "", op.Key())
 			require.ErrorIs(t, err, keystore.ErrNotFound)
 		})
 	}
-	_, err := e.c.Do(context.Background(), payment(1, "x"), WithPolicy(Policy{MaxResponseSize: 1 << 62}))
+	_, err := e.c.Do(context.Background(), payment(1, "x"), CallPolicy(Policy{MaxResponseSize: 1 << 62}))
 	require.ErrorIs(t, err, ErrInvalidPolicy)
 	assert.Equal(t, 0, e.srv.Stats().Requests)
 }
@@ -55,25 +55,25 @@ func TestMisbehavingClassifierFallsBackToUnknown(t *testing.T) {
 						return class
 					}
 					return ClassUndecided
-				}), ClassifierFunc(ClassifyStatus)}
+				}), ClassifierFunc(ClassifyStatusCode)}
 			})
 			e.srv.Script(idemtest.FaultDropAfterCommit)
 			op := payment(1, "cls")
 			res, err := e.c.Do(context.Background(), op)
 			require.NoError(t, err)
-			assert.Equal(t, SourceStatus, res.Source, "asked, not resent")
+			assert.Equal(t, SourceKeyStatus, res.Source, "asked, not resent")
 			assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()))
 		})
 	}
 }
 
-// A custom StatusFunc's "completed" without a real HTTP status proves nothing.
+// A custom KeyStatusFunc's "completed" without a real HTTP status proves nothing.
 func TestStatusFuncGarbageIsUnknown(t *testing.T) {
 	e := newEnv(t, idemtest.Config{}, nil)
 	e.srv.Script(idemtest.FaultDropAfterCommit)
-	_, err := e.c.Do(context.Background(), payment(1, "g"), WithMaxStatusChecks(2),
-		WithStatusFunc(func(context.Context, StatusRequest) (Status, error) {
-			return Status{State: StatusCompleted, ResponseStatus: 0}, nil
+	_, err := e.c.Do(context.Background(), payment(1, "g"), CallMaxKeyStatusChecks(2),
+		CallKeyStatusFunc(func(context.Context, KeyStatusRequest) (KeyStatus, error) {
+			return KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 0}, nil
 		}))
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	require.NotErrorIs(t, err, ErrPermanent)
@@ -90,8 +90,8 @@ func TestStatusCheckDoesNotFollowRedirects(t *testing.T) {
 	h.HandleFunc("GET /v1/payments/operations/{key}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, elsewhere.URL+"/x", http.StatusFound)
 	})
-	c, _, _ := scriptedClient(t, h, func(c *Config) { c.StatusURL = statusPath })
-	_, err := c.Do(context.Background(), payment(1, "r"), WithMaxStatusChecks(2))
+	c, _, _ := scriptedClient(t, h, func(c *Config) { c.KeyStatusURL = statusPath })
+	_, err := c.Do(context.Background(), payment(1, "r"), CallMaxKeyStatusChecks(2))
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 }
 

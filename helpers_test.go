@@ -79,7 +79,7 @@ func newEnv(t *testing.T, srvCfg idemtest.Config, mod func(*Config)) *env {
 	}
 	e.srv = idemtest.NewServer(srvCfg)
 	t.Cleanup(e.srv.Close)
-	cfg := Config{BaseURL: e.srv.URL, Store: e.store, StatusURL: statusPath,
+	cfg := Config{BaseURL: e.srv.URL, Store: e.store, KeyStatusURL: statusPath,
 		Now: e.clock.Now, Sleep: e.clock.Sleep, Budget: BudgetConfig{Disabled: true}}
 	if mod != nil {
 		mod(&cfg)

@@ -34,11 +34,11 @@ type RetryEvent struct {
 	RetryAfter bool          // Delay is the server's Retry-After, not backoff
 }
 
-// StatusCheckEvent: the status endpoint was asked about the key.
-type StatusCheckEvent struct {
+// KeyStatusCheckEvent: the status endpoint was asked about the key.
+type KeyStatusCheckEvent struct {
 	Event
-	State StatusState // what the endpoint said (StatusUnknown when Err is set)
-	Err   error       // transport or StatusFunc error, if any
+	State KeyStatusState // what the endpoint said (KeyStatusUnknown when Err is set)
+	Err   error          // transport or KeyStatusFunc error, if any
 }
 
 // ReplayEvent: the server replayed a stored answer (Idempotent-Replayed: true).
@@ -89,7 +89,7 @@ type GiveUpEvent struct {
 type StoredServerErrorEvent struct {
 	Event
 	StatusCode int    // the stored 5xx
-	Source     Source // SourceReplay, SourceStatus, or SourceResponse (a 5xx with a "do not retry" hint)
+	Source     Source // SourceReplay, SourceKeyStatus, or SourceResponse (a 5xx with a "do not retry" hint)
 }
 
 // ResolvedEvent: a manual record was settled by Config.Lookup or Client.Resolve.
@@ -103,16 +103,16 @@ type ResolvedEvent struct {
 // Hooks receive events as they happen, synchronously on the calling goroutine: keep them
 // fast and never block. Nil fields are skipped.
 type Hooks struct {
-	OnAttempt      func(AttemptEvent)      // after every request, classified
-	OnRetry        func(RetryEvent)        // a resend was scheduled, with its delay and reason
-	OnStatusCheck  func(StatusCheckEvent)  // after every status-endpoint ask
-	OnReplay       func(ReplayEvent)       // the server replayed a stored answer
-	OnKeyConflict  func(KeyConflictEvent)  // a key reused with another payload (422 or local)
-	OnInProgress   func(InProgressEvent)   // a 409: the key is executing elsewhere; idem waits
-	OnKeyExpired   func(KeyExpiredEvent)   // an unknown outcome past KeyTTL: manual reconcile
-	OnUnknown      func(UnknownEvent)      // an attempt's outcome became unknown
-	OnBudgetDenied func(BudgetDeniedEvent) // the retry budget refused a retry
-	OnGiveUp       func(GiveUpEvent)       // a call ended without a result
+	OnAttempt        func(AttemptEvent)        // after every request, classified
+	OnRetry          func(RetryEvent)          // a resend was scheduled, with its delay and reason
+	OnKeyStatusCheck func(KeyStatusCheckEvent) // after every status-endpoint ask
+	OnReplay         func(ReplayEvent)         // the server replayed a stored answer
+	OnKeyConflict    func(KeyConflictEvent)    // a key reused with another payload (422 or local)
+	OnInProgress     func(InProgressEvent)     // a 409: the key is executing elsewhere; idem waits
+	OnKeyExpired     func(KeyExpiredEvent)     // an unknown outcome past KeyTTL: manual reconcile
+	OnUnknown        func(UnknownEvent)        // an attempt's outcome became unknown
+	OnBudgetDenied   func(BudgetDeniedEvent)   // the retry budget refused a retry
+	OnGiveUp         func(GiveUpEvent)         // a call ended without a result
 
 	OnStoredServerError func(StoredServerErrorEvent) // a stored 5xx: outcome unknown, record manual
 	OnResolved          func(ResolvedEvent)          // a manual record was settled
@@ -150,13 +150,13 @@ func (c *Client) onRetry(cl *call, d time.Duration, reason Class, fromRA bool) {
 	}
 }
 
-func (c *Client) onStatusCheck(cl *call, st Status, err error) {
+func (c *Client) onStatusCheck(cl *call, st KeyStatus, err error) {
 	c.stats.statusChecks.Add(1)
 	if l := c.cfg.Logger; l != nil {
 		l.Debug("idem status check", "key", cl.rec.Key, "state", st.State.String(), "error", err)
 	}
-	if h := c.cfg.Hooks.OnStatusCheck; h != nil {
-		h(StatusCheckEvent{Event: c.event(cl), State: st.State, Err: err})
+	if h := c.cfg.Hooks.OnKeyStatusCheck; h != nil {
+		h(KeyStatusCheckEvent{Event: c.event(cl), State: st.State, Err: err})
 	}
 }
 

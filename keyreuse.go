@@ -20,7 +20,7 @@ import (
 // in {"error":"idempotency_key_reused"}, {"errors":[{"code":"idempotency_key_reused"}]},
 // Stripe's {"error":{"type":"idempotency_error"}} or an RFC 9457 problem type such as
 // ".../idempotency-key-reuse". Anything else, including a body that is not JSON, is false.
-// ClassifyStatus applies it to 422 answers; on a 400 it requires the stricter isKeyReuse400.
+// ClassifyStatusCode applies it to 422 answers; on a 400 it requires the stricter isKeyReuse400.
 func IsKeyReuse(body []byte) bool {
 	for _, v := range errorCodes(body) {
 		if strings.Contains(strings.ToLower(v), "idempotency") {

@@ -101,7 +101,7 @@ func LookupByReference(path, field string) (LookupFunc, error) {
 		}
 		return Resolution{
 			Verdict: VerdictExecuted,
-			Response: &keystore.Response{Status: http.StatusOK,
+			Response: &keystore.Response{StatusCode: http.StatusOK,
 				Header: http.Header{"Content-Type": {"application/json"}}, Body: list.Data[0]},
 			Note: fmt.Sprintf("lookup: %d payment(s) with %s %q", len(list.Data), field, ref),
 		}, nil

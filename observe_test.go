@@ -61,12 +61,12 @@ func TestHooksReportEvents(t *testing.T) {
 	}
 	e := newEnv(t, idemtest.Config{}, func(c *Config) {
 		c.Hooks = Hooks{
-			OnAttempt:     func(ev AttemptEvent) { add("attempt:" + ev.Class.String()) },
-			OnRetry:       func(ev RetryEvent) { add("retry:" + ev.Reason.String()) },
-			OnStatusCheck: func(ev StatusCheckEvent) { add("status:" + ev.State.String()) },
-			OnUnknown:     func(UnknownEvent) { add("unknown") },
-			OnReplay:      func(ReplayEvent) { add("replay") },
-			OnGiveUp:      func(ev GiveUpEvent) { add("giveup:" + ev.Err.Kind.Error()) },
+			OnAttempt:        func(ev AttemptEvent) { add("attempt:" + ev.Class.String()) },
+			OnRetry:          func(ev RetryEvent) { add("retry:" + ev.Reason.String()) },
+			OnKeyStatusCheck: func(ev KeyStatusCheckEvent) { add("status:" + ev.State.String()) },
+			OnUnknown:        func(UnknownEvent) { add("unknown") },
+			OnReplay:         func(ReplayEvent) { add("replay") },
+			OnGiveUp:         func(ev GiveUpEvent) { add("giveup:" + ev.Err.Kind.Error()) },
 		}
 	})
 	e.srv.Script(idemtest.Fault502BeforeProcessing)
@@ -80,18 +80,18 @@ func TestHooksReportEvents(t *testing.T) {
 	assert.Equal(t, []string{"attempt:permanent", "giveup:" + ErrPermanent.Error()}, got)
 }
 
-// APIs with another status convention plug in a StatusFunc, per client or per call.
+// APIs with another status convention plug in a KeyStatusFunc, per client or per call.
 func TestCustomStatusFunc(t *testing.T) {
 	var asked []string
 	e := newEnv(t, idemtest.Config{}, nil)
 	e.srv.Script(idemtest.FaultDropAfterCommit)
 	op := payment(1, "custom")
-	res, err := e.c.Do(context.Background(), op, WithStatusFunc(func(ctx context.Context, r StatusRequest) (Status, error) {
+	res, err := e.c.Do(context.Background(), op, CallKeyStatusFunc(func(ctx context.Context, r KeyStatusRequest) (KeyStatus, error) {
 		asked = append(asked, r.Key+" "+r.Method+" "+r.URL)
-		return Status{State: StatusCompleted, ResponseStatus: 201, ResponseBody: []byte(`{"id":"from-status"}`)}, nil
+		return KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 201, ResponseBody: []byte(`{"id":"from-status"}`)}, nil
 	}))
 	require.NoError(t, err)
 	assert.Equal(t, []string{op.Key() + " POST /v1/payments"}, asked)
 	assert.Equal(t, `{"id":"from-status"}`, string(res.Body))
-	assert.Equal(t, 0, e.srv.StatusChecks(), "the default endpoint was not asked")
+	assert.Equal(t, 0, e.srv.KeyStatusChecks(), "the default endpoint was not asked")
 }

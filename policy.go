@@ -7,16 +7,16 @@ import (
 
 // Policy defaults. A zero field in Config.Policy means the default below.
 const (
-	DefaultMaxAttempts     = 5                      // requests sent per call, first one included
-	DefaultMaxElapsed      = 60 * time.Second       // wall time of one call, waits included
-	DefaultAttemptTimeout  = 10 * time.Second       // one request, headers and body read
-	DefaultInitialDelay    = 100 * time.Millisecond // first backoff delay before jitter
-	DefaultMaxDelay        = 10 * time.Second       // hard ceiling of one backoff delay, after jitter
-	DefaultMultiplier      = 2.0                    // growth of the backoff delay per retry
-	DefaultJitter          = 0.5                    // randomization factor: delay * [1-j, 1+j]
-	DefaultMaxRetryAfter   = 30 * time.Second       // longest Retry-After honoured
-	DefaultMaxStatusChecks = 5                      // status-endpoint asks per unknown outcome
-	DefaultMaxResponseSize = 16 << 20               // bytes of a response body read into memory
+	DefaultMaxAttempts        = 5                      // requests sent per call, first one included
+	DefaultMaxElapsed         = 60 * time.Second       // wall time of one call, waits included
+	DefaultAttemptTimeout     = 10 * time.Second       // one request, headers and body read
+	DefaultInitialDelay       = 100 * time.Millisecond // first backoff delay before jitter
+	DefaultMaxDelay           = 10 * time.Second       // hard ceiling of one backoff delay, after jitter
+	DefaultMultiplier         = 2.0                    // growth of the backoff delay per retry
+	DefaultJitter             = 0.5                    // randomization factor: delay * [1-j, 1+j]
+	DefaultMaxRetryAfter      = 30 * time.Second       // longest Retry-After honoured
+	DefaultMaxKeyStatusChecks = 5                      // status-endpoint asks per unknown outcome
+	DefaultMaxResponseSize    = 16 << 20               // bytes of a response body read into memory
 )
 
 // Upper bounds that Validate enforces, so that a typo cannot make a call run for days.
@@ -28,7 +28,7 @@ const (
 )
 
 // Policy bounds the retries of one call. The zero value means every default; per-call
-// options (WithMaxAttempts, ...) override single fields for one call only.
+// options (CallMaxAttempts, ...) override single fields for one call only.
 type Policy struct {
 	// MaxAttempts is the most requests sent per call, the first included (1 = no retry).
 	// Default DefaultMaxAttempts; at most 100.
@@ -50,9 +50,9 @@ type Policy struct {
 	// MaxRetryAfter is the longest server-requested wait (Retry-After) idem honours; a longer
 	// one stops the call with ErrRetryAfterTooLong. Default DefaultMaxRetryAfter.
 	MaxRetryAfter time.Duration
-	// MaxStatusChecks bounds the status-endpoint asks made to resolve one unknown outcome.
-	// Default DefaultMaxStatusChecks.
-	MaxStatusChecks int
+	// MaxKeyStatusChecks bounds the status-endpoint asks made to resolve one unknown outcome.
+	// Default DefaultMaxKeyStatusChecks.
+	MaxKeyStatusChecks int
 	// MaxResponseSize bounds the bytes of one response body read into memory; a larger body
 	// is an error. Default DefaultMaxResponseSize; at most 1 GiB.
 	MaxResponseSize int64
@@ -63,7 +63,7 @@ func DefaultPolicy() Policy {
 	return Policy{}.withDefaults()
 }
 
-// NoJitter as Policy.Jitter (or in WithBackoff) turns jitter off; a zero Jitter means
+// NoJitter as Policy.Jitter (or in CallBackoff) turns jitter off; a zero Jitter means
 // DefaultJitter, so that the zero Policy is the default one.
 const NoJitter = -1.0
 
@@ -96,8 +96,8 @@ func (p Policy) withDefaults() Policy {
 	if p.MaxRetryAfter == 0 {
 		p.MaxRetryAfter = DefaultMaxRetryAfter
 	}
-	if p.MaxStatusChecks == 0 {
-		p.MaxStatusChecks = DefaultMaxStatusChecks
+	if p.MaxKeyStatusChecks == 0 {
+		p.MaxKeyStatusChecks = DefaultMaxKeyStatusChecks
 	}
 	if p.MaxResponseSize == 0 {
 		p.MaxResponseSize = DefaultMaxResponseSize
@@ -128,8 +128,8 @@ func (p Policy) Validate() error {
 		return bad("Jitter", p.Jitter, "0..1")
 	case p.MaxRetryAfter < 0:
 		return bad("MaxRetryAfter", p.MaxRetryAfter, ">= 0")
-	case p.MaxStatusChecks < 1 || p.MaxStatusChecks > maxStatusChecksLimit:
-		return bad("MaxStatusChecks", p.MaxStatusChecks, fmt.Sprintf("1..%d", maxStatusChecksLimit))
+	case p.MaxKeyStatusChecks < 1 || p.MaxKeyStatusChecks > maxStatusChecksLimit:
+		return bad("MaxKeyStatusChecks", p.MaxKeyStatusChecks, fmt.Sprintf("1..%d", maxStatusChecksLimit))
 	case p.MaxResponseSize <= 0 || p.MaxResponseSize > maxResponseSizeLimit:
 		return bad("MaxResponseSize", p.MaxResponseSize, fmt.Sprintf("1..%d bytes", maxResponseSizeLimit))
 	}
@@ -143,34 +143,34 @@ type CallOption func(*callSettings)
 type callSettings struct {
 	policy    Policy
 	statusURL string
-	status    StatusFunc
+	status    KeyStatusFunc
 	noBudget  bool
 }
 
-// WithPolicy replaces the whole policy for this call; zero fields take the defaults.
-func WithPolicy(p Policy) CallOption {
+// CallPolicy replaces the whole policy for this call; zero fields take the defaults.
+func CallPolicy(p Policy) CallOption {
 	return func(s *callSettings) { s.policy = p.withDefaults() }
 }
 
-// WithMaxAttempts sets Policy.MaxAttempts for this call (1 = no retry; 0 is an error).
-func WithMaxAttempts(n int) CallOption { return func(s *callSettings) { s.policy.MaxAttempts = n } }
+// CallMaxAttempts sets Policy.MaxAttempts for this call (1 = no retry; 0 is an error).
+func CallMaxAttempts(n int) CallOption { return func(s *callSettings) { s.policy.MaxAttempts = n } }
 
-// WithMaxElapsed sets Policy.MaxElapsed for this call.
-func WithMaxElapsed(d time.Duration) CallOption {
+// CallMaxElapsed sets Policy.MaxElapsed for this call.
+func CallMaxElapsed(d time.Duration) CallOption {
 	return func(s *callSettings) { s.policy.MaxElapsed = d }
 }
 
-// WithAttemptTimeout sets Policy.AttemptTimeout for this call. It must be shorter than
+// CallAttemptTimeout sets Policy.AttemptTimeout for this call. It must be shorter than
 // Config.LeaseTTL, as the client-wide value must: otherwise Do returns ErrInvalidPolicy and
 // sends nothing.
-func WithAttemptTimeout(d time.Duration) CallOption {
+func CallAttemptTimeout(d time.Duration) CallOption {
 	return func(s *callSettings) { s.policy.AttemptTimeout = d }
 }
 
-// WithBackoff sets the backoff schedule for this call: initial delay, multiplier (>= 1),
+// CallBackoff sets the backoff schedule for this call: initial delay, multiplier (>= 1),
 // jitter (randomization factor in [0, 1]; 0 or NoJitter means none) and the hard ceiling of
 // one delay.
-func WithBackoff(initial time.Duration, multiplier, jitter float64, maxDelay time.Duration) CallOption {
+func CallBackoff(initial time.Duration, multiplier, jitter float64, maxDelay time.Duration) CallOption {
 	return func(s *callSettings) {
 		if jitter == NoJitter {
 			jitter = 0
@@ -180,28 +180,28 @@ func WithBackoff(initial time.Duration, multiplier, jitter float64, maxDelay tim
 	}
 }
 
-// WithMaxRetryAfter sets Policy.MaxRetryAfter for this call.
-func WithMaxRetryAfter(d time.Duration) CallOption {
+// CallMaxRetryAfter sets Policy.MaxRetryAfter for this call.
+func CallMaxRetryAfter(d time.Duration) CallOption {
 	return func(s *callSettings) { s.policy.MaxRetryAfter = d }
 }
 
-// WithMaxStatusChecks sets Policy.MaxStatusChecks for this call.
-func WithMaxStatusChecks(n int) CallOption {
-	return func(s *callSettings) { s.policy.MaxStatusChecks = n }
+// CallMaxKeyStatusChecks sets Policy.MaxKeyStatusChecks for this call.
+func CallMaxKeyStatusChecks(n int) CallOption {
+	return func(s *callSettings) { s.policy.MaxKeyStatusChecks = n }
 }
 
-// WithStatusURL sets the status endpoint path for this call ("{key}" is replaced by the
+// CallKeyStatusURL sets the status endpoint path for this call ("{key}" is replaced by the
 // escaped key); "" turns the status check off for this call.
-func WithStatusURL(path string) CallOption {
+func CallKeyStatusURL(path string) CallOption {
 	return func(s *callSettings) { s.statusURL, s.status = path, nil }
 }
 
-// WithStatusFunc asks f instead of the default status endpoint for this call.
-func WithStatusFunc(f StatusFunc) CallOption {
+// CallKeyStatusFunc asks f instead of the default status endpoint for this call.
+func CallKeyStatusFunc(f KeyStatusFunc) CallOption {
 	return func(s *callSettings) { s.status = f }
 }
 
-// WithoutBudget lets this call retry even when the client's retry budget is empty. Use it for
+// CallNoBudget lets this call retry even when the client's retry budget is empty. Use it for
 // the rare call that must go on during an outage. Its retries take no tokens; its success
 // counts as healthy traffic like any other (a first-attempt refund).
-func WithoutBudget() CallOption { return func(s *callSettings) { s.noBudget = true } }
+func CallNoBudget() CallOption { return func(s *callSettings) { s.noBudget = true } }

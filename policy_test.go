@@ -13,16 +13,16 @@ import (
 
 func TestDefaultPolicy(t *testing.T) {
 	want := Policy{
-		MaxAttempts:     DefaultMaxAttempts,
-		MaxElapsed:      DefaultMaxElapsed,
-		AttemptTimeout:  DefaultAttemptTimeout,
-		InitialDelay:    DefaultInitialDelay,
-		Multiplier:      DefaultMultiplier,
-		Jitter:          DefaultJitter,
-		MaxDelay:        DefaultMaxDelay,
-		MaxRetryAfter:   DefaultMaxRetryAfter,
-		MaxStatusChecks: DefaultMaxStatusChecks,
-		MaxResponseSize: DefaultMaxResponseSize,
+		MaxAttempts:        DefaultMaxAttempts,
+		MaxElapsed:         DefaultMaxElapsed,
+		AttemptTimeout:     DefaultAttemptTimeout,
+		InitialDelay:       DefaultInitialDelay,
+		Multiplier:         DefaultMultiplier,
+		Jitter:             DefaultJitter,
+		MaxDelay:           DefaultMaxDelay,
+		MaxRetryAfter:      DefaultMaxRetryAfter,
+		MaxKeyStatusChecks: DefaultMaxKeyStatusChecks,
+		MaxResponseSize:    DefaultMaxResponseSize,
 	}
 	got := DefaultPolicy()
 	assert.Equal(t, want, got)
@@ -37,7 +37,7 @@ func TestDefaultPolicy(t *testing.T) {
 	assert.Equal(t, 0.5, got.Jitter)
 	assert.Equal(t, 10*time.Second, got.MaxDelay)
 	assert.Equal(t, 30*time.Second, got.MaxRetryAfter)
-	assert.Equal(t, 5, got.MaxStatusChecks)
+	assert.Equal(t, 5, got.MaxKeyStatusChecks)
 	assert.Equal(t, int64(16<<20), got.MaxResponseSize)
 
 	// The zero Policy resolves to the defaults; set fields are kept.
@@ -94,10 +94,10 @@ func TestPolicyValidate(t *testing.T) {
 		{"MaxRetryAfter negative", func(p *Policy) { p.MaxRetryAfter = -time.Second }, "MaxRetryAfter"},
 		{"MaxRetryAfter 0", func(p *Policy) { p.MaxRetryAfter = 0 }, ""},
 
-		{"MaxStatusChecks 0", func(p *Policy) { p.MaxStatusChecks = 0 }, "MaxStatusChecks"},
-		{"MaxStatusChecks -1", func(p *Policy) { p.MaxStatusChecks = -1 }, "MaxStatusChecks"},
-		{"MaxStatusChecks 100", func(p *Policy) { p.MaxStatusChecks = 100 }, ""},
-		{"MaxStatusChecks 101", func(p *Policy) { p.MaxStatusChecks = 101 }, "MaxStatusChecks"},
+		{"MaxKeyStatusChecks 0", func(p *Policy) { p.MaxKeyStatusChecks = 0 }, "MaxKeyStatusChecks"},
+		{"MaxKeyStatusChecks -1", func(p *Policy) { p.MaxKeyStatusChecks = -1 }, "MaxKeyStatusChecks"},
+		{"MaxKeyStatusChecks 100", func(p *Policy) { p.MaxKeyStatusChecks = 100 }, ""},
+		{"MaxKeyStatusChecks 101", func(p *Policy) { p.MaxKeyStatusChecks = 101 }, "MaxKeyStatusChecks"},
 
 		{"MaxResponseSize 0", func(p *Policy) { p.MaxResponseSize = 0 }, "MaxResponseSize"},
 		{"MaxResponseSize negative", func(p *Policy) { p.MaxResponseSize = -1 }, "MaxResponseSize"},
@@ -138,21 +138,21 @@ func TestCallOptions(t *testing.T) {
 		opt  CallOption
 		want func(*callSettings)
 	}{
-		{"WithMaxAttempts", WithMaxAttempts(1), func(s *callSettings) { s.policy.MaxAttempts = 1 }},
-		{"WithMaxAttempts 0 kept for Validate", WithMaxAttempts(0), func(s *callSettings) { s.policy.MaxAttempts = 0 }},
-		{"WithMaxElapsed", WithMaxElapsed(3 * time.Second), func(s *callSettings) { s.policy.MaxElapsed = 3 * time.Second }},
-		{"WithAttemptTimeout", WithAttemptTimeout(250 * time.Millisecond), func(s *callSettings) { s.policy.AttemptTimeout = 250 * time.Millisecond }},
-		{"WithBackoff", WithBackoff(time.Millisecond, 3, 0, 2*time.Second), func(s *callSettings) {
+		{"CallMaxAttempts", CallMaxAttempts(1), func(s *callSettings) { s.policy.MaxAttempts = 1 }},
+		{"CallMaxAttempts 0 kept for Validate", CallMaxAttempts(0), func(s *callSettings) { s.policy.MaxAttempts = 0 }},
+		{"CallMaxElapsed", CallMaxElapsed(3 * time.Second), func(s *callSettings) { s.policy.MaxElapsed = 3 * time.Second }},
+		{"CallAttemptTimeout", CallAttemptTimeout(250 * time.Millisecond), func(s *callSettings) { s.policy.AttemptTimeout = 250 * time.Millisecond }},
+		{"CallBackoff", CallBackoff(time.Millisecond, 3, 0, 2*time.Second), func(s *callSettings) {
 			s.policy.InitialDelay, s.policy.Multiplier, s.policy.Jitter, s.policy.MaxDelay = time.Millisecond, 3, 0, 2*time.Second
 		}},
-		{"WithMaxRetryAfter", WithMaxRetryAfter(time.Minute), func(s *callSettings) { s.policy.MaxRetryAfter = time.Minute }},
-		{"WithMaxRetryAfter 0", WithMaxRetryAfter(0), func(s *callSettings) { s.policy.MaxRetryAfter = 0 }},
-		{"WithMaxStatusChecks", WithMaxStatusChecks(9), func(s *callSettings) { s.policy.MaxStatusChecks = 9 }},
-		{"WithStatusURL", WithStatusURL("/ops/{key}"), func(s *callSettings) { s.statusURL = "/ops/{key}" }},
-		{"WithStatusURL empty turns it off", WithStatusURL(""), func(s *callSettings) { s.statusURL = "" }},
-		{"WithoutBudget", WithoutBudget(), func(s *callSettings) { s.noBudget = true }},
-		{"WithPolicy zero is the defaults", WithPolicy(Policy{}), func(*callSettings) {}},
-		{"WithPolicy fills zero fields", WithPolicy(Policy{MaxAttempts: 2, Jitter: 0.1}), func(s *callSettings) {
+		{"CallMaxRetryAfter", CallMaxRetryAfter(time.Minute), func(s *callSettings) { s.policy.MaxRetryAfter = time.Minute }},
+		{"CallMaxRetryAfter 0", CallMaxRetryAfter(0), func(s *callSettings) { s.policy.MaxRetryAfter = 0 }},
+		{"CallMaxKeyStatusChecks", CallMaxKeyStatusChecks(9), func(s *callSettings) { s.policy.MaxKeyStatusChecks = 9 }},
+		{"CallKeyStatusURL", CallKeyStatusURL("/ops/{key}"), func(s *callSettings) { s.statusURL = "/ops/{key}" }},
+		{"CallKeyStatusURL empty turns it off", CallKeyStatusURL(""), func(s *callSettings) { s.statusURL = "" }},
+		{"CallNoBudget", CallNoBudget(), func(s *callSettings) { s.noBudget = true }},
+		{"CallPolicy zero is the defaults", CallPolicy(Policy{}), func(*callSettings) {}},
+		{"CallPolicy fills zero fields", CallPolicy(Policy{MaxAttempts: 2, Jitter: 0.1}), func(s *callSettings) {
 			s.policy.MaxAttempts, s.policy.Jitter = 2, 0.1
 		}},
 	}
@@ -167,37 +167,39 @@ func TestCallOptions(t *testing.T) {
 }
 
 func TestCallOptionsOnNonDefaultSettings(t *testing.T) {
-	// WithPolicy replaces the whole policy but keeps the non-policy settings.
+	// CallPolicy replaces the whole policy but keeps the non-policy settings.
 	s := callSettings{policy: DefaultPolicy(), statusURL: "/s/{key}", noBudget: true}
 	s.policy.MaxAttempts = 9
-	WithPolicy(Policy{MaxElapsed: time.Second})(&s)
+	CallPolicy(Policy{MaxElapsed: time.Second})(&s)
 	want := DefaultPolicy()
 	want.MaxElapsed = time.Second
 	assert.Equal(t, callSettings{policy: want, statusURL: "/s/{key}", noBudget: true}, s)
 
 	// Later options override earlier ones.
 	s = callSettings{policy: DefaultPolicy()}
-	for _, o := range []CallOption{WithMaxAttempts(2), WithMaxAttempts(3)} {
+	for _, o := range []CallOption{CallMaxAttempts(2), CallMaxAttempts(3)} {
 		o(&s)
 	}
 	assert.Equal(t, 3, s.policy.MaxAttempts)
 }
 
 func TestStatusCallOptions(t *testing.T) {
-	f := func(context.Context, StatusRequest) (Status, error) { return Status{State: StatusNotFound}, nil }
+	f := func(context.Context, KeyStatusRequest) (KeyStatus, error) {
+		return KeyStatus{State: KeyStatusNotFound}, nil
+	}
 
 	s := callSettings{policy: DefaultPolicy(), statusURL: "/s/{key}"}
-	WithStatusFunc(f)(&s)
+	CallKeyStatusFunc(f)(&s)
 	require.NotNil(t, s.status)
-	st, err := s.status(context.Background(), StatusRequest{})
+	st, err := s.status(context.Background(), KeyStatusRequest{})
 	require.NoError(t, err)
-	assert.Equal(t, StatusNotFound, st.State)
-	assert.Equal(t, "/s/{key}", s.statusURL, "WithStatusFunc leaves the URL")
+	assert.Equal(t, KeyStatusNotFound, st.State)
+	assert.Equal(t, "/s/{key}", s.statusURL, "CallKeyStatusFunc leaves the URL")
 	assert.Equal(t, DefaultPolicy(), s.policy)
 	assert.False(t, s.noBudget)
 
-	// WithStatusURL after WithStatusFunc drops the func.
-	WithStatusURL("/t/{key}")(&s)
+	// CallKeyStatusURL after CallKeyStatusFunc drops the func.
+	CallKeyStatusURL("/t/{key}")(&s)
 	assert.Nil(t, s.status)
 	assert.Equal(t, "/t/{key}", s.statusURL)
 }

@@ -60,7 +60,7 @@ func TestBackgroundPurgeInBoundedSteps(t *testing.T) {
 	store := &stepStore{Store: bolt, pauseAt: 3, paused: make(chan struct{}), resume: make(chan struct{})}
 	srv := idemtest.NewServer(idemtest.Config{Now: clock.Now})
 	defer srv.Close()
-	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, StatusURL: statusPath, Now: clock.Now, Sleep: clock.Sleep,
+	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, KeyStatusURL: statusPath, Now: clock.Now, Sleep: clock.Sleep,
 		KeyTTL: time.Hour, Retention: time.Hour, PurgeInterval: time.Minute, PurgeBatch: batch})
 	require.NoError(t, err)
 	defer c.Close()
@@ -119,7 +119,7 @@ func TestCloseStopsBackgroundPurge(t *testing.T) {
 	store := &stepStore{Store: bolt, pauseAt: 2, paused: make(chan struct{}), resume: make(chan struct{})}
 	srv := idemtest.NewServer(idemtest.Config{Now: clock.Now})
 	defer srv.Close()
-	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, StatusURL: statusPath, Now: clock.Now, Sleep: clock.Sleep,
+	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, KeyStatusURL: statusPath, Now: clock.Now, Sleep: clock.Sleep,
 		KeyTTL: time.Hour, Retention: time.Hour, PurgeInterval: time.Minute, PurgeBatch: batch})
 	require.NoError(t, err)
 	clock.Advance(2 * time.Hour)

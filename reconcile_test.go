@@ -58,7 +58,7 @@ func TestLookupSettlesStoredServerError(t *testing.T) {
 			assert.Equal(t, []string{op.Key() + " status"}, stored, "the status endpoint reported the stored 500")
 			assert.Equal(t, []string{op.Key()}, resolved)
 			rec := e.record(op.Key())
-			assert.Equal(t, http.StatusInternalServerError, rec.LastStatus)
+			assert.Equal(t, http.StatusInternalServerError, rec.LastStatusCode)
 			assert.True(t, strings.HasPrefix(rec.Note, "lookup: "), rec.Note)
 			st := e.c.Stats()
 			assert.Equal(t, int64(1), st.StoredServerErrors)
@@ -91,7 +91,7 @@ func TestLookupSettlesStoredServerError(t *testing.T) {
 			assert.NotErrorIs(t, err, ErrOutcomeUnknown, "the lookup answered")
 			assert.Equal(t, keystore.StateFailed, rec.State)
 			assert.Equal(t, ReasonNotExecuted, rec.Reason)
-			assert.Equal(t, http.StatusInternalServerError, rec.Response.Status, "the stored answer is kept")
+			assert.Equal(t, http.StatusInternalServerError, rec.Response.StatusCode, "the stored answer is kept")
 			_, err = e.c.Do(ctx, payment(700, "order-1", WithIntent("order-1")))
 			require.ErrorIs(t, err, ErrNotExecuted)
 			assert.True(t, opErr(t, err).Stored)
@@ -113,7 +113,7 @@ func TestLookupInconclusiveThenRecover(t *testing.T) {
 		c.Lookup = func(ctx context.Context, req LookupRequest) (Resolution, error) {
 			asked.Add(1)
 			return Resolution{Verdict: Verdict(verdict.Load()), Note: "ticket 42",
-				Response: &keystore.Response{Status: 200, Body: []byte(`{"id":"pay_1"}`)}}, nil
+				Response: &keystore.Response{StatusCode: 200, Body: []byte(`{"id":"pay_1"}`)}}, nil
 		}
 	})
 	e.srv.Script(idemtest.FaultStored500AfterCharge)
@@ -151,13 +151,13 @@ func TestLookupInconclusiveThenRecover(t *testing.T) {
 // A key past KeyTTL with an unknown outcome is manual; the lookup settles it too.
 func TestLookupSettlesExpiredKey(t *testing.T) {
 	e := newEnv(t, idemtest.Config{}, func(c *Config) {
-		c.StatusURL = ""
+		c.KeyStatusURL = ""
 		withReferenceLookup(t)(c)
 	})
 	e.srv.Script(idemtest.Fault502BeforeProcessing)
 	ctx := context.Background()
 	op := payment(5, "order-exp", WithIntent("order-exp"))
-	_, err := e.c.Do(ctx, op, WithMaxAttempts(1))
+	_, err := e.c.Do(ctx, op, CallMaxAttempts(1))
 	require.ErrorIs(t, err, ErrExhausted)
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	e.clock.Advance(DefaultKeyTTL + time.Minute)
@@ -187,7 +187,7 @@ func TestResolve(t *testing.T) {
 	// Bad verdicts and unknown keys are refused before anything is read or written.
 	_, err = e.c.Resolve(ctx, "", lost.Key(), Resolution{})
 	require.ErrorIs(t, err, ErrInvalidOperation)
-	_, err = e.c.Resolve(ctx, "", lost.Key(), Resolution{Verdict: VerdictExecuted, Response: &keystore.Response{Status: 42}})
+	_, err = e.c.Resolve(ctx, "", lost.Key(), Resolution{Verdict: VerdictExecuted, Response: &keystore.Response{StatusCode: 42}})
 	require.ErrorIs(t, err, ErrInvalidOperation)
 	_, err = e.c.Resolve(ctx, "", "no-such-key", Resolution{Verdict: VerdictNotExecuted})
 	require.ErrorIs(t, err, keystore.ErrNotFound)
@@ -204,7 +204,7 @@ func TestResolve(t *testing.T) {
 	assert.Equal(t, "resolved as not executed: ops: no charge in the dashboard", opErr(t, err).Cause.Error())
 
 	rec, err = e.c.Resolve(ctx, "", paid.Key(), Resolution{Verdict: VerdictExecuted, Note: "ops: pay_1",
-		Response: &keystore.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)}})
+		Response: &keystore.Response{StatusCode: 201, Body: []byte(`{"id":"pay_1"}`)}})
 	require.NoError(t, err)
 	assert.Equal(t, ReasonExecuted, rec.Reason)
 	res, err := e.c.Do(ctx, paid)
@@ -309,7 +309,7 @@ func TestExecutedVerdictNeedsA2xxAnswer(t *testing.T) {
 						return Resolution{}, nil // the other record waits for Resolve
 					}
 					asked.Add(1)
-					return Resolution{Verdict: VerdictExecuted, Response: &keystore.Response{Status: tc.status}}, nil
+					return Resolution{Verdict: VerdictExecuted, Response: &keystore.Response{StatusCode: tc.status}}, nil
 				}
 			})
 			e.srv.Script(idemtest.FaultStored500AfterCharge, idemtest.FaultStored500AfterCharge)
@@ -330,7 +330,7 @@ func TestExecutedVerdictNeedsA2xxAnswer(t *testing.T) {
 			_, err = e.c.Do(ctx, byHand)
 			require.ErrorIs(t, err, ErrStoredServerError)
 			rec, err := e.c.Resolve(ctx, "", byHand.Key(), Resolution{Verdict: VerdictExecuted, Note: "ops",
-				Response: &keystore.Response{Status: tc.status}})
+				Response: &keystore.Response{StatusCode: tc.status}})
 			if tc.ok {
 				require.NoError(t, err)
 				assert.Equal(t, keystore.StateSucceeded, rec.State)
@@ -339,10 +339,10 @@ func TestExecutedVerdictNeedsA2xxAnswer(t *testing.T) {
 			require.ErrorIs(t, err, ErrInvalidOperation)
 			stored := e.record(byHand.Key())
 			assert.Equal(t, keystore.StateManual, stored.State)
-			assert.Equal(t, 500, stored.Response.Status, "the stored answer is kept")
+			assert.Equal(t, 500, stored.Response.StatusCode, "the stored answer is kept")
 			// A not-executed verdict ignores the answer's status.
 			rec, err = e.c.Resolve(ctx, "", byHand.Key(), Resolution{Verdict: VerdictNotExecuted, Note: "ops",
-				Response: &keystore.Response{Status: tc.status}})
+				Response: &keystore.Response{StatusCode: tc.status}})
 			require.NoError(t, err)
 			assert.Equal(t, keystore.StateFailed, rec.State)
 		})
@@ -355,5 +355,5 @@ func TestExecutedVerdictNeedsA2xxAnswer(t *testing.T) {
 	require.ErrorIs(t, err, ErrStoredServerError)
 	rec, err := e.c.Resolve(context.Background(), "", op.Key(), Resolution{Verdict: VerdictExecuted, Note: "ops"})
 	require.NoError(t, err)
-	assert.Equal(t, http.StatusOK, rec.Response.Status)
+	assert.Equal(t, http.StatusOK, rec.Response.StatusCode)
 }

@@ -100,7 +100,7 @@ func (c *Client) storedOutcome(rec *keystore.Record) (*Result, error) {
 	case keystore.StateSucceeded:
 		res := &Result{Key: rec.Key, Source: SourceStore}
 		if rec.Response != nil {
-			res.StatusCode, res.Header, res.Body = rec.Response.Status, rec.Response.Header, rec.Response.Body
+			res.StatusCode, res.Header, res.Body = rec.Response.StatusCode, rec.Response.Header, rec.Response.Body
 		}
 		return res, nil
 	case keystore.StateManual:
@@ -109,11 +109,11 @@ func (c *Client) storedOutcome(rec *keystore.Record) (*Result, error) {
 			kind = ErrKeyExpired
 		}
 		return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: kind,
-			Unknown: true, LastStatus: rec.LastStatus, Cause: errors.New(rec.Error), Stored: true,
+			Unknown: true, LastStatusCode: rec.LastStatusCode, Cause: errors.New(rec.Error), Stored: true,
 			Response: storedResponse(rec)}
 	}
 	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: reasonKind(rec.Reason),
-		LastStatus: rec.LastStatus, Stored: true}
+		LastStatusCode: rec.LastStatusCode, Stored: true}
 	if rec.Error != "" {
 		e.Cause = errors.New(rec.Error)
 	}
@@ -129,6 +129,6 @@ func storedResponse(rec *keystore.Record) *Result {
 	if rec.Response == nil {
 		return nil
 	}
-	return &Result{Key: rec.Key, StatusCode: rec.Response.Status, Header: rec.Response.Header,
+	return &Result{Key: rec.Key, StatusCode: rec.Response.StatusCode, Header: rec.Response.Header,
 		Body: rec.Response.Body, Source: SourceStore}
 }

@@ -59,7 +59,7 @@ func TestRecoverReconcilesPendingRecords(t *testing.T) {
 	assert.Equal(t, RecoverReport{Pending: 3, Succeeded: 2, Manual: 1}, rep)
 
 	require.NoError(t, got[sent.Key()].Err)
-	assert.Equal(t, SourceStatus, got[sent.Key()].Result.Source)
+	assert.Equal(t, SourceKeyStatus, got[sent.Key()].Result.Source)
 	assert.Equal(t, 1, e.srv.AttemptsFor(sent.Key()), "resolved without a resend")
 
 	require.NoError(t, got[unsent.Key()].Err)
@@ -79,7 +79,7 @@ func TestRecoverReconcilesPendingRecords(t *testing.T) {
 }
 
 func TestRecoverWithoutStatusEndpoint(t *testing.T) {
-	e := newEnv(t, idemtest.Config{}, func(c *Config) { c.StatusURL = "" })
+	e := newEnv(t, idemtest.Config{}, func(c *Config) { c.KeyStatusURL = "" })
 	young, old := payment(1, "young"), payment(2, "old")
 	pendingRecord(t, e.store, young, e.clock.Now().Add(-time.Hour))
 	pendingRecord(t, e.store, old, e.clock.Now().Add(-25*time.Hour))
@@ -92,11 +92,11 @@ func TestRecoverWithoutStatusEndpoint(t *testing.T) {
 
 // Credentials are never persisted; after a restart Config.Credentials supplies them again.
 func TestCredentialsNeverPersistedAndReappliedOnRecover(t *testing.T) {
-	e := newEnv(t, idemtest.Config{StatusFaultRate: 1}, nil)
+	e := newEnv(t, idemtest.Config{KeyStatusFaultRate: 1}, nil)
 	e.srv.Script(idemtest.FaultDropAfterCommit)
 	op := payment(5, "cred", WithHeader(http.Header{
 		"Authorization": {"Bearer sk_acme"}, "Cookie": {"s=1"}, "X-Api-Secret": {"shh"}, "X-Trace": {"t1"}}))
-	_, err := e.c.Do(context.Background(), op, WithMaxStatusChecks(1))
+	_, err := e.c.Do(context.Background(), op, CallMaxKeyStatusChecks(1))
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	rec := e.record(op.Key())
 	assert.Empty(t, rec.Request.Header.Get("Authorization"))
@@ -106,12 +106,12 @@ func TestCredentialsNeverPersistedAndReappliedOnRecover(t *testing.T) {
 
 	// A restarted process: new client on the same store, credentials from the hook.
 	srv2 := e.srv // same API
-	c2, err := NewClient(Config{BaseURL: srv2.URL, Store: e.store, StatusURL: statusPath,
+	c2, err := NewClient(Config{BaseURL: srv2.URL, Store: e.store, KeyStatusURL: statusPath,
 		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", "Bearer sk_acme"); return nil }})
 	require.NoError(t, err)
 	// The status endpoint is still failing, so the status check cannot resolve it; with a
 	// working one, it would. Resolve through a resend with the same key instead: no status.
-	rep, err := c2.Recover(context.Background(), nil, WithStatusURL(""))
+	rep, err := c2.Recover(context.Background(), nil, CallKeyStatusURL(""))
 	require.NoError(t, err)
 	assert.Equal(t, 1, rep.Succeeded)
 	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()), "same tenant, same key: replayed, not executed again")
@@ -128,10 +128,10 @@ func TestSecretHeadersConfig(t *testing.T) {
 
 // A restarted process names the same intent: it continues the persisted key, not a new one.
 func TestIntentContinuesPersistedKey(t *testing.T) {
-	e := newEnv(t, idemtest.Config{StatusFaultRate: 1}, nil)
+	e := newEnv(t, idemtest.Config{KeyStatusFaultRate: 1}, nil)
 	e.srv.Script(idemtest.FaultDropAfterCommit)
 	first := payment(77, "order-9", WithIntent("order-9"))
-	_, err := e.c.Do(context.Background(), first, WithMaxStatusChecks(1))
+	_, err := e.c.Do(context.Background(), first, CallMaxKeyStatusChecks(1))
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 
 	c2, err := NewClient(Config{BaseURL: e.srv.URL, Store: e.store, Now: e.clock.Now, Sleep: e.clock.Sleep})
@@ -170,7 +170,7 @@ func TestRecoverSkipsInFlightCalls(t *testing.T) {
 	op := payment(1, "inflight")
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.c.Do(context.Background(), op, WithAttemptTimeout(5*time.Second))
+		_, err := e.c.Do(context.Background(), op, CallAttemptTimeout(5*time.Second))
 		done <- err
 	}()
 	require.Eventually(t, func() bool { return e.srv.AttemptsFor(op.Key()) == 1 }, 2*time.Second, time.Millisecond)
@@ -196,7 +196,7 @@ func TestNotExecutedRecordIsResentWithoutStatusCheck(t *testing.T) {
 	}}, nil)
 	e.srv.Script(idemtest.Fault503, idemtest.Fault503)
 	op := payment(8, "ne", WithIntent("order-ne"))
-	_, err := e.c.Do(context.Background(), op, WithMaxAttempts(2))
+	_, err := e.c.Do(context.Background(), op, CallMaxAttempts(2))
 	require.ErrorIs(t, err, ErrExhausted)
 	assert.False(t, opErr(t, err).Unknown)
 	rec := e.record(op.Key())
@@ -206,24 +206,24 @@ func TestNotExecutedRecordIsResentWithoutStatusCheck(t *testing.T) {
 	res, err := e.c.Do(context.Background(), op)
 	require.NoError(t, err)
 	assert.Equal(t, 1, res.Attempts)
-	assert.Equal(t, 0, res.StatusChecks)
-	assert.Equal(t, 0, e.srv.StatusChecks())
+	assert.Equal(t, 0, res.KeyStatusChecks)
+	assert.Equal(t, 0, e.srv.KeyStatusChecks())
 	assert.Equal(t, []bool{false, false, false}, notExecutedAtArrival)
 	assert.False(t, e.record(op.Key()).NotExecuted)
 }
 
 // A target that refuses connections: never "outcome unknown", never a status storm.
 func TestUnreachableTargetStaysNotExecuted(t *testing.T) {
-	c, err := NewClient(Config{BaseURL: "http://127.0.0.1:1", StatusURL: statusPath,
+	c, err := NewClient(Config{BaseURL: "http://127.0.0.1:1", KeyStatusURL: statusPath,
 		Sleep: func(context.Context, time.Duration) error { return nil }})
 	require.NoError(t, err)
 	op := payment(1, "dead", WithIntent("dead"))
 	for range 3 {
-		_, err = c.Do(context.Background(), op, WithMaxAttempts(2))
+		_, err = c.Do(context.Background(), op, CallMaxAttempts(2))
 		require.ErrorIs(t, err, ErrExhausted)
 		require.NotErrorIs(t, err, ErrOutcomeUnknown)
 	}
-	assert.Equal(t, int64(0), c.Stats().StatusChecks)
+	assert.Equal(t, int64(0), c.Stats().KeyStatusChecks)
 	assert.Equal(t, int64(6), c.Stats().Attempts)
 }
 

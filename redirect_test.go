@@ -43,9 +43,9 @@ func TestRedirectsAndInterimStatusesAreNeverFailures(t *testing.T) {
 			h.HandleFunc("GET /v1/payments/operations/{key}", func(w http.ResponseWriter, r *http.Request) {
 				fmt.Fprintf(w, `{"status":"completed","response_status":%d,"response_body":{}}`, tc.stored)
 			})
-			c, _, store := scriptedClient(t, h, func(c *Config) { c.StatusURL = statusPath })
+			c, _, store := scriptedClient(t, h, func(c *Config) { c.KeyStatusURL = statusPath })
 			op := payment(1, "order-1")
-			_, err := c.Do(context.Background(), op, WithMaxAttempts(1), WithMaxStatusChecks(2))
+			_, err := c.Do(context.Background(), op, CallMaxAttempts(1), CallMaxKeyStatusChecks(2))
 			require.ErrorIs(t, err, tc.want)
 			assert.ErrorIs(t, err, ErrOutcomeUnknown, "never a failure")
 			assert.NotErrorIs(t, err, ErrPermanent)
@@ -53,7 +53,7 @@ func TestRedirectsAndInterimStatusesAreNeverFailures(t *testing.T) {
 			require.NoError(t, gerr)
 			assert.Equal(t, tc.wantState, rec.State)
 			assert.Equal(t, int32(1), posts.Load(), "nothing resent")
-			assert.Equal(t, int64(tc.wantChecks), c.Stats().StatusChecks)
+			assert.Equal(t, int64(tc.wantChecks), c.Stats().KeyStatusChecks)
 			assert.Equal(t, int64(0), c.Stats().Failed)
 		})
 	}

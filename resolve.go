@@ -105,12 +105,12 @@ func (c *Client) Resolve(ctx context.Context, scope, key string, r Resolution) (
 	}
 	if rec.State != keystore.StateManual {
 		return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrNotManual,
-			LastStatus: rec.LastStatus, Stored: true, Cause: fmt.Errorf("record is %s", rec.State)}
+			LastStatusCode: rec.LastStatusCode, Stored: true, Cause: fmt.Errorf("record is %s", rec.State)}
 	}
 	if err := c.settle(ctx, rec, r); err != nil {
 		if errors.Is(err, errSettledElsewhere) {
 			return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrNotManual,
-				LastStatus: rec.LastStatus, Stored: true, Cause: fmt.Errorf("record is %s (settled by another instance meanwhile)", rec.State)}
+				LastStatusCode: rec.LastStatusCode, Stored: true, Cause: fmt.Errorf("record is %s (settled by another instance meanwhile)", rec.State)}
 		}
 		return nil, err
 	}
@@ -128,11 +128,11 @@ func (r Resolution) check() error {
 	if r.Response == nil {
 		return nil
 	}
-	if r.Response.Status < 100 || r.Response.Status > 599 {
-		return fmt.Errorf("resolution response status %d", r.Response.Status)
+	if r.Response.StatusCode < 100 || r.Response.StatusCode > 599 {
+		return fmt.Errorf("resolution response status %d", r.Response.StatusCode)
 	}
-	if r.Verdict == VerdictExecuted && r.Response.Status/100 != 2 {
-		return fmt.Errorf("an executed verdict needs a 2xx answer, got status %d", r.Response.Status)
+	if r.Verdict == VerdictExecuted && r.Response.StatusCode/100 != 2 {
+		return fmt.Errorf("an executed verdict needs a 2xx answer, got status %d", r.Response.StatusCode)
 	}
 	return nil
 }
@@ -162,9 +162,9 @@ func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution)
 	next.Note, next.NotExecuted, next.UpdatedAt = r.Note, false, c.cfg.Now()
 	if r.Verdict == VerdictExecuted {
 		next.State, next.Reason = keystore.StateSucceeded, ReasonExecuted
-		next.Response = &keystore.Response{Status: http.StatusOK}
+		next.Response = &keystore.Response{StatusCode: http.StatusOK}
 		if r.Response != nil {
-			next.Response = &keystore.Response{Status: r.Response.Status, Header: r.Response.Header.Clone(),
+			next.Response = &keystore.Response{StatusCode: r.Response.StatusCode, Header: r.Response.Header.Clone(),
 				Body: append([]byte(nil), r.Response.Body...)}
 		}
 	} else {
@@ -215,11 +215,11 @@ func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, heade
 // resolvedOutcome is what Do returns right after a record was settled.
 func (c *Client) resolvedOutcome(rec *keystore.Record, stop error) (*Result, error, bool) {
 	if rec.State == keystore.StateSucceeded {
-		return &Result{Key: rec.Key, StatusCode: rec.Response.Status, Header: rec.Response.Header,
+		return &Result{Key: rec.Key, StatusCode: rec.Response.StatusCode, Header: rec.Response.Header,
 			Body: rec.Response.Body, Source: SourceLookup}, nil, true
 	}
 	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrNotExecuted,
-		LastStatus: rec.LastStatus, Cause: fmt.Errorf("resolved as not executed: %s", rec.Note)}
+		LastStatusCode: rec.LastStatusCode, Cause: fmt.Errorf("resolved as not executed: %s", rec.Note)}
 	var prev *OperationError
 	if errors.As(stop, &prev) {
 		e.Attempts, e.Response, e.Stored = prev.Attempts, prev.Response, prev.Stored

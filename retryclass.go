@@ -106,7 +106,7 @@ func DefaultClassifiers() Classifiers {
 		ClassifierFunc(ClassifyReplay),
 		HintHeader("Stripe-Should-Retry"),
 		ClassifierFunc(ClassifyTransport),
-		ClassifierFunc(ClassifyStatus),
+		ClassifierFunc(ClassifyStatusCode),
 	}
 }
 
@@ -120,10 +120,10 @@ func DefaultClassifiers() Classifiers {
 //	409              ClassInProgress: the key is still executing
 //	5xx              ClassStoredServerError: execution began, effect unknown; never resent,
 //	                 the record waits for reconciliation (Config.Lookup, Client.Resolve)
-//	400, 422         ClassKeyConflict when the body names key reuse (see ClassifyStatus),
+//	400, 422         ClassKeyConflict when the body names key reuse (see ClassifyStatusCode),
 //	                 else ClassPermanent
 //	other 4xx        ClassPermanent: the hint confirms a final answer
-//	3xx, 1xx         ClassUnknown, as without the hint (see ClassifyStatus)
+//	3xx, 1xx         ClassUnknown, as without the hint (see ClassifyStatusCode)
 //
 // Other values, and any value on a 2xx, are undecided.
 func HintHeader(name string) Classifier {
@@ -158,14 +158,14 @@ func doNotRetry(code int) Class {
 	case code >= 400 && code < 500:
 		return ClassPermanent
 	}
-	return ClassUnknown // 3xx (see ClassifyStatus), 1xx or out of range: nothing final was said
+	return ClassUnknown // 3xx (see ClassifyStatusCode), 1xx or out of range: nothing final was said
 }
 
 // ClassifyReplay classifies an error answer the server marks as a replay
 // (Idempotent-Replayed: true): the server stored that answer for this key and will send the
 // same one to every resend. A stored 4xx is the server's decision (ClassPermanent); a stored
 // 5xx means execution began with an unknown effect (ClassStoredServerError), and so does a
-// stored 3xx (a redirect proves nothing of the effect; see ClassifyStatus).
+// stored 3xx (a redirect proves nothing of the effect; see ClassifyStatusCode).
 func ClassifyReplay(a *Attempt) Class {
 	if a.Response == nil || a.Response.StatusCode < 300 {
 		return ClassUndecided
@@ -192,14 +192,14 @@ func ClassifyTransport(a *Attempt) Class {
 	return ClassUnknown
 }
 
-// ClassifyStatus classifies by status code: 2xx success; 409 in progress; 422 key conflict
+// ClassifyStatusCode classifies by status code: 2xx success; 409 in progress; 422 key conflict
 // when the body names idempotency-key reuse (see IsKeyReuse), 400 key conflict when it names
 // reuse precisely (Stripe's idempotency_error), any other 400 or 422 permanent (validation);
 // 429 and 503 retry (not executed); 408, 425 (RFC 8470: a proxy may have forwarded it), 500,
 // 502, 504 and other 5xx unknown (the request may have been executed, or forwarded by a
 // proxy); 3xx and 1xx unknown (a redirect is never followed for an operation and proves
 // nothing of the effect: a 303 means it was processed, RFC 9110 §15.4.4); other 4xx permanent.
-func ClassifyStatus(a *Attempt) Class {
+func ClassifyStatusCode(a *Attempt) Class {
 	code := a.StatusCode()
 	switch {
 	case code == 0:

@@ -199,7 +199,7 @@ func TestIndividualClassifiersAreUndecidedOutsideTheirRow(t *testing.T) {
 	assert.Equal(t, ClassStoredServerError, ClassifyReplay(rcResp(399, "Idempotent-Replayed", "true")))
 	assert.Equal(t, ClassUndecided, ClassifyReplay(rcErr(io.EOF, true)))
 	assert.Equal(t, ClassUndecided, ClassifyTransport(rcResp(500)))
-	assert.Equal(t, ClassUndecided, ClassifyStatus(rcErr(io.EOF, true)))
+	assert.Equal(t, ClassUndecided, ClassifyStatusCode(rcErr(io.EOF, true)))
 }
 
 func TestAttemptStatusCode(t *testing.T) {

@@ -34,7 +34,7 @@ var ErrBodyTooLarge = errors.New("idem: request body larger than the transport's
 // policy options (ContextWithCallOptions). Headers other than the key header are sent on
 // every attempt and persisted, except credentials (see WithHeader): after a restart,
 // Config.Credentials must supply them again. The request's URL must be absolute and carry no
-// user info; Host and Trailer overrides are not kept. Status checks use Config.StatusURL as
+// user info; Host and Trailer overrides are not kept. Status checks use Config.KeyStatusURL as
 // for Do: a relative one is resolved against Config.BaseURL, which must then be set.
 //
 // A method is unsafe unless it is exactly GET, HEAD, OPTIONS, TRACE, PUT or DELETE (RFC 9110
@@ -90,7 +90,7 @@ type Transport struct {
 // NewHTTPClient returns an *http.Client whose Transport is a Transport over c with the
 // defaults. It never follows redirects, since a followed redirect would resend a payment to
 // another URL under a new key: a 3xx to a safe method is returned as the final response, a
-// 3xx to an operation is an unknown outcome (an error, see ClassifyStatus). Use it wherever
+// 3xx to an operation is an unknown outcome (an error, see ClassifyStatusCode). Use it wherever
 // an *http.Client is taken, such as a generated client's WithHTTPClient option.
 func NewHTTPClient(c *Client) *http.Client {
 	return &http.Client{
@@ -259,7 +259,7 @@ func response(req *http.Request, r *Result) (*http.Response, error) {
 		h = http.Header{}
 	}
 	// The status endpoint reports the body only; its default convention carries it as JSON.
-	if h.Get("Content-Type") == "" && len(r.Body) > 0 && r.Source == SourceStatus {
+	if h.Get("Content-Type") == "" && len(r.Body) > 0 && r.Source == SourceKeyStatus {
 		h.Set("Content-Type", "application/json")
 	}
 	h.Set(SourceHeader, string(r.Source))

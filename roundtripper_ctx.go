@@ -38,7 +38,7 @@ func ContextWithTenant(ctx context.Context, tenant string) context.Context {
 
 // ContextWithCallOptions returns a context whose unsafe requests through a Transport are
 // sent with opts (after Transport.CallOptions and those already in ctx), such as
-// WithMaxAttempts for one request of a generated client.
+// CallMaxAttempts for one request of a generated client.
 func ContextWithCallOptions(ctx context.Context, opts ...CallOption) context.Context {
 	v := contextValues(ctx)
 	v.opts = append(v.opts[:len(v.opts):len(v.opts)], opts...)

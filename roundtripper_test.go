@@ -183,7 +183,7 @@ func TestTransportIntentAndTenantFromContext(t *testing.T) {
 
 	// Per-call options from the context: one attempt only, then an error, not a response.
 	e.srv.Script(idemtest.Fault503)
-	ctx2 := ContextWithCallOptions(ContextWithIntent(context.Background(), "order-10"), WithMaxAttempts(1))
+	ctx2 := ContextWithCallOptions(ContextWithIntent(context.Background(), "order-10"), CallMaxAttempts(1))
 	_, _, err = postPayment(t, ctx2, hc, e.srv.URL, paymentBody(100, "ord-10"), nil)
 	require.ErrorIs(t, err, ErrExhausted)
 	assert.Len(t, log.all(), 2)
@@ -206,9 +206,9 @@ func TestTransportOutcomes(t *testing.T) {
 	})
 	t.Run("unknown outcome is an error", func(t *testing.T) {
 		var log keyLog
-		e, hc := newTransportEnv(t, &log, func(c *Config) { c.StatusURL = "" })
+		e, hc := newTransportEnv(t, &log, func(c *Config) { c.KeyStatusURL = "" })
 		e.srv.Script(idemtest.FaultDropAfterCommit)
-		_, _, err := postPayment(t, ContextWithCallOptions(context.Background(), WithMaxAttempts(1)), hc, e.srv.URL, paymentBody(1, "u"), nil)
+		_, _, err := postPayment(t, ContextWithCallOptions(context.Background(), CallMaxAttempts(1)), hc, e.srv.URL, paymentBody(1, "u"), nil)
 		require.ErrorIs(t, err, ErrOutcomeUnknown)
 		var oe *OperationError
 		require.ErrorAs(t, err, &oe)
@@ -219,7 +219,7 @@ func TestTransportOutcomes(t *testing.T) {
 		var log keyLog
 		e, hc := newTransportEnv(t, &log, nil)
 		e.srv.Script(idemtest.Fault503, idemtest.Fault503)
-		_, _, err := postPayment(t, ContextWithCallOptions(context.Background(), WithMaxAttempts(2)), hc, e.srv.URL, paymentBody(1, "x"), nil)
+		_, _, err := postPayment(t, ContextWithCallOptions(context.Background(), CallMaxAttempts(2)), hc, e.srv.URL, paymentBody(1, "x"), nil)
 		require.ErrorIs(t, err, ErrExhausted)
 		assert.False(t, errors.Is(err, ErrOutcomeUnknown))
 		assert.Len(t, log.all(), 2)
@@ -234,7 +234,7 @@ func TestTransportOutcomes(t *testing.T) {
 		assert.Nil(t, resp)
 		var oe *OperationError
 		require.ErrorAs(t, err, &oe)
-		assert.Equal(t, 500, oe.LastStatus)
+		assert.Equal(t, 500, oe.LastStatusCode)
 		assert.Equal(t, []string{oe.Key}, log.all())
 		assert.NotEqual(t, keystore.StateSucceeded, e.record(oe.Key).State)
 	})

@@ -25,7 +25,7 @@ func TestConcurrentLookupsFirstVerdictStands(t *testing.T) {
 	require.Equal(t, keystore.StateManual, e.record(op.Key()).State)
 
 	instance := func(lookup LookupFunc) *Client {
-		c, err := NewClient(Config{BaseURL: e.srv.URL, Store: e.store, StatusURL: statusPath,
+		c, err := NewClient(Config{BaseURL: e.srv.URL, Store: e.store, KeyStatusURL: statusPath,
 			Now: e.clock.Now, Sleep: e.clock.Sleep, Budget: BudgetConfig{Disabled: true}, Lookup: lookup})
 		require.NoError(t, err)
 		return c
@@ -35,7 +35,7 @@ func TestConcurrentLookupsFirstVerdictStands(t *testing.T) {
 		close(entered)
 		<-release // meanwhile the other instance settles and the application pays again
 		return Resolution{Verdict: VerdictExecuted, Note: "late: found a charge for order-1",
-			Response: &keystore.Response{Status: 200, Body: []byte(`{"id":"pay_2"}`)}}, nil
+			Response: &keystore.Response{StatusCode: 200, Body: []byte(`{"id":"pay_2"}`)}}, nil
 	})
 	first := instance(func(ctx context.Context, req LookupRequest) (Resolution, error) {
 		return Resolution{Verdict: VerdictNotExecuted, Note: "first: no charge for order-1"}, nil
@@ -65,7 +65,7 @@ func TestConcurrentLookupsFirstVerdictStands(t *testing.T) {
 
 	// An operator's Resolve after that is refused: the record is not manual any more.
 	_, err = first.Resolve(context.Background(), "", op.Key(), Resolution{Verdict: VerdictExecuted,
-		Response: &keystore.Response{Status: 200}})
+		Response: &keystore.Response{StatusCode: 200}})
 	assert.ErrorIs(t, err, ErrNotManual)
 	assert.Equal(t, 1, e.srv.Attempts(), "nothing was resent")
 }

@@ -11,7 +11,7 @@ type Stats struct {
 	Failed             int64 // calls that ended failed (permanent answer or key conflict)
 	Attempts           int64 // requests sent
 	Retries            int64 // resends scheduled
-	StatusChecks       int64 // status-endpoint asks
+	KeyStatusChecks    int64 // status-endpoint asks
 	Replays            int64 // answers the server marked Idempotent-Replayed
 	KeyConflicts       int64 // answers saying the key was reused with another payload (422, or 400 idempotency_error)
 	SameKeyConcurrency int64 // calls that waited for another call of the same key or intent
@@ -65,7 +65,7 @@ func (c *Client) Stats() Stats {
 	s := &c.stats
 	return Stats{
 		Calls: s.calls.Load(), Succeeded: s.succeeded.Load(), Failed: s.failed.Load(),
-		Attempts: s.attempts.Load(), Retries: s.retries.Load(), StatusChecks: s.statusChecks.Load(),
+		Attempts: s.attempts.Load(), Retries: s.retries.Load(), KeyStatusChecks: s.statusChecks.Load(),
 		Replays: s.replays.Load(), KeyConflicts: s.keyConflicts.Load(), SameKeyConcurrency: s.sameKey.Load(),
 		KeyExpired: s.keyExpired.Load(), InProgress: s.inProgress.Load(), InProgressTimeouts: s.inProgressTimeouts.Load(),
 		UnknownOutcomes: s.unknown.Load(), UnknownResolved: s.unknownResolved.Load(), StillUnknown: s.stillUnknown.Load(),

@@ -11,7 +11,7 @@ import (
 )
 
 // resolve asks the status endpoint what happened to the key, waiting between asks as the
-// server says (202 + Retry-After) or by backoff, at most Policy.MaxStatusChecks times. It
+// server says (202 + Retry-After) or by backoff, at most Policy.MaxKeyStatusChecks times. It
 // returns true when a (re)send with the same key is due and safe; otherwise the call has
 // ended (result or stop is set). Without a status endpoint it allows the resend while the
 // key is younger than KeyTTL.
@@ -25,11 +25,11 @@ func (cl *call) resolve(ctx context.Context) bool {
 	}
 	ctx, cancel := cl.interruptible(ctx, 0)
 	defer cl.endInterruptible(cancel)
-	req := StatusRequest{Key: cl.rec.Key, Scope: cl.rec.Scope, Method: cl.rec.Request.Method,
+	req := KeyStatusRequest{Key: cl.rec.Key, Scope: cl.rec.Scope, Method: cl.rec.Request.Method,
 		URL: cl.rec.Request.URL, Header: cl.header}
 	var wait time.Duration
 	var fromRA bool
-	for i := 0; i < cl.s.policy.MaxStatusChecks; i++ {
+	for i := 0; i < cl.s.policy.MaxKeyStatusChecks; i++ {
 		if i > 0 && !cl.wait(ctx, wait, fromRA) {
 			return false
 		}
@@ -37,8 +37,8 @@ func (cl *call) resolve(ctx context.Context) bool {
 		st, err := cl.s.status(sctx, req)
 		cancel()
 		cl.statusChecks++
-		if err != nil || st.State == StatusCompleted && (st.ResponseStatus < 200 || st.ResponseStatus > 599) {
-			st = Status{State: StatusUnknown} // garbage, or a 1xx (never final): proves nothing
+		if err != nil || st.State == KeyStatusCompleted && (st.ResponseStatusCode < 200 || st.ResponseStatusCode > 599) {
+			st = KeyStatus{State: KeyStatusUnknown} // garbage, or a 1xx (never final): proves nothing
 		}
 		cl.c.onStatusCheck(cl, st, err)
 		if ctx.Err() != nil {
@@ -46,24 +46,24 @@ func (cl *call) resolve(ctx context.Context) bool {
 			return false
 		}
 		switch st.State {
-		case StatusCompleted:
-			if st.ResponseStatus/100 == 2 || st.ResponseStatus/100 == 4 { // a stored 5xx or 3xx resolves nothing
+		case KeyStatusCompleted:
+			if st.ResponseStatusCode/100 == 2 || st.ResponseStatusCode/100 == 4 { // a stored 5xx or 3xx resolves nothing
 				cl.c.stats.unknownResolved.Add(1)
 			}
-			res := &Result{Key: cl.rec.Key, StatusCode: st.ResponseStatus, Body: st.ResponseBody, Source: SourceStatus}
+			res := &Result{Key: cl.rec.Key, StatusCode: st.ResponseStatusCode, Body: st.ResponseBody, Source: SourceKeyStatus}
 			switch {
-			case st.ResponseStatus >= 200 && st.ResponseStatus < 300:
+			case st.ResponseStatusCode >= 200 && st.ResponseStatusCode < 300:
 				cl.unknown = false
 				cl.result = res
-			case st.ResponseStatus >= 500: // execution began; a stored 5xx never says how far
-				cl.storedServerError(res, fmt.Errorf("status endpoint reports the key completed with HTTP %d: execution began, effect unknown", st.ResponseStatus))
-			case st.ResponseStatus < 400: // a stored redirect: processed (303) or who knows
-				cl.storedServerError(res, fmt.Errorf("status endpoint reports the key completed with HTTP %d, a redirect: effect unknown", st.ResponseStatus))
+			case st.ResponseStatusCode >= 500: // execution began; a stored 5xx never says how far
+				cl.storedServerError(res, fmt.Errorf("status endpoint reports the key completed with HTTP %d: execution began, effect unknown", st.ResponseStatusCode))
+			case st.ResponseStatusCode < 400: // a stored redirect: processed (303) or who knows
+				cl.storedServerError(res, fmt.Errorf("status endpoint reports the key completed with HTTP %d, a redirect: effect unknown", st.ResponseStatusCode))
 			default: // the server stored a failure for this key; a resend would get it again
-				cl.fail(ErrPermanent, st.ResponseStatus, res, fmt.Errorf("status endpoint reports the key ended with HTTP %d", st.ResponseStatus))
+				cl.fail(ErrPermanent, st.ResponseStatusCode, res, fmt.Errorf("status endpoint reports the key ended with HTTP %d", st.ResponseStatusCode))
 			}
 			return false
-		case StatusNotFound:
+		case KeyStatusNotFound:
 			if cl.keyExpired() { // the server may have forgotten the key: not found proves nothing
 				cl.expire()
 				return false
@@ -75,7 +75,7 @@ func (cl *call) resolve(ctx context.Context) bool {
 		// Processing, or no usable answer: back off, or wait longer if the server asks.
 		wait, fromRA = cl.floorDelay(st.RetryAfter, st.HasRetryAfter)
 	}
-	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks", cl.s.policy.MaxStatusChecks))
+	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks", cl.s.policy.MaxKeyStatusChecks))
 	return false
 }
 
@@ -84,15 +84,15 @@ const maxStatusBody = 4 << 20
 
 // defaultStatus asks GET BaseURL+path (with "{key}" replaced by the escaped key) in the
 // default JSON convention, with the key header, the operation's headers and credentials.
-func (c *Client) defaultStatus(path string) StatusFunc {
-	return func(ctx context.Context, r StatusRequest) (Status, error) {
+func (c *Client) defaultStatus(path string) KeyStatusFunc {
+	return func(ctx context.Context, r KeyStatusRequest) (KeyStatus, error) {
 		target, err := c.resolveURL(strings.ReplaceAll(path, "{key}", url.PathEscape(r.Key)))
 		if err != nil {
-			return Status{}, err
+			return KeyStatus{}, err
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 		if err != nil {
-			return Status{}, err
+			return KeyStatus{}, err
 		}
 		for k, vs := range r.Header {
 			if !strings.EqualFold(k, "Content-Type") && !strings.EqualFold(k, "Content-Length") &&
@@ -108,18 +108,18 @@ func (c *Client) defaultStatus(path string) StatusFunc {
 		req.Header.Set("Accept", "application/json")
 		if c.cfg.Credentials != nil {
 			if err := c.cfg.Credentials(req); err != nil {
-				return Status{}, fmt.Errorf("idem: credentials: %w", err)
+				return KeyStatus{}, fmt.Errorf("idem: credentials: %w", err)
 			}
 		}
 		resp, err := c.statusHTTP.Do(req)
 		if err != nil {
-			return Status{}, err
+			return KeyStatus{}, err
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(io.LimitReader(resp.Body, maxStatusBody))
 		if err != nil {
-			return Status{}, err
+			return KeyStatus{}, err
 		}
-		return DecodeStatus(resp.StatusCode, resp.Header, body, c.cfg.Now()), nil
+		return DecodeKeyStatus(resp.StatusCode, resp.Header, body, c.cfg.Now()), nil
 	}
 }

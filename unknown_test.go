@@ -26,10 +26,10 @@ func TestDoResolvesUnknownOutcomes(t *testing.T) {
 		wantErr      error
 		wantExecuted int
 	}{
-		{"drop after commit, status says completed", idemtest.FaultDropAfterCommit, true, 1, 1, SourceStatus, nil, 1},
+		{"drop after commit, status says completed", idemtest.FaultDropAfterCommit, true, 1, 1, SourceKeyStatus, nil, 1},
 		{"reset before processing, status says not found", idemtest.FaultResetBeforeProcessing, true, 2, 1, SourceResponse, nil, 1},
 		{"502 before processing", idemtest.Fault502BeforeProcessing, true, 2, 1, SourceResponse, nil, 1},
-		{"500 after commit", idemtest.Fault500AfterCommit, true, 1, 1, SourceStatus, nil, 1},
+		{"500 after commit", idemtest.Fault500AfterCommit, true, 1, 1, SourceKeyStatus, nil, 1},
 		{"stored 500: outcome unknown, manual", idemtest.FaultStored500, true, 1, 1, "", ErrStoredServerError, 0},
 		{"charged then stored 500: outcome unknown, manual", idemtest.FaultStored500AfterCharge, true, 1, 1, "", ErrStoredServerError, 1},
 		{"no status endpoint: drop after commit is replayed", idemtest.FaultDropAfterCommit, false, 2, 0, SourceReplay, nil, 1},
@@ -40,7 +40,7 @@ func TestDoResolvesUnknownOutcomes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, idemtest.Config{}, func(c *Config) {
 				if !tc.status {
-					c.StatusURL = ""
+					c.KeyStatusURL = ""
 				}
 			})
 			e.srv.Script(tc.fault)
@@ -48,14 +48,14 @@ func TestDoResolvesUnknownOutcomes(t *testing.T) {
 			res, err := e.c.Do(context.Background(), op)
 			assert.Equal(t, tc.wantAttempts, e.srv.AttemptsFor(op.Key()), "server-seen attempts")
 			assert.Equal(t, tc.wantExecuted, e.srv.ExecutionsFor(op.Key()), "executions")
-			assert.Equal(t, tc.wantChecks, e.srv.StatusChecks(), "status checks")
+			assert.Equal(t, tc.wantChecks, e.srv.KeyStatusChecks(), "status checks")
 			rec := e.record(op.Key())
 			if tc.wantErr != nil {
 				require.ErrorIs(t, err, tc.wantErr)
 				require.ErrorIs(t, err, ErrOutcomeUnknown, "a stored 5xx never says how far execution went")
 				assert.NotErrorIs(t, err, ErrPermanent)
 				oe := opErr(t, err)
-				assert.Equal(t, http.StatusInternalServerError, oe.LastStatus)
+				assert.Equal(t, http.StatusInternalServerError, oe.LastStatusCode)
 				require.NotNil(t, oe.Response, "the stored answer is carried")
 				assert.Equal(t, http.StatusInternalServerError, oe.Response.StatusCode)
 				assert.Contains(t, string(oe.Response.Body), `"error":"internal"`)
@@ -97,12 +97,12 @@ func TestDoWaitsWhileProcessing(t *testing.T) {
 	e.clock.realSleep = 20 * time.Millisecond
 	e.srv.Script(idemtest.FaultSlow)
 	op := payment(100, "slow")
-	res, err := e.c.Do(context.Background(), op, WithAttemptTimeout(30*time.Millisecond),
-		WithBackoff(20*time.Millisecond, 1, 0, 20*time.Millisecond), WithMaxStatusChecks(50))
+	res, err := e.c.Do(context.Background(), op, CallAttemptTimeout(30*time.Millisecond),
+		CallBackoff(20*time.Millisecond, 1, 0, 20*time.Millisecond), CallMaxKeyStatusChecks(50))
 	require.NoError(t, err)
-	assert.Equal(t, SourceStatus, res.Source)
+	assert.Equal(t, SourceKeyStatus, res.Source)
 	assert.Equal(t, 1, res.Attempts)
-	assert.Greater(t, res.StatusChecks, 1)
+	assert.Greater(t, res.KeyStatusChecks, 1)
 	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()))
 	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
 }
@@ -110,7 +110,7 @@ func TestDoWaitsWhileProcessing(t *testing.T) {
 // 409: the same key is in progress on the server (another process sent it). idem waits and
 // asks; it never fails because of the 409 itself.
 func TestDoInProgressConflictWaits(t *testing.T) {
-	e := newEnv(t, idemtest.Config{SlowDelay: 100 * time.Millisecond, RetryAfter: -1}, func(c *Config) { c.StatusURL = "" })
+	e := newEnv(t, idemtest.Config{SlowDelay: 100 * time.Millisecond, RetryAfter: -1}, func(c *Config) { c.KeyStatusURL = "" })
 	e.clock.realSleep = 20 * time.Millisecond
 	op := payment(100, "busy")
 	// Another client starts the same key and hangs in the slow fault.
@@ -125,7 +125,7 @@ func TestDoInProgressConflictWaits(t *testing.T) {
 		}
 	}()
 	require.Eventually(t, func() bool { return e.srv.AttemptsFor(op.Key()) == 1 }, time.Second, time.Millisecond)
-	res, err := e.c.Do(context.Background(), op, WithMaxAttempts(50), WithBackoff(10*time.Millisecond, 1, 0, 10*time.Millisecond))
+	res, err := e.c.Do(context.Background(), op, CallMaxAttempts(50), CallBackoff(10*time.Millisecond, 1, 0, 10*time.Millisecond))
 	<-done
 	require.NoError(t, err)
 	assert.Equal(t, SourceReplay, res.Source)
@@ -136,15 +136,15 @@ func TestDoInProgressConflictWaits(t *testing.T) {
 // A status endpoint that never answers usefully: bounded checks, then ErrOutcomeUnknown,
 // and the record stays pending for Recover.
 func TestDoStatusStillUnknown(t *testing.T) {
-	e := newEnv(t, idemtest.Config{StatusFaultRate: 1}, nil)
+	e := newEnv(t, idemtest.Config{KeyStatusFaultRate: 1}, nil)
 	e.srv.Script(idemtest.FaultDropAfterCommit)
 	op := payment(100, "lost")
-	_, err := e.c.Do(context.Background(), op, WithMaxStatusChecks(3))
+	_, err := e.c.Do(context.Background(), op, CallMaxKeyStatusChecks(3))
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	oe := opErr(t, err)
 	assert.True(t, oe.Unknown)
 	assert.Equal(t, 1, oe.Attempts)
-	assert.Equal(t, 3, e.srv.StatusChecks())
+	assert.Equal(t, 3, e.srv.KeyStatusChecks())
 	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()), "no resend while the outcome is unknown")
 	rec := e.record(op.Key())
 	assert.Equal(t, keystore.StatePending, rec.State)

@@ -62,7 +62,7 @@ func TestBackoffDelaysWithinBounds(t *testing.T) {
 		jitter  = 0.5
 		ceiling = 450 * time.Millisecond
 	)
-	res, err := c.Do(context.Background(), payment(1, "b"), WithMaxAttempts(6), WithBackoff(initial, 2, jitter, ceiling))
+	res, err := c.Do(context.Background(), payment(1, "b"), CallMaxAttempts(6), CallBackoff(initial, 2, jitter, ceiling))
 	require.NoError(t, err)
 	assert.Equal(t, 6, res.Attempts)
 	sleeps := clock.Sleeps()
@@ -116,7 +116,7 @@ func TestRetryAfterFallbacks(t *testing.T) {
 		t.Run(v, func(t *testing.T) {
 			h := &scripted{codes: []int{503}, retryAfter: v}
 			c, clock, _ := scriptedClient(t, h, nil)
-			_, err := c.Do(context.Background(), payment(1, "x"), WithBackoff(40*time.Millisecond, 2, 0.25, time.Second))
+			_, err := c.Do(context.Background(), payment(1, "x"), CallBackoff(40*time.Millisecond, 2, 0.25, time.Second))
 			require.NoError(t, err)
 			sleeps := clock.Sleeps()
 			require.Len(t, sleeps, 1)
@@ -141,8 +141,8 @@ func TestNeverWaitsPastContextDeadline(t *testing.T) {
 func TestMaxElapsedBoundsTheCall(t *testing.T) {
 	h := &scripted{codes: []int{503, 503, 503, 503, 503, 503, 503, 503}}
 	c, clock, _ := scriptedClient(t, h, nil)
-	_, err := c.Do(context.Background(), payment(1, "el"), WithMaxAttempts(10),
-		WithMaxElapsed(time.Second), WithBackoff(300*time.Millisecond, 1, 0, time.Second))
+	_, err := c.Do(context.Background(), payment(1, "el"), CallMaxAttempts(10),
+		CallMaxElapsed(time.Second), CallBackoff(300*time.Millisecond, 1, 0, time.Second))
 	require.ErrorIs(t, err, ErrExhausted)
 	// 300ms waits: three fit in one second, the fourth would end at 1.2s.
 	assert.Equal(t, []time.Duration{300 * time.Millisecond, 300 * time.Millisecond, 300 * time.Millisecond}, clock.Sleeps())
@@ -153,7 +153,7 @@ func TestMaxElapsedBoundsTheCall(t *testing.T) {
 func TestMaxAttemptsIsExact(t *testing.T) {
 	h := &scripted{codes: []int{503, 503, 503, 503, 503, 503}}
 	c, _, _ := scriptedClient(t, h, nil)
-	_, err := c.Do(context.Background(), payment(1, "max"), WithMaxAttempts(3), WithBackoff(time.Millisecond, 1, 0, time.Millisecond))
+	_, err := c.Do(context.Background(), payment(1, "max"), CallMaxAttempts(3), CallBackoff(time.Millisecond, 1, 0, time.Millisecond))
 	require.ErrorIs(t, err, ErrExhausted)
 	assert.Equal(t, 3, opErr(t, err).Attempts)
 	assert.Equal(t, int64(3), h.n.Load())

@@ -70,7 +70,7 @@ var counters = []counter{
 		func(s *idem.Stats) int64 { return s.Retries }},
 	{"idem.status_checks", "{request}",
 		"Requests to the status endpoint asking whether a key was executed.",
-		func(s *idem.Stats) int64 { return s.StatusChecks }},
+		func(s *idem.Stats) int64 { return s.KeyStatusChecks }},
 	{"idem.replays", "{response}",
 		"Answers the server marked Idempotent-Replayed: an intent that had already completed was sent again. Should stay near zero.",
 		func(s *idem.Stats) int64 { return s.Replays }},

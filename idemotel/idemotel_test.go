@@ -147,11 +147,11 @@ func TestRegisterExportsStats(t *testing.T) {
 		t.Fatalf("/replay: %+v, %v", res, err)
 	}
 	// 502 resolved by the status endpoint: an unknown outcome, a status check, resolved.
-	if res, err := do("/unknown", idem.WithStatusURL("/status/{key}")); err != nil || res.Source != idem.SourceStatus {
+	if res, err := do("/unknown", idem.CallKeyStatusURL("/status/{key}")); err != nil || res.Source != idem.SourceKeyStatus {
 		t.Fatalf("/unknown: %+v, %v", res, err)
 	}
 	// Down, two attempts allowed: one retry whose 5 tokens are not refunded.
-	if _, err := do("/down", idem.WithMaxAttempts(2)); !errors.Is(err, idem.ErrExhausted) {
+	if _, err := do("/down", idem.CallMaxAttempts(2)); !errors.Is(err, idem.ErrExhausted) {
 		t.Fatalf("/down: %v, want ErrExhausted", err)
 	}
 

@@ -26,9 +26,9 @@ const (
 
 // Response is a stored answer: status, the allow-listed headers and the body bytes.
 type Response struct {
-	Status int         // the HTTP status written
-	Header http.Header // the allow-listed headers (Config.StoredHeaders)
-	Body   []byte      // the body bytes, replayed byte for byte
+	StatusCode int         // the HTTP status written
+	Header     http.Header // the allow-listed headers (Config.StoredHeaders)
+	Body       []byte      // the body bytes, replayed byte for byte
 }
 
 // Record is what a backend holds for a key.

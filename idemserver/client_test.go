@@ -16,8 +16,8 @@ import (
 )
 
 // TestIdemClient: idem's client against the middleware. The first answer is stored and the
-// connection is then cut before the client reads it: the client's status check (StatusURL on
-// StatusHandler) returns the stored answer and nothing executes twice. A second client reusing
+// connection is then cut before the client reads it: the client's status check (KeyStatusURL on
+// KeyStatusHandler) returns the stored answer and nothing executes twice. A second client reusing
 // the key with another body gets the 422 as ErrKeyConflict.
 func TestIdemClient(t *testing.T) {
 	mw, err := idemserver.New(idemserver.Config{Backend: idemserver.NewMemory(), Tenant: func(r *http.Request) (string, error) {
@@ -39,7 +39,7 @@ func TestIdemClient(t *testing.T) {
 	})
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/payments", mw.Handler(pay))
-	mux.Handle("GET /v1/payments/operations/{key}", mw.StatusHandler("POST /v1/payments", nil))
+	mux.Handle("GET /v1/payments/operations/{key}", mw.KeyStatusHandler("POST /v1/payments", nil))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && posts.Add(1) == 1 {
 			w = &cutAfterStore{ResponseWriter: w} // the answer is stored, the client never gets it
@@ -49,7 +49,7 @@ func TestIdemClient(t *testing.T) {
 	defer srv.Close()
 
 	newClient := func() *idem.Client {
-		c, err := idem.NewClient(idem.Config{BaseURL: srv.URL, StatusURL: "/v1/payments/operations/{key}",
+		c, err := idem.NewClient(idem.Config{BaseURL: srv.URL, KeyStatusURL: "/v1/payments/operations/{key}",
 			Credentials: func(r *http.Request) error { r.Header.Set("Authorization", "Bearer sk_1"); return nil },
 			Sleep:       func(ctx context.Context, _ time.Duration) error { return ctx.Err() }})
 		if err != nil {
@@ -64,7 +64,7 @@ func TestIdemClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
-	if res.StatusCode != 201 || string(res.Body) != `{"id":"ch_1","request":{"amount":1999}}` || res.Source != idem.SourceStatus || res.Attempts != 1 {
+	if res.StatusCode != 201 || string(res.Body) != `{"id":"ch_1","request":{"amount":1999}}` || res.Source != idem.SourceKeyStatus || res.Attempts != 1 {
 		t.Fatalf("result %d %s source %s attempts %d", res.StatusCode, res.Body, res.Source, res.Attempts)
 	}
 	other := idem.NewOperation(http.MethodPost, "/v1/payments", []byte(`{"amount":2000}`), idem.WithKey("order-1"))

@@ -38,7 +38,7 @@
 //
 // # Status endpoint
 //
-// Middleware.StatusHandler answers GET requests about a key in the convention idem's client
+// Middleware.KeyStatusHandler answers GET requests about a key in the convention idem's client
 // reads by default: 200 {"status":"completed","response_status":N,"response_body":...},
 // 202 {"status":"processing"} with Retry-After, 404 {"status":"not_found"}.
 //

@@ -41,7 +41,7 @@ func Example() {
 	})
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/payments", mw.Handler(pay))
-	mux.Handle("GET /v1/payments/operations/{key}", mw.StatusHandler("POST /v1/payments", nil))
+	mux.Handle("GET /v1/payments/operations/{key}", mw.KeyStatusHandler("POST /v1/payments", nil))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 

@@ -59,7 +59,7 @@ func newHooked(t *testing.T, hold chan struct{}, started chan struct{}) *hooked 
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprint(w, `{"id":"x"}`)
 	}))
-	hk.status = mw.StatusHandler("POST /pay", func(r *http.Request) string { return r.URL.Query().Get("key") })
+	hk.status = mw.KeyStatusHandler("POST /pay", func(r *http.Request) string { return r.URL.Query().Get("key") })
 	return hk
 }
 

@@ -174,7 +174,7 @@ func copyResponse(r *Response) *Response {
 	if r == nil {
 		return nil
 	}
-	return &Response{Status: r.Status, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
+	return &Response{StatusCode: r.StatusCode, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
 }
 
 var _ Backend = (*Memory)(nil)

@@ -106,21 +106,21 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		switch {
 		case rec.Fingerprint != nil && !bytes.Equal(rec.Fingerprint, fp):
-			m.event(Event{Kind: EventPayloadConflict, Scope: scope, Status: http.StatusUnprocessableEntity})
+			m.event(Event{Kind: EventPayloadConflict, Scope: scope, StatusCode: http.StatusUnprocessableEntity})
 			m.problem(w, r, Problem{Type: ProblemKeyReused, Title: "Idempotency-Key reused with another request", Status: http.StatusUnprocessableEntity,
 				Detail: "this key was used with a different method, route or body; use a new key for a new request", Code: CodeKeyReused})
 			return
 		case rec.State == StateCompleted:
-			m.event(Event{Kind: EventReplay, Scope: scope, Status: rec.Response.Status})
+			m.event(Event{Kind: EventReplay, Scope: scope, StatusCode: rec.Response.StatusCode})
 			replay(w, rec.Response)
 			return
 		}
 		if !waited {
-			m.event(Event{Kind: EventConcurrent, Scope: scope, Status: http.StatusConflict})
+			m.event(Event{Kind: EventConcurrent, Scope: scope, StatusCode: http.StatusConflict})
 		}
 		if m.cfg.Wait <= 0 || !m.cfg.Now().Before(deadline) || m.cfg.Sleep(ctx, m.cfg.WaitPoll) != nil {
 			if m.cfg.Wait > 0 {
-				m.event(Event{Kind: EventInProgressTimeout, Scope: scope, Status: http.StatusConflict})
+				m.event(Event{Kind: EventInProgressTimeout, Scope: scope, StatusCode: http.StatusConflict})
 			}
 			w.Header().Set("Retry-After", m.retryAfter())
 			m.problem(w, r, Problem{Type: ProblemInProgress, Title: "A request with this Idempotency-Key is in progress", Status: http.StatusConflict,
@@ -157,11 +157,11 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			m.unavailable(w, r, scope, err)
 			return
 		}
-		m.event(Event{Kind: EventNotExecuted, Scope: scope, Status: resp.Status})
-		send(w, rec.header, resp.Status, resp.Body)
+		m.event(Event{Kind: EventNotExecuted, Scope: scope, StatusCode: resp.StatusCode})
+		send(w, rec.header, resp.StatusCode, resp.Body)
 		return
 	}
-	stored := &Response{Status: resp.Status, Header: http.Header{}, Body: resp.Body}
+	stored := &Response{StatusCode: resp.StatusCode, Header: http.Header{}, Body: resp.Body}
 	for _, h := range m.cfg.StoredHeaders {
 		if vs, ok := rec.header[h]; ok {
 			stored.Header[h] = append([]string(nil), vs...)
@@ -172,12 +172,12 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		m.unavailable(w, r, scope, err)
 		return
 	}
-	m.event(Event{Kind: EventExecuted, Scope: scope, Status: resp.Status})
-	send(w, rec.header, resp.Status, resp.Body)
+	m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: resp.StatusCode})
+	send(w, rec.header, resp.StatusCode, resp.Body)
 }
 
 func (m *Middleware) unavailable(w http.ResponseWriter, r *http.Request, scope Scope, err error) {
-	m.event(Event{Kind: EventStoreError, Scope: scope, Status: http.StatusServiceUnavailable, Err: err})
+	m.event(Event{Kind: EventStoreError, Scope: scope, StatusCode: http.StatusServiceUnavailable, Err: err})
 	w.Header().Set("Retry-After", m.retryAfter())
 	m.problem(w, r, Problem{Type: ProblemUnavailable, Title: "Idempotency store unavailable", Status: http.StatusServiceUnavailable,
 		Detail: "nothing was stored; retry with the same key"})
@@ -196,7 +196,7 @@ func replay(w http.ResponseWriter, resp *Response) {
 		w.Header()[k] = append([]string(nil), vs...)
 	}
 	w.Header().Set(ReplayedHeader, "true")
-	send(w, nil, resp.Status, resp.Body)
+	send(w, nil, resp.StatusCode, resp.Body)
 }
 
 // send writes status and body, with header (if any) and an exact Content-Length.
@@ -237,5 +237,5 @@ func (r *recorder) response() Response {
 		st = http.StatusOK
 	}
 	r.header.Del("Content-Length")
-	return Response{Status: st, Body: r.body.Bytes()}
+	return Response{StatusCode: st, Body: r.body.Bytes()}
 }

@@ -28,10 +28,10 @@ const (
 
 // Event is passed to Config.OnEvent.
 type Event struct {
-	Kind   EventKind // what happened
-	Scope  Scope     // the tenant, operation and key it happened to
-	Status int       // the answer's status, when one was written
-	Err    error     // for EventStoreError
+	Kind       EventKind // what happened
+	Scope      Scope     // the tenant, operation and key it happened to
+	StatusCode int       // the answer's status, when one was written
+	Err        error     // for EventStoreError
 }
 
 // Stats are the middleware's counters since New, one per EventKind plus Purged.

@@ -19,8 +19,8 @@ type statusHandler struct {
 	key       func(r *http.Request) string
 }
 
-// StatusHandler returns the status endpoint for operation (as Config.Operation names it,
-// e.g. "POST /v1/payments"), in the convention of idem's client (DecodeStatus):
+// KeyStatusHandler returns the status endpoint for operation (as Config.Operation names it,
+// e.g. "POST /v1/payments"), in the convention of idem's client (DecodeKeyStatus):
 // 200 {"status":"completed","response_status":N,"response_body":B},
 // 202 {"status":"processing"} with Retry-After, 404 {"status":"not_found"}. B is the stored
 // body when it is JSON, else the body as a JSON string; an empty body has no response_body. The tenant comes from Config.Tenant
@@ -28,7 +28,7 @@ type statusHandler struct {
 // (sf-string or token) from the request; nil means the path value "key" (a ServeMux pattern
 // such as "GET /v1/payments/operations/{key}"), else the key header. A missing or invalid key
 // gets 400.
-func (m *Middleware) StatusHandler(operation string, key func(r *http.Request) string) http.Handler {
+func (m *Middleware) KeyStatusHandler(operation string, key func(r *http.Request) string) http.Handler {
 	if key == nil {
 		key = func(r *http.Request) string {
 			if k := r.PathValue("key"); k != "" {
@@ -69,7 +69,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case len(rec.Response.Body) > 0:
 			body, _ = json.Marshal(string(rec.Response.Body))
 		}
-		writeJSON(w, http.StatusOK, statusBody{Status: "completed", ResponseStatus: rec.Response.Status, ResponseBody: body})
+		writeJSON(w, http.StatusOK, statusBody{Status: "completed", ResponseStatus: rec.Response.StatusCode, ResponseBody: body})
 	}
 }
 

@@ -27,7 +27,7 @@ func TestStatusBodies(t *testing.T) {
 			io.WriteString(w, "ok \"quoted\"")
 		}
 	}))
-	status := mw.StatusHandler("POST /pay", func(r *http.Request) string { return r.URL.Query().Get("key") })
+	status := mw.KeyStatusHandler("POST /pay", func(r *http.Request) string { return r.URL.Query().Get("key") })
 	for _, tc := range []struct{ kind, want string }{
 		{"empty", `{"status":"completed","response_status":204}`},
 		{"text", `{"status":"completed","response_status":201,"response_body":"ok \"quoted\""}`},

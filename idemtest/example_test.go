@@ -29,7 +29,7 @@ func Example() {
 	// The first attempt is refused with 503, the second is executed and its answer lost.
 	api.Script(idemtest.Fault503, idemtest.FaultDropAfterCommit)
 
-	c, err := idem.NewClient(idem.Config{BaseURL: api.URL, StatusURL: "/v1/payments/operations/{key}"})
+	c, err := idem.NewClient(idem.Config{BaseURL: api.URL, KeyStatusURL: "/v1/payments/operations/{key}"})
 	if err != nil {
 		panic(err)
 	}
@@ -38,7 +38,7 @@ func Example() {
 	fmt.Println("attempts:", api.AttemptsFor(key), "executions:", api.ExecutionsFor(key),
 		"by reference:", api.ExecutionsByReference("order-7"))
 	s := api.Stats()
-	fmt.Println("requests:", s.Requests, "status checks:", s.StatusChecks,
+	fmt.Println("requests:", s.Requests, "status checks:", s.KeyStatusChecks,
 		"faults:", s.Faults[idemtest.Fault503], s.Faults[idemtest.FaultDropAfterCommit])
 	// Output:
 	// error: <nil>

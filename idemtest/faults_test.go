@@ -346,14 +346,14 @@ func TestFaultNames(t *testing.T) {
 
 func TestInvalidConfigPanics(t *testing.T) {
 	tests := map[string]func(){
-		"FaultRate above 1":       func() { NewHandler(Config{FaultRate: 1.5}) },
-		"FaultRate negative":      func() { NewHandler(Config{FaultRate: -0.1}) },
-		"FaultRate NaN":           func() { NewHandler(Config{FaultRate: math.NaN()}) },
-		"StatusFaultRate above 1": func() { NewHandler(Config{StatusFaultRate: 2}) },
-		"unknown fault":           func() { NewHandler(Config{Faults: []Fault{Fault(99)}}) },
-		"relative path":           func() { NewHandler(Config{Paths: []string{"v1/payments"}}) },
-		"trailing slash":          func() { NewHandler(Config{Paths: []string{"/v1/payments/"}}) },
-		"unknown scripted fault":  func() { NewHandler(Config{}).Script(Fault(-1)) },
+		"FaultRate above 1":          func() { NewHandler(Config{FaultRate: 1.5}) },
+		"FaultRate negative":         func() { NewHandler(Config{FaultRate: -0.1}) },
+		"FaultRate NaN":              func() { NewHandler(Config{FaultRate: math.NaN()}) },
+		"KeyStatusFaultRate above 1": func() { NewHandler(Config{KeyStatusFaultRate: 2}) },
+		"unknown fault":              func() { NewHandler(Config{Faults: []Fault{Fault(99)}}) },
+		"relative path":              func() { NewHandler(Config{Paths: []string{"v1/payments"}}) },
+		"trailing slash":             func() { NewHandler(Config{Paths: []string{"/v1/payments/"}}) },
+		"unknown scripted fault":     func() { NewHandler(Config{}).Script(Fault(-1)) },
 	}
 	for name, f := range tests {
 		t.Run(name, func(t *testing.T) {

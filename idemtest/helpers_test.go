@@ -88,7 +88,7 @@ func doClient(t *testing.T, client *http.Client, base string, c call) reply {
 // status GETs the status endpoint for key.
 func status(t *testing.T, base, tenant, key string) reply {
 	t.Helper()
-	return do(t, base, call{method: http.MethodGet, path: StatusPath(key), tenant: tenant})
+	return do(t, base, call{method: http.MethodGet, path: KeyStatusPath(key), tenant: tenant})
 }
 
 func paymentBody(amount int, ref string) string {

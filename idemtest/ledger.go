@@ -21,23 +21,23 @@ type Execution struct {
 
 // Stats is a snapshot of the server's counters.
 type Stats struct {
-	Requests     int           // POST requests that arrived, faulted ones included
-	Executions   int           // payments executed (ledger entries)
-	Replays      int           // stored results replayed to a POST
-	InProgress   int           // 409 answers: the key was still processing
-	KeyReused    int           // 422 answers: the key was reused with another request
-	BadRequests  int           // 400 and 413 answers: key or body invalid, nothing stored
-	StatusChecks int           // status endpoint requests, faulted ones included
-	StatusFaults int           // status checks answered 503 by StatusFaultRate
-	Searches     int           // search-by-reference requests answered
-	Faults       map[Fault]int // faults that took effect, by kind
+	Requests        int           // POST requests that arrived, faulted ones included
+	Executions      int           // payments executed (ledger entries)
+	Replays         int           // stored results replayed to a POST
+	InProgress      int           // 409 answers: the key was still processing
+	KeyReused       int           // 422 answers: the key was reused with another request
+	BadRequests     int           // 400 and 413 answers: key or body invalid, nothing stored
+	KeyStatusChecks int           // status endpoint requests, faulted ones included
+	KeyStatusFaults int           // status checks answered 503 by KeyStatusFaultRate
+	Searches        int           // search-by-reference requests answered
+	Faults          map[Fault]int // faults that took effect, by kind
 }
 
 // String formats s on one line for a demo's summary; faults in declaration order.
 func (s Stats) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "requests=%d executions=%d replays=%d in_progress=%d key_reused=%d bad_requests=%d status_checks=%d status_faults=%d searches=%d",
-		s.Requests, s.Executions, s.Replays, s.InProgress, s.KeyReused, s.BadRequests, s.StatusChecks, s.StatusFaults, s.Searches)
+		s.Requests, s.Executions, s.Replays, s.InProgress, s.KeyReused, s.BadRequests, s.KeyStatusChecks, s.KeyStatusFaults, s.Searches)
 	for f := FaultNone + 1; f < numFaults; f++ {
 		if n := s.Faults[f]; n > 0 {
 			fmt.Fprintf(&b, " %s=%d", f, n)
@@ -104,9 +104,9 @@ func (h *Handler) AttemptsFor(key string) int {
 	return h.attemptsFor[key]
 }
 
-// StatusChecks returns how many status endpoint requests arrived, faulted ones included.
-func (h *Handler) StatusChecks() int {
+// KeyStatusChecks returns how many status endpoint requests arrived, faulted ones included.
+func (h *Handler) KeyStatusChecks() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.stats.StatusChecks
+	return h.stats.KeyStatusChecks
 }

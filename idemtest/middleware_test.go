@@ -45,7 +45,7 @@ func TestServedThroughIdemserver(t *testing.T) {
 
 	// The stored record is the middleware's, in the scope (Authorization, "POST "+path).
 	rec, err := s.backend.Lookup(t.Context(), idemserver.Scope{Tenant: "Bearer sk_acme", Operation: operation(PaymentsPath), Key: "k"}, time.Now())
-	if err != nil || rec == nil || rec.State != idemserver.StateCompleted || rec.Response.Status != http.StatusCreated {
+	if err != nil || rec == nil || rec.State != idemserver.StateCompleted || rec.Response.StatusCode != http.StatusCreated {
 		t.Fatalf("record = %+v, %v", rec, err)
 	}
 	if n := s.backend.Len(); n != 1 {

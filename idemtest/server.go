@@ -20,8 +20,8 @@ import (
 const (
 	// PaymentsPath is the endpoint that creates a payment (POST).
 	PaymentsPath = "/v1/payments"
-	// StatusPathPattern is the ServeMux pattern of the status endpoint (GET).
-	StatusPathPattern = "/v1/payments/operations/{key}"
+	// KeyStatusPathPattern is the ServeMux pattern of the status endpoint (GET).
+	KeyStatusPathPattern = "/v1/payments/operations/{key}"
 	// DefaultKeyHeader is the idempotency key header read when Config.KeyHeader is empty.
 	DefaultKeyHeader = idemserver.DefaultKeyHeader
 	// ReplayedHeader is set to "true" on every answer replayed from a stored result.
@@ -37,8 +37,8 @@ const (
 
 const statusSuffix = "/operations/"
 
-// StatusPath returns the status endpoint path for key under [PaymentsPath], escaped.
-func StatusPath(key string) string {
+// KeyStatusPath returns the status endpoint path for key under [PaymentsPath], escaped.
+func KeyStatusPath(key string) string {
 	return PaymentsPath + statusSuffix + url.PathEscape(key)
 }
 
@@ -55,10 +55,10 @@ type Config struct {
 	Seed int64
 	// Faults is the list random faults are drawn from; nil or empty means AllFaults().
 	Faults []Fault
-	// StatusFaultRate is the probability (0..1) that a status check gets 503 with
+	// KeyStatusFaultRate is the probability (0..1) that a status check gets 503 with
 	// "Retry-After: 0". Drawn from its own source (seeded by Seed), so status checks do not
 	// shift the sequence of POST faults.
-	StatusFaultRate float64
+	KeyStatusFaultRate float64
 
 	// SlowDelay is how long FaultSlow holds a claimed request before executing it; 0 means
 	// DefaultSlowDelay, a negative value means no delay.
@@ -96,7 +96,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	checkRate("FaultRate", c.FaultRate)
-	checkRate("StatusFaultRate", c.StatusFaultRate)
+	checkRate("KeyStatusFaultRate", c.KeyStatusFaultRate)
 	switch {
 	case c.SlowDelay == 0:
 		c.SlowDelay = DefaultSlowDelay
@@ -169,7 +169,7 @@ func NewHandler(cfg Config) *Handler {
 	h.mw = h.newMiddleware()
 	for _, p := range cfg.Paths {
 		pay := h.mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.servePayment(w, r, p) }))
-		status := h.mw.StatusHandler(operation(p), nil)
+		status := h.mw.KeyStatusHandler(operation(p), nil)
 		h.mux.HandleFunc("POST "+p, func(w http.ResponseWriter, r *http.Request) { h.arrive(w, r, pay) })
 		h.mux.HandleFunc("GET "+p, func(w http.ResponseWriter, r *http.Request) { h.serveSearch(w, r, p) })
 		h.mux.HandleFunc("GET "+p+statusSuffix+"{key}", func(w http.ResponseWriter, r *http.Request) { h.serveStatus(w, r, status) })

@@ -7,10 +7,10 @@ import "net/http"
 // The key may be bare or an RFC 8941 sf-string.
 func (h *Handler) serveStatus(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	h.mu.Lock()
-	h.stats.StatusChecks++
-	faulted := h.cfg.StatusFaultRate > 0 && h.statusRng.Float64() < h.cfg.StatusFaultRate
+	h.stats.KeyStatusChecks++
+	faulted := h.cfg.KeyStatusFaultRate > 0 && h.statusRng.Float64() < h.cfg.KeyStatusFaultRate
 	if faulted {
-		h.stats.StatusFaults++
+		h.stats.KeyStatusFaults++
 	}
 	h.mu.Unlock()
 	if faulted {

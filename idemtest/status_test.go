@@ -58,12 +58,12 @@ func TestStatusEndpoint(t *testing.T) {
 		}
 	})
 
-	wantInt(t, "StatusChecks", s.StatusChecks(), 3)
+	wantInt(t, "KeyStatusChecks", s.KeyStatusChecks(), 3)
 	wantInt(t, "Attempts", s.Attempts(), 1)
 }
 
 func TestStatusFaults(t *testing.T) {
-	s := newTestServer(t, Config{StatusFaultRate: 1})
+	s := newTestServer(t, Config{KeyStatusFaultRate: 1})
 	wantStatus(t, do(t, s.URL, call{key: "k", body: paymentBody(1, "r")}), http.StatusCreated)
 	for range 3 {
 		r := status(t, s.URL, "", "k")
@@ -73,16 +73,16 @@ func TestStatusFaults(t *testing.T) {
 		}
 	}
 	st := s.Stats()
-	wantInt(t, "StatusChecks", st.StatusChecks, 3)
-	wantInt(t, "StatusFaults", st.StatusFaults, 3)
+	wantInt(t, "KeyStatusChecks", st.KeyStatusChecks, 3)
+	wantInt(t, "KeyStatusFaults", st.KeyStatusFaults, 3)
 	wantInt(t, "POST faults", len(st.Faults), 0)
 }
 
 func TestStatusPaths(t *testing.T) {
-	if got := StatusPath("a b/c"); got != "/v1/payments/operations/a%20b%2Fc" {
-		t.Errorf("StatusPath = %q", got)
+	if got := KeyStatusPath("a b/c"); got != "/v1/payments/operations/a%20b%2Fc" {
+		t.Errorf("KeyStatusPath = %q", got)
 	}
-	if StatusPathPattern != PaymentsPath+statusSuffix+"{key}" {
-		t.Errorf("StatusPathPattern %q does not match the routes", StatusPathPattern)
+	if KeyStatusPathPattern != PaymentsPath+statusSuffix+"{key}" {
+		t.Errorf("KeyStatusPathPattern %q does not match the routes", KeyStatusPathPattern)
 	}
 }

@@ -22,8 +22,8 @@ const (
 	DefaultRounds = 3
 	// DefaultTimeout bounds each request the probe sends.
 	DefaultTimeout = 10 * time.Second
-	// StatusSuffix is appended to Path for the default status endpoint (DESIGN.md §1).
-	StatusSuffix = "/operations/{key}"
+	// KeyStatusSuffix is appended to Path for the default status endpoint (DESIGN.md §1).
+	KeyStatusSuffix = "/operations/{key}"
 	// ReplayedHeader marks a replayed answer (Stripe's and idemserver's spelling).
 	ReplayedHeader = "Idempotent-Replayed"
 	// SearchSuffix is appended to Path for the default search by reference.
@@ -61,9 +61,9 @@ type Config struct {
 	OtherBody func(ref string) []byte
 	// KeyHeader is the idempotency key header; "" means DefaultKeyHeader.
 	KeyHeader string
-	// StatusPath is the status endpoint, relative to BaseURL, with "{key}"; "" means
-	// Path+StatusSuffix, and "-" means the API has none (the status rows are NotObserved).
-	StatusPath string
+	// KeyStatusPath is the status endpoint, relative to BaseURL, with "{key}"; "" means
+	// Path+KeyStatusSuffix, and "-" means the API has none (the status rows are NotObserved).
+	KeyStatusPath string
 	// SearchPath is the search by reference, relative to BaseURL, with "{reference}"; ""
 	// means Path+SearchSuffix, "-" means none (executes-once falls back on response ids).
 	SearchPath string
@@ -99,11 +99,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.KeyHeader == "" {
 		c.KeyHeader = DefaultKeyHeader
 	}
-	if c.StatusPath == "" {
-		c.StatusPath = c.Path + StatusSuffix
+	if c.KeyStatusPath == "" {
+		c.KeyStatusPath = c.Path + KeyStatusSuffix
 	}
-	if c.StatusPath != "-" && !strings.Contains(c.StatusPath, "{key}") {
-		return c, fmt.Errorf("%w: StatusPath %q has no {key}", ErrInvalidConfig, c.StatusPath)
+	if c.KeyStatusPath != "-" && !strings.Contains(c.KeyStatusPath, "{key}") {
+		return c, fmt.Errorf("%w: KeyStatusPath %q has no {key}", ErrInvalidConfig, c.KeyStatusPath)
 	}
 	if c.SearchPath == "" {
 		c.SearchPath = c.Path + SearchSuffix

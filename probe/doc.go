@@ -23,10 +23,10 @@
 //     Config.Rounds times, then reported NotObserved. An API whose handler answers in
 //     microseconds (an in-memory test server) rarely shows an overlap; one that calls a bank
 //     usually does.
-//   - status-completed / status-not-found: the status endpoint (Config.StatusPath, default
+//   - status-completed / status-not-found: the status endpoint (Config.KeyStatusPath, default
 //     Path+"/operations/{key}") answers completed with the stored status for the key of
-//     create, and not_found for a key never sent, in the convention idem.DecodeStatus reads.
-//     An API without one is NotObserved, and the suggested StatusURL is empty.
+//     create, and not_found for a key never sent, in the convention idem.DecodeKeyStatus reads.
+//     An API without one is NotObserved, and the suggested KeyStatusURL is empty.
 //   - retry-after: every Retry-After seen (409, 429, 503, 202) is delay-seconds or an
 //     HTTP-date (idem.ParseRetryAfter). Best effort: an API that never throttled the probe
 //     is NotObserved.

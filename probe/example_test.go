@@ -10,7 +10,7 @@ import (
 )
 
 // Probe a sandbox API (here idemtest, whose first concurrent request is held so that the
-// in-progress check sees a 409) and print each row's verdict and the suggested StatusURL.
+// in-progress check sees a 409) and print each row's verdict and the suggested KeyStatusURL.
 func ExampleRun() {
 	api := idemtest.NewServer(idemtest.Config{SlowDelay: 300 * time.Millisecond})
 	defer api.Close()
@@ -24,7 +24,7 @@ func ExampleRun() {
 	for _, row := range rep.Rows {
 		fmt.Printf("%-17s %s\n", row.Check, row.Result)
 	}
-	fmt.Println("StatusURL:", rep.Suggestion.StatusURL)
+	fmt.Println("KeyStatusURL:", rep.Suggestion.KeyStatusURL)
 	// Output:
 	// create            honoured
 	// replay            honoured
@@ -35,5 +35,5 @@ func ExampleRun() {
 	// status-not-found  honoured
 	// retry-after       honoured
 	// executes-once     honoured
-	// StatusURL: /v1/payments/operations/{key}
+	// KeyStatusURL: /v1/payments/operations/{key}
 }

@@ -124,7 +124,7 @@ func (f *fake) start(t *testing.T) *httptest.Server {
 		post.ServeHTTP(w, r)
 	})
 	if !f.noStatus {
-		mux.Handle("GET /v1/payments/operations/{key}", mw.StatusHandler("POST /v1/payments", nil))
+		mux.Handle("GET /v1/payments/operations/{key}", mw.KeyStatusHandler("POST /v1/payments", nil))
 	}
 	mux.HandleFunc("GET /v1/payments", func(w http.ResponseWriter, r *http.Request) {
 		ref := r.URL.Query().Get("reference")

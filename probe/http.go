@@ -176,7 +176,7 @@ func (s *sender) pause(ctx context.Context, a answer) bool {
 
 // statusPath is the status endpoint's path for key.
 func (s *sender) statusPath(key string) string {
-	return strings.ReplaceAll(s.cfg.StatusPath, "{key}", url.PathEscape(key))
+	return strings.ReplaceAll(s.cfg.KeyStatusPath, "{key}", url.PathEscape(key))
 }
 
 // searchPath is the search's path for ref.

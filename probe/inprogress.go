@@ -56,7 +56,7 @@ func (p *prober) burstClient() (*http.Client, func()) {
 // or the endpoint's path), so that the burst does not wait for dials.
 func (p *prober) warm(ctx context.Context, client *http.Client) {
 	path := p.s.cfg.Path
-	if p.s.cfg.StatusPath != "-" {
+	if p.s.cfg.KeyStatusPath != "-" {
 		path = p.s.statusPath(uuid.NewString())
 	}
 	var wg sync.WaitGroup

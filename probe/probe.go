@@ -145,7 +145,7 @@ func (p *prober) keyReuse(ctx context.Context, key, ref string) {
 	case transient(a): // every transport error included
 		p.notObservedTransient(CheckKeyReuse, a, met)
 	case (a.status == http.StatusUnprocessableEntity || a.status == http.StatusBadRequest) &&
-		idem.ClassifyStatus(&idem.Attempt{Response: &http.Response{StatusCode: a.status}, Body: a.body}) == idem.ClassKeyConflict:
+		idem.ClassifyStatusCode(&idem.Attempt{Response: &http.Response{StatusCode: a.status}, Body: a.body}) == idem.ClassKeyConflict:
 		// The client's own rule: a 422 naming key reuse, or Stripe's 400 idempotency_error.
 		p.set(CheckKeyReuse, Honoured, "HTTP %d %s", a.status, short(a.body))
 	case a.status == http.StatusUnprocessableEntity:
@@ -167,49 +167,49 @@ func (p *prober) keyReuse(ctx context.Context, key, ref string) {
 
 // statusNotFound asks the status endpoint about a key never sent.
 func (p *prober) statusNotFound(ctx context.Context) {
-	if p.s.cfg.StatusPath == "-" {
-		p.set(CheckStatusNotFound, NotObserved, "no status endpoint configured")
+	if p.s.cfg.KeyStatusPath == "-" {
+		p.set(CheckKeyStatusNotFound, NotObserved, "no status endpoint configured")
 		return
 	}
 	a := p.s.get(ctx, p.s.statusPath(uuid.NewString()))
 	st := decode(a, p.s.cfg)
 	switch st.State {
-	case idem.StatusNotFound:
-		p.set(CheckStatusNotFound, Honoured, "HTTP 404 %s", short(a.body))
-	case idem.StatusCompleted, idem.StatusProcessing:
-		p.set(CheckStatusNotFound, Broken, "a key never sent is %s (%s)", st.State, a)
+	case idem.KeyStatusNotFound:
+		p.set(CheckKeyStatusNotFound, Honoured, "HTTP 404 %s", short(a.body))
+	case idem.KeyStatusCompleted, idem.KeyStatusProcessing:
+		p.set(CheckKeyStatusNotFound, Broken, "a key never sent is %s (%s)", st.State, a)
 	default:
-		p.set(CheckStatusNotFound, NotObserved, "%s at %s: no status endpoint in the default convention", a, p.s.cfg.StatusPath)
+		p.set(CheckKeyStatusNotFound, NotObserved, "%s at %s: no status endpoint in the default convention", a, p.s.cfg.KeyStatusPath)
 	}
 }
 
 // statusCompleted asks the status endpoint about the create key.
 func (p *prober) statusCompleted(ctx context.Context, key string) {
-	if p.s.cfg.StatusPath == "-" {
-		p.set(CheckStatusCompleted, NotObserved, "no status endpoint configured")
+	if p.s.cfg.KeyStatusPath == "-" {
+		p.set(CheckKeyStatusCompleted, NotObserved, "no status endpoint configured")
 		return
 	}
 	a := p.s.get(ctx, p.s.statusPath(key))
 	st := decode(a, p.s.cfg)
 	switch {
-	case st.State == idem.StatusCompleted && st.ResponseStatus == p.first.status:
-		p.set(CheckStatusCompleted, Honoured, "HTTP 200 completed, response_status %d", st.ResponseStatus)
-	case st.State == idem.StatusCompleted:
-		p.set(CheckStatusCompleted, Broken, "completed with response_status %d, but the answer was %d", st.ResponseStatus, p.first.status)
-	case st.State == idem.StatusNotFound:
-		p.set(CheckStatusCompleted, Broken, "reports not_found for an executed key: a client would resend it")
-	case st.State == idem.StatusProcessing:
-		p.set(CheckStatusCompleted, Broken, "still processing after the operation answered")
+	case st.State == idem.KeyStatusCompleted && st.ResponseStatusCode == p.first.status:
+		p.set(CheckKeyStatusCompleted, Honoured, "HTTP 200 completed, response_status %d", st.ResponseStatusCode)
+	case st.State == idem.KeyStatusCompleted:
+		p.set(CheckKeyStatusCompleted, Broken, "completed with response_status %d, but the answer was %d", st.ResponseStatusCode, p.first.status)
+	case st.State == idem.KeyStatusNotFound:
+		p.set(CheckKeyStatusCompleted, Broken, "reports not_found for an executed key: a client would resend it")
+	case st.State == idem.KeyStatusProcessing:
+		p.set(CheckKeyStatusCompleted, Broken, "still processing after the operation answered")
 	default:
-		p.set(CheckStatusCompleted, NotObserved, "%s at %s: no status endpoint in the default convention", a, p.s.cfg.StatusPath)
+		p.set(CheckKeyStatusCompleted, NotObserved, "%s at %s: no status endpoint in the default convention", a, p.s.cfg.KeyStatusPath)
 	}
 }
 
-func decode(a answer, cfg Config) idem.Status {
+func decode(a answer, cfg Config) idem.KeyStatus {
 	if a.err != nil {
-		return idem.Status{}
+		return idem.KeyStatus{}
 	}
-	return idem.DecodeStatus(a.status, a.header, a.body, cfg.Now())
+	return idem.DecodeKeyStatus(a.status, a.header, a.body, cfg.Now())
 }
 
 // retryAfter grades every Retry-After the probe met.

@@ -92,7 +92,7 @@ func TestIdemtestHonoursEveryRow(t *testing.T) {
 	}
 
 	s := rep.Suggestion
-	if s.BaseURL != api.URL || s.KeyHeader != "Idempotency-Key" || s.StatusURL != "/v1/payments/operations/{key}" ||
+	if s.BaseURL != api.URL || s.KeyHeader != "Idempotency-Key" || s.KeyStatusURL != "/v1/payments/operations/{key}" ||
 		s.LookupPath != "/v1/payments?reference={reference}" || len(s.KeyConflictCodes) != 0 || !s.Safe {
 		t.Errorf("suggestion = %+v", s)
 	}
@@ -132,7 +132,7 @@ func TestBrokenServers(t *testing.T) {
 			name:        "re-executes on retry",
 			api:         &fake{noIdempotency: true, noStatus: true},
 			broken:      []string{probe.CheckReplay, probe.CheckKeyReuse, probe.CheckInProgress, probe.CheckExecutesOnce},
-			notObserved: []string{probe.CheckReplayMarker, probe.CheckStatusCompleted, probe.CheckStatusNotFound, probe.CheckRetryAfter},
+			notObserved: []string{probe.CheckReplayMarker, probe.CheckKeyStatusCompleted, probe.CheckKeyStatusNotFound, probe.CheckRetryAfter},
 		},
 		{
 			name:   "replays the answer but charges again",
@@ -148,7 +148,7 @@ func TestBrokenServers(t *testing.T) {
 		{
 			name:        "no status endpoint",
 			api:         &fake{noStatus: true, hold: 200 * time.Millisecond},
-			notObserved: []string{probe.CheckStatusCompleted, probe.CheckStatusNotFound},
+			notObserved: []string{probe.CheckKeyStatusCompleted, probe.CheckKeyStatusNotFound},
 			safe:        true,
 		},
 		{
@@ -169,8 +169,8 @@ func TestBrokenServers(t *testing.T) {
 			if rep.Suggestion.Safe != tt.safe {
 				t.Errorf("Safe = %v, want %v (notes %q)", rep.Suggestion.Safe, tt.safe, rep.Suggestion.Notes)
 			}
-			if tt.api.noStatus && rep.Suggestion.StatusURL != "" {
-				t.Errorf("StatusURL %q for an API without one", rep.Suggestion.StatusURL)
+			if tt.api.noStatus && rep.Suggestion.KeyStatusURL != "" {
+				t.Errorf("KeyStatusURL %q for an API without one", rep.Suggestion.KeyStatusURL)
 			}
 		})
 	}
@@ -247,7 +247,7 @@ func TestInvalidConfig(t *testing.T) {
 		{probe.Config{BaseURL: "example.com"}, "BaseURL"},
 		{probe.Config{BaseURL: "ftp://x"}, "BaseURL"},
 		{probe.Config{BaseURL: "http://x", Path: "v1"}, "Path"},
-		{probe.Config{BaseURL: "http://x", StatusPath: "/status"}, "StatusPath"},
+		{probe.Config{BaseURL: "http://x", KeyStatusPath: "/status"}, "KeyStatusPath"},
 		{probe.Config{BaseURL: "http://x", SearchPath: "/search"}, "SearchPath"},
 		{probe.Config{BaseURL: "http://x", Concurrency: -1}, "Concurrency"},
 		{probe.Config{BaseURL: "http://x", Rounds: -1}, "Rounds"},

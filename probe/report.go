@@ -23,31 +23,31 @@ const (
 
 // The checks, in the order Run reports them (see the package documentation).
 const (
-	CheckCreate          = "create"
-	CheckReplay          = "replay"
-	CheckReplayMarker    = "replay-marker"
-	CheckKeyReuse        = "key-reuse"
-	CheckInProgress      = "in-progress"
-	CheckStatusCompleted = "status-completed"
-	CheckStatusNotFound  = "status-not-found"
-	CheckRetryAfter      = "retry-after"
-	CheckExecutesOnce    = "executes-once"
+	CheckCreate             = "create"
+	CheckReplay             = "replay"
+	CheckReplayMarker       = "replay-marker"
+	CheckKeyReuse           = "key-reuse"
+	CheckInProgress         = "in-progress"
+	CheckKeyStatusCompleted = "status-completed"
+	CheckKeyStatusNotFound  = "status-not-found"
+	CheckRetryAfter         = "retry-after"
+	CheckExecutesOnce       = "executes-once"
 )
 
 // Checks lists every check in report order.
 var Checks = []string{CheckCreate, CheckReplay, CheckReplayMarker, CheckKeyReuse, CheckInProgress,
-	CheckStatusCompleted, CheckStatusNotFound, CheckRetryAfter, CheckExecutesOnce}
+	CheckKeyStatusCompleted, CheckKeyStatusNotFound, CheckRetryAfter, CheckExecutesOnce}
 
 var rules = map[string]string{
-	CheckCreate:          "a fresh key is executed (2xx)",
-	CheckReplay:          "same key, same body: same status, byte-identical body",
-	CheckReplayMarker:    "a replay carries Idempotent-Replayed: true",
-	CheckKeyReuse:        "same key, other body: 422 naming key reuse",
-	CheckInProgress:      "same key while in progress: 409 + Retry-After, or one execution",
-	CheckStatusCompleted: "status endpoint: completed with the stored status",
-	CheckStatusNotFound:  "status endpoint: 404 not_found for an unknown key",
-	CheckRetryAfter:      "Retry-After is delay-seconds or an HTTP-date",
-	CheckExecutesOnce:    "each reference executed once, whatever the retries",
+	CheckCreate:             "a fresh key is executed (2xx)",
+	CheckReplay:             "same key, same body: same status, byte-identical body",
+	CheckReplayMarker:       "a replay carries Idempotent-Replayed: true",
+	CheckKeyReuse:           "same key, other body: 422 naming key reuse",
+	CheckInProgress:         "same key while in progress: 409 + Retry-After, or one execution",
+	CheckKeyStatusCompleted: "status endpoint: completed with the stored status",
+	CheckKeyStatusNotFound:  "status endpoint: 404 not_found for an unknown key",
+	CheckRetryAfter:         "Retry-After is delay-seconds or an HTTP-date",
+	CheckExecutesOnce:       "each reference executed once, whatever the retries",
 }
 
 // Row is one check's outcome.
@@ -63,9 +63,9 @@ type Row struct {
 type Suggestion struct {
 	BaseURL   string `json:"base_url"`   // Config.BaseURL: the probed URL without a trailing slash
 	KeyHeader string `json:"key_header"` // Config.KeyHeader: the header the probe sent the key in
-	// StatusURL is the status endpoint with "{key}", "" when the API has none (idem then
+	// KeyStatusURL is the status endpoint with "{key}", "" when the API has none (idem then
 	// resends an unknown outcome with the same key, safe only within KeyTTL).
-	StatusURL string `json:"status_url"`
+	KeyStatusURL string `json:"status_url"`
 	// KeyConflictCodes are the codes of the API's key-reuse 422 that idem.IsKeyReuse does
 	// not recognise by itself: pass them to idem.KeyConflictCodes.
 	KeyConflictCodes []string `json:"key_conflict_codes,omitempty"`
@@ -78,11 +78,11 @@ type Suggestion struct {
 	Notes []string `json:"notes"`
 }
 
-// Config returns the idem.Config of s: BaseURL, KeyHeader, StatusURL, the classifiers (with
+// Config returns the idem.Config of s: BaseURL, KeyHeader, KeyStatusURL, the classifiers (with
 // idem.KeyConflictCodes prepended when needed) and Lookup. The caller adds its Store,
 // Policy and credentials. Errors are idem.LookupByReference's.
 func (s Suggestion) Config() (idem.Config, error) {
-	c := idem.Config{BaseURL: s.BaseURL, KeyHeader: s.KeyHeader, StatusURL: s.StatusURL}
+	c := idem.Config{BaseURL: s.BaseURL, KeyHeader: s.KeyHeader, KeyStatusURL: s.KeyStatusURL}
 	if len(s.KeyConflictCodes) > 0 {
 		c.Classifiers = append(idem.Classifiers{idem.KeyConflictCodes(s.KeyConflictCodes...)}, idem.DefaultClassifiers()...)
 	}
@@ -148,10 +148,10 @@ func (r *Report) WriteText(w io.Writer, width int) error {
 	s := r.Suggestion
 	b.WriteString("\nidem client configuration that fits:\n")
 	fmt.Fprintf(&b, "  BaseURL:   %s\n  KeyHeader: %s\n", s.BaseURL, s.KeyHeader)
-	if s.StatusURL != "" {
-		fmt.Fprintf(&b, "  StatusURL: %s\n", s.StatusURL)
+	if s.KeyStatusURL != "" {
+		fmt.Fprintf(&b, "  KeyStatusURL: %s\n", s.KeyStatusURL)
 	} else {
-		b.WriteString("  StatusURL: (none)\n")
+		b.WriteString("  KeyStatusURL: (none)\n")
 	}
 	if len(s.KeyConflictCodes) > 0 {
 		fmt.Fprintf(&b, "  Classifiers: KeyConflictCodes(%q) before DefaultClassifiers()\n", s.KeyConflictCodes)

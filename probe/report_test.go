@@ -27,8 +27,8 @@ func TestWriteTextWidth(t *testing.T) {
 		if got := strings.Count(strings.ReplaceAll(b.String(), "\n", ""), "x"); got < 150 {
 			t.Errorf("width %d: %d of 150 x kept", width, got)
 		}
-		if !strings.Contains(b.String(), "StatusURL: (none)") {
-			t.Errorf("no StatusURL line:\n%s", b.String())
+		if !strings.Contains(b.String(), "KeyStatusURL: (none)") {
+			t.Errorf("no KeyStatusURL line:\n%s", b.String())
 		}
 	}
 }

@@ -4,11 +4,11 @@ package probe
 func (p *prober) suggestion() Suggestion {
 	cfg := p.s.cfg
 	s := Suggestion{BaseURL: cfg.BaseURL, KeyHeader: cfg.KeyHeader, KeyConflictCodes: p.codes, Safe: true}
-	if p.rows[CheckStatusCompleted].Result == Honoured && p.rows[CheckStatusNotFound].Result != Broken {
-		s.StatusURL = cfg.StatusPath
+	if p.rows[CheckKeyStatusCompleted].Result == Honoured && p.rows[CheckKeyStatusNotFound].Result != Broken {
+		s.KeyStatusURL = cfg.KeyStatusPath
 	} else {
 		s.Notes = append(s.Notes, "no status endpoint that idem reads: an unknown outcome is resent with the same key, "+
-			"safe only while the API keeps the key (KeyTTL); write a StatusFunc if the API has one in another convention")
+			"safe only while the API keeps the key (KeyTTL); write a KeyStatusFunc if the API has one in another convention")
 	}
 	if p.found {
 		s.LookupPath = cfg.SearchPath

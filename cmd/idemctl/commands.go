@@ -163,9 +163,9 @@ func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer, no
 		return usageError{fmt.Sprintf("-status %d is not an HTTP status", *status)}
 	}
 	if *status != 0 || *body != "" {
-		req.Response = &idem.AdminResponse{Status: max(*status, 0), Body: *body}
-		if req.Response.Status == 0 {
-			req.Response.Status = 200
+		req.Response = &idem.AdminResponse{StatusCode: max(*status, 0), Body: *body}
+		if req.Response.StatusCode == 0 {
+			req.Response.StatusCode = 200
 		}
 	}
 	b, err := open(ctx, &c, true, now)
@@ -196,7 +196,7 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	var rc recoverFlags
 	fs := newFlags("recover", stderr, &c)
 	fs.StringVar(&rc.baseURL, "base-url", "", "with -db/-dsn: the API's base `URL`, as the service's Config.BaseURL (required)")
-	fs.StringVar(&rc.statusPath, "status-path", "", "with -db/-dsn: the status endpoint, e.g. /v1/payments/operations/{key} (Config.StatusURL)")
+	fs.StringVar(&rc.statusPath, "status-path", "", "with -db/-dsn: the status endpoint, e.g. /v1/payments/operations/{key} (Config.KeyStatusURL)")
 	fs.StringVar(&rc.keyHeader, "key-header", "", "with -db/-dsn: the idempotency key header (default Idempotency-Key)")
 	fs.StringVar(&rc.authEnv, "auth-env", "", "with -db/-dsn: the environment variable `NAME` whose value is the API's Authorization header")
 	fs.StringVar(&rc.lookup, "lookup", "", "with -db/-dsn: search-by-reference `path` that settles manual records (idem.LookupByReference)")

@@ -46,7 +46,7 @@ func TestResolveFile(t *testing.T) {
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
 	assert.Equal(t, idem.ReasonExecuted, rec.Reason)
 	assert.Equal(t, "ops: charge ch_9 in the dashboard, ticket 7", rec.Note)
-	assert.Equal(t, &keystore.Response{Status: 201, Body: []byte(`{"id":"ch_9"}`)}, rec.Response)
+	assert.Equal(t, &keystore.Response{StatusCode: 201, Body: []byte(`{"id":"ch_9"}`)}, rec.Response)
 	assert.Equal(t, testNow, rec.UpdatedAt)
 	want, _ := json.Marshal(rec)
 	assert.JSONEq(t, string(want), out)
@@ -132,7 +132,7 @@ func adminService(t *testing.T, db, apiURL string) *httptest.Server {
 	s, err := boltstore.Open(db, nil)
 	require.NoError(t, err)
 	c, err := idem.NewClient(idem.Config{Store: s, BaseURL: apiURL, Now: fixedNow,
-		StatusURL: idemtest.PaymentsPath + "/operations/{key}"})
+		KeyStatusURL: idemtest.PaymentsPath + "/operations/{key}"})
 	require.NoError(t, err)
 	h := idem.NewAdminHandler(c, idem.AdminOptions{Authorize: func(r *http.Request) error {
 		if r.Header.Get("X-Admin-Token") != "t0ken" {
@@ -228,10 +228,10 @@ func TestAdminURL(t *testing.T) {
 func TestTablesFit100Columns(t *testing.T) {
 	long := strings.Repeat("x", 200)
 	recs := []idem.AdminRecord{{Scope: long, Key: long, Intent: long, State: keystore.StateSucceeded,
-		LastStatus: 500, Reason: long, AgeSeconds: 9 * 3600}}
+		LastStatusCode: 500, Reason: long, AgeSeconds: 9 * 3600}}
 	rec := &keystore.Record{Key: long, Scope: long, Intent: long, Request: keystore.Request{Method: "POST", URL: long,
 		Body: []byte(long), Header: http.Header{"X-Long": {long}}}, Error: long, Note: long,
-		Response: &keystore.Response{Status: 201, Body: []byte(long)}}
+		Response: &keystore.Response{StatusCode: 201, Body: []byte(long)}}
 	var b strings.Builder
 	require.NoError(t, writeTable(&b, recs))
 	require.NoError(t, writeRecord(&b, rec, time.Now()))
@@ -320,7 +320,7 @@ func TestPostgres(t *testing.T) {
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
 	assert.Equal(t, "charge found, ticket 9", rec.Note)
 	require.NotNil(t, rec.Response)
-	assert.Equal(t, 200, rec.Response.Status)
+	assert.Equal(t, 200, rec.Response.StatusCode)
 	assert.Empty(t, rec.Response.Body)
 
 	code, out, errs = runCmd(t, "show", "-dsn", sdsn, "k-manual")

@@ -91,8 +91,8 @@ func writeTable(w io.Writer, recs []idem.AdminRecord) error {
 	fmt.Fprintln(tw, "STATE\tAGE\tLAST\tTENANT\tINTENT\tKEY\tREASON")
 	for _, r := range recs {
 		last := "-"
-		if r.LastStatus != 0 {
-			last = fmt.Sprint(r.LastStatus)
+		if r.LastStatusCode != 0 {
+			last = fmt.Sprint(r.LastStatusCode)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.State, age(time.Duration(r.AgeSeconds)*time.Second), last,
 			clip(scope(r), cols[0]), clip(intent(r), cols[1]), clip(r.Key, 36), clip(reason(r), cols[2]))
@@ -142,7 +142,7 @@ func writeRecord(w io.Writer, r *keystore.Record, now time.Time) error {
 	row("  body", string(r.Request.Body))
 	row("fingerprint", r.Fingerprint)
 	row("attempts", r.Attempts)
-	row("last status", r.LastStatus)
+	row("last status", r.LastStatusCode)
 	row("reason", dash(r.Reason))
 	if resolved(r) {
 		// The error is what the record said before the resolution (such as "execution
@@ -164,7 +164,7 @@ func writeRecord(w io.Writer, r *keystore.Record, now time.Time) error {
 		row("lease", fmt.Sprintf("%s until %s, fence %d", r.Owner, r.LeaseUntil.UTC().Format(time.RFC3339), r.Fence))
 	}
 	if r.Response != nil {
-		row("response", r.Response.Status)
+		row("response", r.Response.StatusCode)
 		row("  body", string(r.Response.Body))
 	}
 	return tw.Flush()

@@ -76,7 +76,7 @@ func TestStatsOldestNone(t *testing.T) {
 func TestTenantColumnWidth(t *testing.T) {
 	key := "0f8fad5b-d9cb-469f-a165-70867728950e"
 	recs := []idem.AdminRecord{
-		{Scope: "acct_demo_eu", Intent: "order-000123", Key: key, State: keystore.StateManual, LastStatus: 500,
+		{Scope: "acct_demo_eu", Intent: "order-000123", Key: key, State: keystore.StateManual, LastStatusCode: 500,
 			Reason: "stored_server_error", AgeSeconds: 30},
 		{Key: key, State: keystore.StatePending},
 	}

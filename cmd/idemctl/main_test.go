@@ -38,7 +38,7 @@ func seedStore(t *testing.T, s keystore.Store) {
 	add := func(scope, key, intent string, st keystore.State, age time.Duration, resp *keystore.Response) {
 		at := testNow.Add(-age)
 		require.NoError(t, s.Create(context.Background(), &keystore.Record{
-			Scope: scope, Key: key, Intent: intent, Fingerprint: "fp-" + key, State: st, Attempts: 2, LastStatus: 504,
+			Scope: scope, Key: key, Intent: intent, Fingerprint: "fp-" + key, State: st, Attempts: 2, LastStatusCode: 504,
 			Reason: map[keystore.State]string{keystore.StateManual: "key_expired"}[st],
 			Request: keystore.Request{Method: "POST", URL: "/v1/payments",
 				Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"amount":12}`)},
@@ -46,8 +46,8 @@ func seedStore(t *testing.T, s keystore.Store) {
 	}
 	add("", "k-pending", "order-1", keystore.StatePending, 2*time.Hour, nil)
 	add("", "k-manual", "order-2", keystore.StateManual, 30*time.Hour, nil)
-	add("", "k-ok", "order-3", keystore.StateSucceeded, 100*time.Hour, &keystore.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)})
-	add("", "k-failed", "", keystore.StateFailed, time.Minute, &keystore.Response{Status: 400})
+	add("", "k-ok", "order-3", keystore.StateSucceeded, 100*time.Hour, &keystore.Response{StatusCode: 201, Body: []byte(`{"id":"pay_1"}`)})
+	add("", "k-failed", "", keystore.StateFailed, time.Minute, &keystore.Response{StatusCode: 400})
 	add("acme", "k-acme", "order-1", keystore.StatePending, 5*time.Minute, nil)
 }
 

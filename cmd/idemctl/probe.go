@@ -77,7 +77,7 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 	)
 	fs.BoolVar(&cfg.Sandbox, "sandbox", false, "")
 	fs.StringVar(&cfg.Path, "path", "", "")
-	fs.StringVar(&cfg.StatusPath, "status-path", "", "")
+	fs.StringVar(&cfg.KeyStatusPath, "status-path", "", "")
 	fs.StringVar(&cfg.SearchPath, "search-path", "", "")
 	fs.StringVar(&cfg.KeyHeader, "key-header", "", "")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "")

@@ -50,8 +50,8 @@ func TestProbeTableAgainstIdemtest(t *testing.T) {
 			t.Errorf("line of %d columns: %q", len(l), l)
 		}
 	}
-	if !strings.Contains(out, "StatusURL: /v1/payments/operations/{key}") {
-		t.Errorf("no StatusURL suggestion:\n%s", out)
+	if !strings.Contains(out, "KeyStatusURL: /v1/payments/operations/{key}") {
+		t.Errorf("no KeyStatusURL suggestion:\n%s", out)
 	}
 	if strings.Contains(out, "sk_sandbox") {
 		t.Error("the credential is printed")
@@ -71,7 +71,7 @@ func TestProbeJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if len(rep.Rows) != len(probe.Checks) || len(rep.Broken()) != 0 || rep.Suggestion.StatusURL != "/v1/payments/operations/{key}" {
+	if len(rep.Rows) != len(probe.Checks) || len(rep.Broken()) != 0 || rep.Suggestion.KeyStatusURL != "/v1/payments/operations/{key}" {
 		t.Errorf("report = %+v", rep)
 	}
 	for _, r := range rep.Rows {

@@ -46,7 +46,7 @@ func (b *storeBackend) list(ctx context.Context, f listFilter) ([]idem.AdminReco
 
 func summary(r *keystore.Record, now time.Time) idem.AdminRecord {
 	return idem.AdminRecord{Scope: r.Scope, Key: r.Key, Intent: r.Intent, State: r.State,
-		Method: r.Request.Method, URL: r.Request.URL, Attempts: r.Attempts, LastStatus: r.LastStatus,
+		Method: r.Request.Method, URL: r.Request.URL, Attempts: r.Attempts, LastStatusCode: r.LastStatusCode,
 		Reason: r.Reason, Error: r.Error, Note: r.Note, AgeSeconds: int64(now.Sub(r.CreatedAt) / time.Second),
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 }
@@ -139,7 +139,7 @@ func (b *storeBackend) resolve(ctx context.Context, req idem.AdminResolveRequest
 		res.Verdict = idem.VerdictExecuted
 	}
 	if req.Response != nil {
-		res.Response = &keystore.Response{Status: req.Response.Status, Header: req.Response.Header, Body: []byte(req.Response.Body)}
+		res.Response = &keystore.Response{StatusCode: req.Response.StatusCode, Header: req.Response.Header, Body: []byte(req.Response.Body)}
 	}
 	out, err := c.Resolve(ctx, rec.Scope, rec.Key, res)
 	if errors.Is(err, idem.ErrNotManual) {
@@ -150,7 +150,7 @@ func (b *storeBackend) resolve(ctx context.Context, req idem.AdminResolveRequest
 
 // recover runs idem.Client.Recover with the client configuration given on the command line.
 func (b *storeBackend) recover(ctx context.Context, rc recoverFlags) (recoverOut, error) {
-	cfg := idem.Config{Store: b.s, Now: b.now, BaseURL: rc.baseURL, StatusURL: rc.statusPath,
+	cfg := idem.Config{Store: b.s, Now: b.now, BaseURL: rc.baseURL, KeyStatusURL: rc.statusPath,
 		KeyHeader: rc.keyHeader, Retention: rc.retention}
 	if rc.auth != "" {
 		auth := rc.auth

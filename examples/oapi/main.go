@@ -29,7 +29,7 @@ func main() {
 	}
 	api := idemtest.NewServer(idemtest.Config{FaultRate: *rate, Seed: *seed, RetryAfter: -1, SlowDelay: -1})
 	defer api.Close()
-	c, err := idem.NewClient(idem.Config{BaseURL: api.URL, StatusURL: "/v1/payments/operations/{key}",
+	c, err := idem.NewClient(idem.Config{BaseURL: api.URL, KeyStatusURL: "/v1/payments/operations/{key}",
 		Policy: idem.Policy{InitialDelay: 1e6, MaxDelay: 1e7}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "oapi:", err)

@@ -47,7 +47,7 @@ func TestGeneratedClientOverTransport(t *testing.T) {
 				OnPayment: seen.hook})
 			defer api.Close()
 			store := keystore.NewMemory()
-			c, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: store, StatusURL: "/v1/payments/operations/{key}",
+			c, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: store, KeyStatusURL: "/v1/payments/operations/{key}",
 				Policy: idem.Policy{InitialDelay: 1e6, MaxDelay: 1e7}})
 			require.NoError(t, err)
 			refs := make([]string, 40)
@@ -97,7 +97,7 @@ func TestGeneratedClientOverTransport(t *testing.T) {
 					// not), never a response, the record left for reconciliation.
 					var oe *idem.OperationError
 					require.True(t, errors.As(o.Err, &oe), "%s: %v", o.Reference, o.Err)
-					assert.Equal(t, http.StatusInternalServerError, oe.LastStatus, o.Reference)
+					assert.Equal(t, http.StatusInternalServerError, oe.LastStatusCode, o.Reference)
 					assert.ErrorIs(t, o.Err, idem.ErrStoredServerError, o.Reference)
 					assert.ErrorIs(t, o.Err, idem.ErrOutcomeUnknown, o.Reference)
 					assert.Equal(t, keystore.StateManual, rec.State, o.Reference)
@@ -110,7 +110,7 @@ func TestGeneratedClientOverTransport(t *testing.T) {
 					assert.Equal(t, http.StatusBadRequest, o.Status, o.Reference)
 					assert.Equal(t, 0, executions, o.Reference)
 					assert.Equal(t, keystore.StateFailed, rec.State)
-					assert.Equal(t, http.StatusBadRequest, rec.LastStatus, "%s: the 400 was the last answer", o.Reference)
+					assert.Equal(t, http.StatusBadRequest, rec.LastStatusCode, "%s: the 400 was the last answer", o.Reference)
 				}
 			}
 		})

@@ -162,7 +162,7 @@ func (s *sender) pay(ctx context.Context, p payment) {
 			// charge: only now is paying again safe, as a new intent (a new key).
 			continue
 		case errors.As(err, &oe):
-			done.Status, done.Pending = oe.LastStatus, !final(err)
+			done.Status, done.Pending = oe.LastStatusCode, !final(err)
 		default:
 			done.Pending = true
 		}
@@ -216,7 +216,7 @@ func final(err error) bool {
 // outcome, and no HTTP status in this call or any earlier one.
 func unansweredErr(err error) bool {
 	var oe *idem.OperationError
-	return errors.As(err, &oe) && !oe.Unknown && oe.LastStatus == 0
+	return errors.As(err, &oe) && !oe.Unknown && oe.LastStatusCode == 0
 }
 
 // fromStore reports whether Do answered from the keystore without any network work.

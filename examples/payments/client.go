@@ -40,12 +40,12 @@ func newClient(baseURL, statusPath, lookupPath string, store keystore.Store, con
 		}
 	}
 	return idem.NewClient(idem.Config{
-		Lookup:     lookup,
-		BaseURL:    baseURL,
-		HTTPClient: &http.Client{Transport: tr},
-		Store:      store,
-		Tenant:     tenant,
-		StatusURL:  statusPath,
+		Lookup:       lookup,
+		BaseURL:      baseURL,
+		HTTPClient:   &http.Client{Transport: tr},
+		Store:        store,
+		Tenant:       tenant,
+		KeyStatusURL: statusPath,
 		Credentials: func(r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer "+apiKey)
 			return nil

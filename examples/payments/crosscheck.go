@@ -105,7 +105,7 @@ func notExecuted(r *keystore.Record) bool {
 }
 
 // unanswered reports a record known not executed whose key never got any HTTP answer.
-func unanswered(r *keystore.Record) bool { return notExecuted(r) && r.LastStatus == 0 }
+func unanswered(r *keystore.Record) bool { return notExecuted(r) && r.LastStatusCode == 0 }
 
 // byPayment groups records by payment index, ordered by try; the last try is the payment's
 // state. Records of other intents are ignored.
@@ -157,7 +157,7 @@ func storedError(r *keystore.Record) bool {
 	case idem.ReasonStoredServerError:
 		return true
 	case idem.ReasonExecuted, idem.ReasonNotExecuted:
-		return r.LastStatus >= 500
+		return r.LastStatusCode >= 500
 	}
 	return false
 }
@@ -310,7 +310,7 @@ func checkTarget(ctx context.Context, payments []payment, recs []*keystore.Recor
 			if err != nil && notExecuted(r) {
 				continue
 			}
-			ok2xx := err == nil && st.State == idem.StatusCompleted && st.ResponseStatus/100 == 2
+			ok2xx := err == nil && st.State == idem.KeyStatusCompleted && st.ResponseStatusCode/100 == 2
 			if ok2xx {
 				completed++
 				ids[paymentID(st.ResponseBody)] = true
@@ -384,7 +384,7 @@ type statusClient struct {
 	noSearch   bool // the API answered 400, 404, 405 or 501 to a search: it has none
 }
 
-func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.Status, error) {
+func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.KeyStatus, error) {
 	if c.http.Timeout == 0 {
 		c.http.Timeout = 10 * time.Second // a black-holed API must not hold the report for minutes
 	}
@@ -400,7 +400,7 @@ func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.Sta
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 		if err != nil {
-			return idem.Status{}, err
+			return idem.KeyStatus{}, err
 		}
 		req.Header.Set("Authorization", "Bearer "+apiKey)
 		req.Header.Set("Accept", "application/json")
@@ -416,8 +416,8 @@ func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.Sta
 			last = err
 			continue
 		}
-		st := idem.DecodeStatus(resp.StatusCode, resp.Header, body, time.Now())
-		if st.State != idem.StatusUnknown && st.State != idem.StatusProcessing {
+		st := idem.DecodeKeyStatus(resp.StatusCode, resp.Header, body, time.Now())
+		if st.State != idem.KeyStatusUnknown && st.State != idem.KeyStatusProcessing {
 			return st, nil
 		}
 		last = fmt.Errorf("HTTP %d, state %s", resp.StatusCode, st.State)
@@ -425,5 +425,5 @@ func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.Sta
 	if transportOnly && tries > 1 {
 		c.down = true
 	}
-	return idem.Status{}, last
+	return idem.KeyStatus{}, last
 }

@@ -223,7 +223,7 @@ func TestUnreachableTarget(t *testing.T) {
 	assert.Len(t, s.NotExecutedDetails, s.Intents)
 	assert.Zero(t, s.Pending)
 	assert.Zero(t, s.Succeeded+s.Failed)
-	assert.Zero(t, s.StatusChecks, "records known never executed are not asked about")
+	assert.Zero(t, s.KeyStatusChecks, "records known never executed are not asked about")
 	assert.Contains(t, stderr, "payments: 6 of 6 payments were not executed and are still pending: the API at "+target+" never answered (unreachable?)")
 	assert.Less(t, wall, 15*time.Second, "an unreachable API must be reported quickly")
 

@@ -19,12 +19,12 @@ import (
 // fault, the charge-then-store-500 one included, at -fault-rate, from -seed.
 func serverConfig(o options) idemtest.Config {
 	return idemtest.Config{
-		FaultRate:       o.faultRate,
-		Seed:            o.seed,
-		Faults:          idemtest.AllFaults(),
-		StatusFaultRate: 0.05,
-		SlowDelay:       300 * time.Millisecond, // > the 150ms attempt timeout: an unknown outcome
-		RetryAfter:      1,                      // seconds; real waits, so throttling shows
+		FaultRate:          o.faultRate,
+		Seed:               o.seed,
+		Faults:             idemtest.AllFaults(),
+		KeyStatusFaultRate: 0.05,
+		SlowDelay:          300 * time.Millisecond, // > the 150ms attempt timeout: an unknown outcome
+		RetryAfter:         1,                      // seconds; real waits, so throttling shows
 	}
 }
 

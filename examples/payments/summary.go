@@ -35,7 +35,7 @@ type summary struct {
 	// idem's counters, summed over every child's last snapshot and the parent's final client.
 	Attempts        int64 `json:"attempts"`
 	Retries         int64 `json:"retries"`
-	StatusChecks    int64 `json:"status_checks"`
+	KeyStatusChecks int64 `json:"status_checks"`
 	Replays         int64 `json:"replays"`
 	ThrottledWaits  int64 `json:"throttled_waits"`
 	UnknownOutcomes int64 `json:"unknown_outcomes"`
@@ -65,9 +65,9 @@ type summary struct {
 	P99              float64 `json:"p99_ms"`
 
 	// What the embedded server saw (absent with -target).
-	ServerRequests     *int `json:"server_requests,omitempty"`
-	ServerStatusChecks *int `json:"server_status_checks,omitempty"`
-	ServerExecutions   *int `json:"server_executions,omitempty"`
+	ServerRequests        *int `json:"server_requests,omitempty"`
+	ServerKeyStatusChecks *int `json:"server_status_checks,omitempty"`
+	ServerExecutions      *int `json:"server_executions,omitempty"`
 
 	CrashLog           []crash  `json:"crash_log"`
 	DuplicateDetails   []string `json:"duplicate_details,omitempty"`
@@ -83,7 +83,7 @@ type summary struct {
 func (s *summary) addStats(st idem.Stats) {
 	s.Attempts += st.Attempts
 	s.Retries += st.Retries
-	s.StatusChecks += st.StatusChecks
+	s.KeyStatusChecks += st.KeyStatusChecks
 	s.Replays += st.Replays
 	s.ThrottledWaits += st.ThrottledWaits
 	s.UnknownOutcomes += st.UnknownOutcomes
@@ -105,7 +105,7 @@ func (s *summary) addVerdict(v verdict) {
 }
 
 func (s *summary) addServer(st idemtest.Stats) {
-	s.ServerRequests, s.ServerStatusChecks, s.ServerExecutions = &st.Requests, &st.StatusChecks, &st.Executions
+	s.ServerRequests, s.ServerKeyStatusChecks, s.ServerExecutions = &st.Requests, &st.KeyStatusChecks, &st.Executions
 	s.serverStatsString = st.String()
 }
 
@@ -167,7 +167,7 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	}
 	row("attempts", s.Attempts, attempts)
 	row("retries", s.Retries, "resends scheduled, same key and same body")
-	row("status checks", s.StatusChecks, serverNote("status GETs", s.ServerStatusChecks))
+	row("status checks", s.KeyStatusChecks, serverNote("status GETs", s.ServerKeyStatusChecks))
 	row("replays", s.Replays, "answers marked Idempotent-Replayed")
 	row("throttled waits", s.ThrottledWaits, "waits honouring Retry-After")
 	row("unknown resolved", s.UnknownResolved,

@@ -1,12 +1,12 @@
 // Command percall shows per-call policies: one idem client, three calls that each make a
 // different promise to their caller.
 //
-//  1. checkout: the user is waiting, so one attempt and an answer now (WithMaxAttempts(1)).
+//  1. checkout: the user is waiting, so one attempt and an answer now (CallMaxAttempts(1)).
 //     The server says 503; idem stops at once instead of retrying, and the record stays
 //     pending, so the same intent can be finished later.
-//  2. payment: five attempts and the status endpoint (WithStatusURL). The server commits the
+//  2. payment: five attempts and the status endpoint (CallKeyStatusURL). The server commits the
 //     payment and drops the connection; idem asks the status endpoint instead of resending.
-//  3. payout: a background job with a long budget (WithMaxElapsed(2*time.Minute), more
+//  3. payout: a background job with a long budget (CallMaxElapsed(2*time.Minute), more
 //     attempts). The server throttles it three times; idem waits as asked each time.
 //
 // It runs against an in-process idemtest server with scripted faults:
@@ -63,7 +63,7 @@ func run(w io.Writer) error {
 			}
 			fmt.Fprintf(w, "     wait %s (%s), same key\n", e.Delay, why)
 		},
-		OnStatusCheck: func(e idem.StatusCheckEvent) {
+		OnKeyStatusCheck: func(e idem.KeyStatusCheckEvent) {
 			fmt.Fprintf(w, "     status endpoint: %s\n", e.State)
 		},
 	}
@@ -85,17 +85,17 @@ func run(w io.Writer) error {
 		title:  "checkout: the user is waiting, one attempt only",
 		intent: "order-1", body: `{"amount":1999,"currency":"EUR","customer":"cus_1","reference":"order-1"}`,
 		faults: []idemtest.Fault{idemtest.Fault503},
-		opts:   []idem.CallOption{idem.WithMaxAttempts(1), idem.WithAttemptTimeout(2 * time.Second)},
+		opts:   []idem.CallOption{idem.CallMaxAttempts(1), idem.CallAttemptTimeout(2 * time.Second)},
 	}, {
 		title:  "payment: 5 attempts, status endpoint on an unknown outcome",
 		intent: "order-2", body: `{"amount":4500,"currency":"EUR","customer":"cus_2","reference":"order-2"}`,
 		faults: []idemtest.Fault{idemtest.FaultDropAfterCommit},
-		opts:   []idem.CallOption{idem.WithMaxAttempts(5), idem.WithStatusURL("/v1/payments/operations/{key}")},
+		opts:   []idem.CallOption{idem.CallMaxAttempts(5), idem.CallKeyStatusURL("/v1/payments/operations/{key}")},
 	}, {
 		title:  "payout: background job, 2 minutes and 10 attempts to get through",
 		intent: "payout-3", body: `{"amount":250000,"currency":"EUR","customer":"cus_3","reference":"payout-3"}`,
 		faults: []idemtest.Fault{idemtest.Fault503, idemtest.Fault429, idemtest.Fault503},
-		opts:   []idem.CallOption{idem.WithMaxElapsed(2 * time.Minute), idem.WithMaxAttempts(10)},
+		opts:   []idem.CallOption{idem.CallMaxElapsed(2 * time.Minute), idem.CallMaxAttempts(10)},
 	}}
 
 	ctx := context.Background()
@@ -128,14 +128,14 @@ func report(w io.Writer, intent string, res *idem.Result, err error, took time.D
 	switch {
 	case err == nil:
 		fmt.Fprintf(w, "   => %s succeeded: HTTP %d, source %s, %d attempt(s), %d status check(s), %s\n",
-			intent, res.StatusCode, res.Source, res.Attempts, res.StatusChecks, took.Round(time.Millisecond))
+			intent, res.StatusCode, res.Source, res.Attempts, res.KeyStatusChecks, took.Round(time.Millisecond))
 	case errors.As(err, &oe):
 		state := "failed"
 		if !errors.Is(err, idem.ErrPermanent) && !errors.Is(err, idem.ErrKeyConflict) {
 			state = "still pending (the same intent, or Recover, finishes it later)"
 		}
 		fmt.Fprintf(w, "   => %s stopped after %d attempt(s), last status %d, %s: %v; record %s\n",
-			intent, oe.Attempts, oe.LastStatus, took.Round(time.Millisecond), oe.Kind, state)
+			intent, oe.Attempts, oe.LastStatusCode, took.Round(time.Millisecond), oe.Kind, state)
 	default:
 		fmt.Fprintf(w, "   => %s: %v\n", intent, err)
 	}

@@ -58,7 +58,7 @@ func TestPayAgainstIdemtest(t *testing.T) {
 	}
 	assert.Equal(t, 1, api.ExecutionsByReference("order-42"), "one charge for order 42")
 	assert.Equal(t, 1, api.Attempts(), "one POST: the lost answer was found through the status endpoint")
-	assert.Equal(t, 1, api.StatusChecks())
+	assert.Equal(t, 1, api.KeyStatusChecks())
 	for _, a := range auth {
 		assert.Equal(t, "Bearer sk_test_42", a)
 	}

@@ -20,10 +20,10 @@ func pay(ctx context.Context, baseURL, dbPath, apiKey string) (string, error) {
 	defer store.Close()
 
 	c, err := idem.NewClient(idem.Config{
-		BaseURL:     baseURL,
-		Store:       store,
-		StatusURL:   "/v1/payments/operations/{key}",
-		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", "Bearer "+apiKey); return nil },
+		BaseURL:      baseURL,
+		Store:        store,
+		KeyStatusURL: "/v1/payments/operations/{key}",
+		Credentials:  func(r *http.Request) error { r.Header.Set("Authorization", "Bearer "+apiKey); return nil },
 	})
 	if err != nil {
 		return "", err
@@ -36,7 +36,7 @@ func pay(ctx context.Context, baseURL, dbPath, apiKey string) (string, error) {
 
 	body := []byte(`{"amount":1250,"currency":"EUR","customer":"cus_42","reference":"order-42"}`)
 	op := idem.NewOperation(http.MethodPost, "/v1/payments", body, idem.WithIntent("order-42"))
-	res, err := c.Do(ctx, op, idem.WithMaxAttempts(5)) // policy per call
+	res, err := c.Do(ctx, op, idem.CallMaxAttempts(5)) // policy per call
 	switch {
 	case err == nil: // paid: res.StatusCode, res.Body (res.Source says from where)
 		markOrder("order-42", res, nil)

@@ -24,16 +24,16 @@ func child(raw string, w io.Writer) error {
 	}
 	defer store.Close()
 	client, err := idem.NewClient(idem.Config{
-		BaseURL:   j.BaseURL,
-		Store:     store,
-		StatusURL: "/v1/payments/operations/{key}",
+		BaseURL:      j.BaseURL,
+		Store:        store,
+		KeyStatusURL: "/v1/payments/operations/{key}",
 		// idem never writes credentials to disk: a restarted process must supply them.
 		Credentials: func(r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer sk_demo")
 			return nil
 		},
 		Hooks: idem.Hooks{
-			OnStatusCheck: func(e idem.StatusCheckEvent) {
+			OnKeyStatusCheck: func(e idem.KeyStatusCheckEvent) {
 				fmt.Fprintf(w, "status endpoint, key %s: %s\n", e.Key, e.State)
 			},
 		},

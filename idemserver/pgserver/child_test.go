@@ -113,7 +113,7 @@ func childMain(raw string) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/payments", mw.Handler(http.HandlerFunc(pay)))
-	mux.Handle("GET /v1/payments/operations/{key}", mw.StatusHandler("POST /v1/payments", nil))
+	mux.Handle("GET /v1/payments/operations/{key}", mw.KeyStatusHandler("POST /v1/payments", nil))
 	afterCommit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			w = &killWriter{ResponseWriter: w, kill: maybeKill}

@@ -110,7 +110,7 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 	s := c.scope
 	batch := &pgx.Batch{}
 	batch.Queue(fmt.Sprintf(ownedUpdate, "state = 2, owner = NULL, expires_at = $5, response_status = $6, response_header = $7, response_body = $8"),
-		s.Tenant, s.Operation, s.Key, c.owner, expires, resp.Status, header, body)
+		s.Tenant, s.Operation, s.Key, c.owner, expires, resp.StatusCode, header, body)
 	batch.Queue("COMMIT")
 	br := c.tx.SendBatch(ctx, batch)
 	_, err = br.Exec()

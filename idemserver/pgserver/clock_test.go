@@ -108,7 +108,7 @@ func TestClockSkewMiddleware(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 				fmt.Fprintf(w, `{"key":%q,"execution":%d}`, key, n)
 			})))
-			mux.Handle("GET /v1/payments/operations/{key}", mw.StatusHandler("POST /v1/payments", nil))
+			mux.Handle("GET /v1/payments/operations/{key}", mw.KeyStatusHandler("POST /v1/payments", nil))
 			srv := &txServer{Server: httptest.NewServer(mux), pool: pool}
 			t.Cleanup(srv.Close)
 			count := func(q string) int {

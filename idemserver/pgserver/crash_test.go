@@ -55,14 +55,14 @@ func TestCrashExactlyOnce(t *testing.T) {
 	stopShooter := sup.shootRandomly(1, 150*time.Millisecond)
 
 	client, err := idem.NewClient(idem.Config{
-		BaseURL:   "http://" + addr,
-		StatusURL: "/v1/payments/operations/{key}",
+		BaseURL:      "http://" + addr,
+		KeyStatusURL: "/v1/payments/operations/{key}",
 		Credentials: func(r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer acct_crash")
 			return nil
 		},
 		Policy: idem.Policy{MaxAttempts: 100, MaxElapsed: 20 * time.Second, AttemptTimeout: 3 * time.Second,
-			InitialDelay: 5 * time.Millisecond, MaxDelay: 100 * time.Millisecond, MaxStatusChecks: 20, MaxRetryAfter: 2 * time.Second},
+			InitialDelay: 5 * time.Millisecond, MaxDelay: 100 * time.Millisecond, MaxKeyStatusChecks: 20, MaxRetryAfter: 2 * time.Second},
 		Budget:     idem.BudgetConfig{Disabled: true},
 		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}},
 	})

@@ -182,7 +182,7 @@ func scanRow(r pgx.Row) (*row, error) {
 		out.rec.ExpiresAt = *expires
 	}
 	if status != nil {
-		resp := &idemserver.Response{Status: int(*status), Header: http.Header{}, Body: body}
+		resp := &idemserver.Response{StatusCode: int(*status), Header: http.Header{}, Body: body}
 		if len(header) > 0 {
 			if err := json.Unmarshal(header, &resp.Header); err != nil {
 				return nil, fmt.Errorf("stored header: %w", err)

@@ -41,7 +41,7 @@ func newTxServer(t *testing.T, h http.HandlerFunc) *txServer {
 	s.mw = mw
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/payments", mw.Handler(h))
-	mux.Handle("GET /v1/payments/operations/{key}", mw.StatusHandler("POST /v1/payments", nil))
+	mux.Handle("GET /v1/payments/operations/{key}", mw.KeyStatusHandler("POST /v1/payments", nil))
 	s.Server = httptest.NewServer(mux)
 	t.Cleanup(s.Close)
 	return s

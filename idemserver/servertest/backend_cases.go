@@ -63,7 +63,7 @@ func testClaimRules(t *testing.T, b idemserver.Backend) {
 	if rec.State != idemserver.StateProcessing || rec.Fingerprint != nil && !bytes.Equal(rec.Fingerprint, fpA) {
 		t.Fatalf("second claim: record %+v, want processing with fpA or nil", rec)
 	}
-	resp := &idemserver.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"ch_1"}`)}
+	resp := &idemserver.Response{StatusCode: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"ch_1"}`)}
 	if err := c.Complete(ctx, resp, now, now.Add(time.Hour)); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
@@ -71,7 +71,7 @@ func testClaimRules(t *testing.T, b idemserver.Backend) {
 		t.Fatalf("second Complete = %v, want ErrNotOwner", err)
 	}
 	_, rec = claim(t, b, s, fpA, now.Add(time.Minute))
-	if rec.State != idemserver.StateCompleted || rec.Response == nil || rec.Response.Status != 201 ||
+	if rec.State != idemserver.StateCompleted || rec.Response == nil || rec.Response.StatusCode != 201 ||
 		string(rec.Response.Body) != `{"id":"ch_1"}` || rec.Response.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("claim after complete: %+v", rec)
 	}
@@ -79,7 +79,7 @@ func testClaimRules(t *testing.T, b idemserver.Backend) {
 	if !bytes.Equal(rec.Fingerprint, fpA) {
 		t.Fatalf("claim with fpB: record fingerprint %x, want fpA", rec.Fingerprint)
 	}
-	if rec := lookup(t, b, s, now); rec == nil || rec.State != idemserver.StateCompleted || rec.Response.Status != 201 {
+	if rec := lookup(t, b, s, now); rec == nil || rec.State != idemserver.StateCompleted || rec.Response.StatusCode != 201 {
 		t.Fatalf("Lookup after complete = %+v", rec)
 	}
 }
@@ -97,7 +97,7 @@ func testRelease(t *testing.T, b idemserver.Backend) {
 	}
 	// A corrected request (another fingerprint) may claim the released key.
 	c2, _ := claim(t, b, s, fpB, now)
-	if err := c2.Complete(ctx, &idemserver.Response{Status: 200, Header: http.Header{}, Body: []byte("ok")}, now, now.Add(time.Hour)); err != nil {
+	if err := c2.Complete(ctx, &idemserver.Response{StatusCode: 200, Header: http.Header{}, Body: []byte("ok")}, now, now.Add(time.Hour)); err != nil {
 		t.Fatalf("Complete after release: %v", err)
 	}
 	if err := c.Release(ctx); !errors.Is(err, idemserver.ErrNotOwner) {
@@ -132,7 +132,7 @@ func testCheckpointTakeover(t *testing.T, b idemserver.Backend) {
 	if c2.RecoveryPoint() != "charge_created" {
 		t.Fatalf("takeover RecoveryPoint = %q, want charge_created", c2.RecoveryPoint())
 	}
-	if err := c2.Complete(ctx, &idemserver.Response{Status: 201, Header: http.Header{}, Body: []byte(`{}`)}, now, now.Add(time.Hour)); err != nil {
+	if err := c2.Complete(ctx, &idemserver.Response{StatusCode: 201, Header: http.Header{}, Body: []byte(`{}`)}, now, now.Add(time.Hour)); err != nil {
 		t.Fatalf("Complete after takeover: %v", err)
 	}
 	if rec := lookup(t, b, s, now); rec == nil || rec.State != idemserver.StateCompleted {
@@ -145,7 +145,7 @@ func testExpiryAndPurge(t *testing.T, b idemserver.Backend) {
 	now := NewClock().Now()
 	for i, k := range []string{"e1", "e2", "e3", "e4", "e5"} {
 		c, _ := claim(t, b, scope(k), fpA, now)
-		if err := c.Complete(ctx, &idemserver.Response{Status: 201, Header: http.Header{}, Body: []byte(k)}, now, now.Add(time.Duration(i+1)*time.Hour)); err != nil {
+		if err := c.Complete(ctx, &idemserver.Response{StatusCode: 201, Header: http.Header{}, Body: []byte(k)}, now, now.Add(time.Duration(i+1)*time.Hour)); err != nil {
 			t.Fatalf("Complete %s: %v", k, err)
 		}
 	}
@@ -162,7 +162,7 @@ func testExpiryAndPurge(t *testing.T, b idemserver.Backend) {
 	if !c.ExpiredReuse() {
 		t.Fatal("claim of expired e1: ExpiredReuse false")
 	}
-	if err := c.Complete(ctx, &idemserver.Response{Status: 201, Header: http.Header{}, Body: []byte("new")}, at, at.Add(time.Hour)); err != nil {
+	if err := c.Complete(ctx, &idemserver.Response{StatusCode: 201, Header: http.Header{}, Body: []byte("new")}, at, at.Add(time.Hour)); err != nil {
 		t.Fatalf("Complete e1 again: %v", err)
 	}
 	for i, want := range []int{2, 2, 0} { // e2..e5 are due, e1 is live again
@@ -187,7 +187,7 @@ func testScopeIsolation(t *testing.T, b idemserver.Backend) {
 		{Tenant: base.Tenant, Operation: "POST /v1/refunds", Key: base.Key}}
 	for i, s := range others {
 		c, _ := claim(t, b, s, fpA, now)
-		if err := c.Complete(ctx, &idemserver.Response{Status: 201, Header: http.Header{}, Body: []byte{byte('0' + i)}}, now, now.Add(time.Hour)); err != nil {
+		if err := c.Complete(ctx, &idemserver.Response{StatusCode: 201, Header: http.Header{}, Body: []byte{byte('0' + i)}}, now, now.Add(time.Hour)); err != nil {
 			t.Fatalf("Complete %v: %v", s, err)
 		}
 	}

@@ -51,7 +51,7 @@ func newServer(t *testing.T, b idemserver.Backend, mod func(*idemserver.Config),
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/payments", mw.Handler(h))
-	mux.Handle("GET /v1/payments/operations/{key}", mw.StatusHandler("POST /v1/payments", nil))
+	mux.Handle("GET /v1/payments/operations/{key}", mw.KeyStatusHandler("POST /v1/payments", nil))
 	s.Server = httptest.NewServer(mux)
 	t.Cleanup(s.Close)
 	return s

@@ -67,7 +67,7 @@ func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 // Instance builds a Client named owner on store against srv with clock.
 func Instance(t *testing.T, srv *idemtest.Server, store keystore.Store, clock *Clock, owner string, mod func(*idem.Config)) *idem.Client {
 	t.Helper()
-	cfg := idem.Config{BaseURL: srv.URL, Store: store, StatusURL: idemtest.StatusPathPattern,
+	cfg := idem.Config{BaseURL: srv.URL, Store: store, KeyStatusURL: idemtest.KeyStatusPathPattern,
 		Owner: owner, LeaseTTL: 30 * time.Second, Now: clock.Now, Sleep: clock.Sleep,
 		Budget: idem.BudgetConfig{Disabled: true}, PurgeInterval: -1}
 	if mod != nil {

@@ -104,8 +104,8 @@ func TestReopenKeepsRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%2 == 0 {
-			rec.State, rec.Attempts, rec.LastStatus = keystore.StateSucceeded, 2, 201
-			rec.Response = &keystore.Response{Status: 201, Header: http.Header{"X-Id": {"1", "2"}}, Body: []byte{0, 1, 2, 255}}
+			rec.State, rec.Attempts, rec.LastStatusCode = keystore.StateSucceeded, 2, 201
+			rec.Response = &keystore.Response{StatusCode: 201, Header: http.Header{"X-Id": {"1", "2"}}, Body: []byte{0, 1, 2, 255}}
 			rec.UpdatedAt = time.Now()
 			if err := s.Update(bg, rec); err != nil {
 				t.Fatal(err)
@@ -158,7 +158,7 @@ func TestSecretsNotInFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.State = keystore.StateSucceeded
-	rec.Response = &keystore.Response{Status: 200, Header: http.Header{
+	rec.Response = &keystore.Response{StatusCode: 200, Header: http.Header{
 		"Set-Cookie": {"sid=SETCOOKIESECRET; HttpOnly"},
 		"X-Api-Key":  {"RESPAPIKEYSECRET"},
 	}}

@@ -161,7 +161,7 @@ func buildDamageBase(t *testing.T) string {
 		wg.Go(func() {
 			for i := 7 * g; i < damagedRecords; i += 7 * 8 { // free pages, and a freelist that lists them
 				rec := damagedRecord(i)
-				rec.State, rec.Response = keystore.StateSucceeded, &keystore.Response{Status: 201}
+				rec.State, rec.Response = keystore.StateSucceeded, &keystore.Response{StatusCode: 201}
 				if err := s.Update(bg, rec); err != nil {
 					t.Error(err)
 				}
@@ -187,7 +187,7 @@ func expected() map[string]*keystore.Record {
 	for i := range damagedRecords {
 		rec := damagedRecord(i)
 		if i%7 == 0 {
-			rec.State, rec.Response = keystore.StateSucceeded, &keystore.Response{Status: 201}
+			rec.State, rec.Response = keystore.StateSucceeded, &keystore.Response{StatusCode: 201}
 		}
 		want[rec.Key] = rec
 	}

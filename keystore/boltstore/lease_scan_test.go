@@ -39,7 +39,7 @@ func TestSurelyNotOrphaned(t *testing.T) {
 		{"pending, the words in headers and body", base(func(r *keystore.Record) {
 			r.Request.Header = tricky
 			r.Request.Body = []byte(`"state":"succeeded","owner":"b","lease_until":"2999-01-01T00:00:00Z"`)
-			r.Response = &keystore.Response{Status: 201, Header: tricky, Body: []byte(`"state":"succeeded"`)}
+			r.Response = &keystore.Response{StatusCode: 201, Header: tricky, Body: []byte(`"state":"succeeded"`)}
 		}), false},
 		{"succeeded, the words in headers", base(func(r *keystore.Record) {
 			r.State = keystore.StateSucceeded

@@ -330,7 +330,7 @@ func testCopies(t *testing.T, s keystore.Store) {
 		r.Request.Body[0] = 'X'
 		r.Response.Header.Set("Request-Id", "mutated")
 		r.Response.Body[0] = 'X'
-		r.Response.Status = 500
+		r.Response.StatusCode = 500
 	}
 	mutate(rec) // the caller's record after Create
 	wantEqual(t, "after mutating the created record", want, mustGet(t, s, "t", "k"))

@@ -130,14 +130,14 @@ func completed(rec *keystore.Record, state keystore.State, at time.Time) *keysto
 	c := rec.Clone()
 	c.State = state
 	c.Attempts = 3
-	c.LastStatus = 201
+	c.LastStatusCode = 201
 	c.Error = "first attempt: connection reset after write"
 	c.Reason = "executed"
 	c.Note = "found by reference order-42 (ticket OPS-7)"
 	c.Response = &keystore.Response{
-		Status: 201,
-		Header: http.Header{"Content-Type": {"application/json"}, "Request-Id": {"req_1"}},
-		Body:   []byte(`{"id":"pay_1","amount":1000}`),
+		StatusCode: 201,
+		Header:     http.Header{"Content-Type": {"application/json"}, "Request-Id": {"req_1"}},
+		Body:       []byte(`{"id":"pay_1","amount":1000}`),
 	}
 	c.UpdatedAt = at
 	return c
@@ -212,8 +212,8 @@ func Diff(want, got *keystore.Record) string {
 		return fmt.Sprintf("State: want %q, got %q", want.State, got.State)
 	case want.Attempts != got.Attempts:
 		return fmt.Sprintf("Attempts: want %d, got %d", want.Attempts, got.Attempts)
-	case want.LastStatus != got.LastStatus:
-		return fmt.Sprintf("LastStatus: want %d, got %d", want.LastStatus, got.LastStatus)
+	case want.LastStatusCode != got.LastStatusCode:
+		return fmt.Sprintf("LastStatusCode: want %d, got %d", want.LastStatusCode, got.LastStatusCode)
 	case want.Reason != got.Reason:
 		return fmt.Sprintf("Reason: want %q, got %q", want.Reason, got.Reason)
 	case want.NotExecuted != got.NotExecuted:
@@ -236,8 +236,8 @@ func Diff(want, got *keystore.Record) string {
 		return fmt.Sprintf("Response: want %v, got %v", want.Response, got.Response)
 	case want.Response == nil:
 		return ""
-	case want.Response.Status != got.Response.Status:
-		return fmt.Sprintf("Response.Status: want %d, got %d", want.Response.Status, got.Response.Status)
+	case want.Response.StatusCode != got.Response.StatusCode:
+		return fmt.Sprintf("Response.Status: want %d, got %d", want.Response.StatusCode, got.Response.StatusCode)
 	case !headerEqual(want.Response.Header, got.Response.Header):
 		return fmt.Sprintf("Response.Header: want %v, got %v", want.Response.Header, got.Response.Header)
 	case !bytes.Equal(want.Response.Body, got.Response.Body):

@@ -44,7 +44,7 @@ func TestClientClockAheadRecoverPurgesNothing(t *testing.T) {
 	srv := idemtest.NewServer(idemtest.Config{})
 	t.Cleanup(srv.Close)
 	newClient := func(store keystore.Store, owner string, now func() time.Time) *idem.Client {
-		c, err := idem.NewClient(idem.Config{BaseURL: srv.URL, Store: store, StatusURL: idemtest.StatusPathPattern,
+		c, err := idem.NewClient(idem.Config{BaseURL: srv.URL, Store: store, KeyStatusURL: idemtest.KeyStatusPathPattern,
 			Owner: owner, Now: now, PurgeInterval: -1})
 		if err != nil {
 			t.Fatal(err)

@@ -76,7 +76,7 @@ func encode(rec *keystore.Record, secret []string) (*row, *keystore.Record, erro
 		tenant: []byte(s.Scope), key: []byte(s.Key),
 		fingerprint: s.Fingerprint, method: s.Request.Method, url: s.Request.URL,
 		reqBody: nonNil(s.Request.Body), state: string(s.State),
-		attempts: int64(s.Attempts), lastStatus: int64(s.LastStatus), reason: s.Reason,
+		attempts: int64(s.Attempts), lastStatus: int64(s.LastStatusCode), reason: s.Reason,
 		notExecuted: s.NotExecuted, errText: s.Error, fence: s.Fence, note: s.Note,
 	}
 	if s.Intent != "" {
@@ -87,7 +87,7 @@ func encode(rec *keystore.Record, secret []string) (*row, *keystore.Record, erro
 		return nil, nil, errors.Join(keystore.ErrInvalid, err)
 	}
 	if s.Response != nil {
-		st := int64(s.Response.Status)
+		st := int64(s.Response.StatusCode)
 		r.respStatus, r.respBody = &st, nonNil(s.Response.Body)
 		if r.respHeader, err = json.Marshal(s.Response.Header); err != nil {
 			return nil, nil, errors.Join(keystore.ErrInvalid, err)
@@ -175,7 +175,7 @@ func scanRecord(s pgx.Row) (*keystore.Record, error) {
 		Scope: string(r.tenant), Key: string(r.key), Intent: string(r.intent),
 		Fingerprint: r.fingerprint,
 		Request:     keystore.Request{Method: r.method, URL: r.url, Body: r.reqBody},
-		State:       keystore.State(r.state), Attempts: int(r.attempts), LastStatus: int(r.lastStatus),
+		State:       keystore.State(r.state), Attempts: int(r.attempts), LastStatusCode: int(r.lastStatus),
 		Reason: r.reason, NotExecuted: r.notExecuted, Error: r.errText,
 		CreatedAt: fromNanos(r.createdNs), UpdatedAt: fromNanos(r.updatedNs), Fence: r.fence, Note: r.note,
 	}
@@ -183,7 +183,7 @@ func scanRecord(s pgx.Row) (*keystore.Record, error) {
 		return nil, err
 	}
 	if r.respStatus != nil {
-		rec.Response = &keystore.Response{Status: int(*r.respStatus), Body: r.respBody}
+		rec.Response = &keystore.Response{StatusCode: int(*r.respStatus), Body: r.respBody}
 		if err := unmarshalHeader(r.respHeader, &rec.Response.Header); err != nil {
 			return nil, err
 		}

@@ -201,7 +201,7 @@ func TestNoSecretsInRows(t *testing.T) {
 	}
 	done := rec.Clone()
 	done.State = keystore.StateSucceeded
-	done.Response = &keystore.Response{Status: 200, Header: map[string][]string{
+	done.Response = &keystore.Response{StatusCode: 200, Header: map[string][]string{
 		"Set-Cookie": {"sk_live_5"}, "X-Api-Key": {"sk_live_6"}, "Request-Id": {"req_1"}}}
 	if err := s.Update(ctx, done); err != nil {
 		t.Fatal(err)
