@@ -112,7 +112,8 @@ func DefaultClassifiers() Classifiers {
 
 // HintHeader returns a classifier that obeys a server hint header (such as Stripe's
 // Stripe-Should-Retry) on a non-2xx answer. "true" means the request was not executed and
-// may be resent with the same key (ClassRetry). "false" says only that resending will not
+// may be resent with the same key (ClassRetry), except on a 3xx or 1xx, which stays
+// ClassUnknown (a 303 says the request was processed; see ClassifyStatusCode). "false" says only that resending will not
 // help; it never says the request was not executed, so it can never turn an answer whose
 // outcome may be executed into a failure:
 //
@@ -133,6 +134,11 @@ func HintHeader(name string) Classifier {
 		}
 		switch strings.ToLower(strings.TrimSpace(a.Response.Header.Get(name))) {
 		case "true":
+			if c := a.Response.StatusCode; c < 200 || c/100 == 3 {
+				// A redirect says nothing of the effect (a 303 even says it was processed):
+				// "retry" cannot make it not executed.
+				return ClassUnknown
+			}
 			return ClassRetry
 		case "false":
 			if keyReuseAnswer(a) { // final too, but the finer verdict: the key, not the payload

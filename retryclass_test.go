@@ -95,6 +95,9 @@ func TestDefaultClassifiersTable(t *testing.T) {
 		// Stripe-Should-Retry overrides the status row
 		{"500 + Should-Retry true", rcResp(500, "Stripe-Should-Retry", "true"), ClassRetry},
 		{"400 + Should-Retry true", rcResp(400, "Stripe-Should-Retry", "true"), ClassRetry},
+		{"303 + Should-Retry true", rcResp(303, "Stripe-Should-Retry", "true"), ClassUnknown},
+		{"307 + Should-Retry true", rcResp(307, "Stripe-Should-Retry", "true"), ClassUnknown},
+		{"1xx + Should-Retry true", rcResp(100, "Stripe-Should-Retry", "true"), ClassUnknown},
 		// "false" never makes a possibly executed answer a failure
 		{"408 + Should-Retry false", rcResp(408, "Stripe-Should-Retry", "false"), ClassUnknown},
 		{"409 + Should-Retry false", rcResp(409, "Stripe-Should-Retry", "false"), ClassInProgress},
