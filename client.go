@@ -141,8 +141,9 @@ type Config struct {
 	// the client reads the store's clock, and beyond the bound refuses
 	// with ErrClockSkew: Recover returns it, background passes count it
 	// (Stats.ClockSkewRefusals) and report it (Logger, Hooks.OnClockSkew), a Do returns it
-	// without sending. The hot path (creating a record, renewing its own lease) never reads
-	// the store's clock. Default DefaultMaxClockSkew (5 s), capped at LeaseTTL/3; a larger
+	// without sending. Do also refuses to create or resume a record (ErrClockSkew, nothing
+	// written or sent), since the times it writes are judged by the others' clocks: that
+	// check reads the store's clock at most once a minute per Client. Default DefaultMaxClockSkew (5 s), capped at LeaseTTL/3; a larger
 	// value is ErrInvalidConfig. Negative disables the check (for tests with injected
 	// clocks). Stores without a clock (Memory, bbolt: one process, one clock) are not
 	// checked.
@@ -173,6 +174,7 @@ type Client struct {
 	reclaimer  reclaimer             // background orphan reclaim (reclaim.go)
 	renewer    renewer               // lease renewal of running calls (fleet.go)
 	retrier    *retryablehttp.Client // shared by every call (retrier.go)
+	writeClock writeClock            // Do's cached clock check (clockskew.go)
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
@@ -423,6 +425,11 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 		}
 		held = unlock
 		if !created && rec.State == keystore.StatePending {
+			// Resuming writes this clock's times on the record, as creating does (see open).
+			if err := c.checkWriteClock(ctx, rec); errors.Is(err, ErrClockSkew) {
+				return nil, &OperationError{Key: rec.Key, Scope: scope, Intent: rec.Intent, Kind: ErrClockSkew,
+					Unknown: true, LastStatusCode: rec.LastStatusCode, Cause: err}
+			}
 			// Another instance may be sending it: take the lease, waiting while it is live.
 			if rec, err = c.acquire(ctx, s, rec); err != nil {
 				return nil, err

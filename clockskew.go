@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem/keystore"
@@ -14,8 +15,9 @@ import (
 // (a later Do of the same intent would mint a new key: a double charge) and take over their
 // live leases. When the store has an authoritative clock (keystore.Clock), the client checks
 // its own against it before every operation that acts on other instances' records on the
-// strength of its clock, and refuses beyond Config.MaxClockSkew. Its own hot path (create a
-// record, renew its own lease) does not check: no round trip is added before the first byte.
+// strength of its clock, and refuses beyond Config.MaxClockSkew. Do checks too before it
+// writes a record with its clock's times (creating or resuming one), but at most once a
+// minute per Client (clockRecheck): renewing its own lease never checks.
 
 // DefaultMaxClockSkew is Config.MaxClockSkew when it is 0 (capped at LeaseTTL/3). NTP keeps
 // hosts within milliseconds of each other, so 5 s never refuses a healthy fleet, even with a
@@ -65,7 +67,44 @@ const (
 	opPurge    = "retention purge"
 	opReclaim  = "orphan claim"
 	opTakeover = "takeover of another instance's record"
+	opWrite    = "record written with this clock"
 )
+
+// clockRecheck is how long a write-path clock check stands before Do reads the store's clock
+// again. The records a call writes carry this clock's CreatedAt, UpdatedAt and LeaseUntil,
+// which the other instances judge with theirs (retention purge, KeyTTL, lease expiry): a
+// clock days behind would have its finished records purged at once by a healthy instance
+// (the next Do of the intent then mints a new key), one ahead would hold leases for days. So
+// Do checks too, but at most once per clockRecheck per Client: one store round trip a
+// minute, not one per call.
+const clockRecheck = time.Minute
+
+// writeClock caches the last write-path check (see clockRecheck).
+type writeClock struct {
+	mu  sync.Mutex
+	at  time.Time // when it was checked, by the local monotonic clock; zero: never
+	err error     // its outcome
+}
+
+// checkWriteClock is checkClock for Do's own writes, cached for clockRecheck. rec is the
+// record about to be resumed, for the event; nil before a create.
+func (c *Client) checkWriteClock(ctx context.Context, rec *keystore.Record) error {
+	if _, ok := c.store.(keystore.Clock); !ok || c.cfg.MaxClockSkew < 0 {
+		return nil
+	}
+	w := &c.writeClock
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.at.IsZero() && time.Since(w.at) < clockRecheck {
+		return w.err
+	}
+	err := c.checkClock(ctx, opWrite, rec)
+	if err != nil && !errors.Is(err, ErrClockSkew) {
+		return err // the store could not be read: not cached, the create will tell
+	}
+	w.at, w.err = time.Now(), err
+	return err
+}
 
 // skewDefaults fills and checks MaxClockSkew; LeaseTTL is already set.
 func (c *Client) skewDefaults() error {

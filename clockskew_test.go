@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -252,15 +253,16 @@ func TestDoTakeoverClockSkew(t *testing.T) {
 		owner     string        // the record's lease holder ("" released)
 		leaseLeft time.Duration // its lease expiry from the store's now
 		refused   bool
-		reads     int
+		reads     int // the write check before resuming, then the takeover check
 	}{
 		{"live lease, client 80h ahead", 80 * time.Hour, "instance-b", 20 * time.Second, true, 1},
 		{"live lease, client 40s ahead", 40 * time.Second, "instance-b", 20 * time.Second, true, 1},
-		{"expired lease, clocks agree", 0, "instance-b", -time.Minute, false, 1},
+		{"expired lease, clocks agree", 0, "instance-b", -time.Minute, false, 2},
 		{"released, client 80h ahead", 80 * time.Hour, "", 0, true, 1},
 		{"released, client 1h behind", -time.Hour, "", 0, true, 1},
-		{"released, clocks agree", 0, "", 0, false, 1},
-		{"own record, client 80h ahead", 80 * time.Hour, "instance-a", -time.Minute, false, 0},
+		{"released, clocks agree", 0, "", 0, false, 2},
+		// Resuming our own record writes our clock's times too: refused as well.
+		{"own record, client 80h ahead", 80 * time.Hour, "instance-a", -time.Minute, true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			se := newSkewEnv(t, tc.ahead, nil)
@@ -294,7 +296,7 @@ func TestDoTakeoverClockSkew(t *testing.T) {
 			assert.Equal(t, 0, oe.Attempts)
 			var ce *ClockSkewError
 			require.ErrorAs(t, err, &ce)
-			assert.Equal(t, "takeover of another instance's record", ce.Op)
+			assert.Equal(t, "record written with this clock", ce.Op, "refused before the takeover is even judged")
 			assert.Equal(t, tc.ahead, ce.Skew)
 			assert.Equal(t, 0, se.srv.Stats().Requests, "nothing sent")
 			got := se.record(op.Key())
@@ -312,16 +314,48 @@ func TestDoTakeoverClockSkew(t *testing.T) {
 	}
 }
 
-// The hot path never reads the store's clock, however far off the client's is: a new
-// record, a 503 and a resend under a renewed lease, a success.
-func TestHotPathReadsNoStoreClock(t *testing.T) {
-	se := newSkewEnv(t, 80*time.Hour, nil)
+// The hot path reads the store's clock at most once a minute (clockRecheck), not per call:
+// a new record, a 503 and a resend under a renewed lease, a success, then more calls.
+func TestHotPathReadsStoreClockOncePerMinute(t *testing.T) {
+	se := newSkewEnv(t, 0, nil)
 	se.srv.Script(idemtest.Fault503)
 	res, err := se.c.Do(context.Background(), payment(100, "order-1", WithIntent("order-1")))
 	require.NoError(t, err)
 	assert.Equal(t, 2, res.Attempts)
-	assert.Equal(t, 0, se.store.clockReads())
+	assert.Equal(t, 1, se.store.clockReads())
+	for i := range 5 {
+		_, err := se.c.Do(context.Background(), payment(100, "order-x", WithIntent(fmt.Sprint("order-x", i))))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1, se.store.clockReads(), "cached for a minute of real time")
 	assert.Equal(t, int64(0), se.c.Stats().ClockSkewRefusals)
+}
+
+// An instance whose clock is off writes no record at all: its times would mislead the others
+// (a clock days behind has its finished records purged at once by a healthy instance, and the
+// next Do of the intent mints a new key; one ahead holds leases for days). Nothing is sent, and
+// the refusal is cached like a pass.
+func TestWriteRefusedWhenClockOff(t *testing.T) {
+	for _, ahead := range []time.Duration{96 * time.Hour, -96 * time.Hour, 6 * time.Second} {
+		t.Run(ahead.String(), func(t *testing.T) {
+			se := newSkewEnv(t, ahead, nil)
+			op := payment(100, "order-1", WithIntent("order-1"))
+			for range 2 {
+				_, err := se.c.Do(context.Background(), op)
+				require.ErrorIs(t, err, ErrClockSkew)
+				assert.NotErrorIs(t, err, ErrOutcomeUnknown, "nothing was sent")
+				var ce *ClockSkewError
+				require.ErrorAs(t, err, &ce)
+				assert.Equal(t, "record written with this clock", ce.Op)
+				assert.Equal(t, ahead, ce.Skew)
+			}
+			assert.Equal(t, 1, se.store.clockReads())
+			assert.Equal(t, 0, se.srv.Stats().Requests)
+			_, err := se.store.GetByIntent(context.Background(), "", "order-1")
+			assert.ErrorIs(t, err, keystore.ErrNotFound, "no record written")
+			assert.Equal(t, int64(1), se.c.Stats().ClockSkewRefusals)
+		})
+	}
 }
 
 // A negative MaxClockSkew turns the check off (tests with injected clocks); a store whose

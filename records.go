@@ -58,6 +58,11 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keysto
 		if !errors.Is(err, keystore.ErrNotFound) {
 			return nil, false, fmt.Errorf("idem: reading keystore: %w", err)
 		}
+		// The record carries this clock's times, which other instances judge with theirs
+		// (retention, KeyTTL, leases): refuse when it is off (cached; see clockRecheck).
+		if err := c.checkWriteClock(ctx, nil); errors.Is(err, ErrClockSkew) {
+			return nil, false, &OperationError{Key: op.key, Scope: scope, Intent: op.intent, Kind: ErrClockSkew, Cause: err}
+		}
 		now := c.cfg.Now()
 		rec = &keystore.Record{
 			Scope: scope, Key: op.key, Intent: op.intent, Fingerprint: fp, State: keystore.StatePending,
