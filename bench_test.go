@@ -1,6 +1,6 @@
 package idem_test
 
-// Benchmarks of DESIGN.md §6, each with its baseline in the same run. They run only with
+// Benchmarks of docs/PERFORMANCE.md, each with its baseline in the same run. They run only with
 // -bench (go test ./... compiles them and runs none); docs/bench.sh runs them all and
 // docs/PERFORMANCE.md holds the figures. Servers are httptest servers on loopback.
 

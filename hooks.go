@@ -100,8 +100,10 @@ type ResolvedEvent struct {
 	Note     string // the note kept on the record
 }
 
-// Hooks receive events as they happen, synchronously on the calling goroutine: keep them
-// fast and never block. Nil fields are skipped.
+// Hooks receive events as they happen, synchronously: on the calling goroutine, except
+// OnClaimLost and OnClockSkew (and any hook fired by a background purge or reclaim pass),
+// which may run on the client's own goroutines. Keep them fast, never block, and make them
+// safe for concurrent use. Nil fields are skipped.
 type Hooks struct {
 	OnAttempt        func(AttemptEvent)        // after every request, classified
 	OnRetry          func(RetryEvent)          // a resend was scheduled, with its delay and reason

@@ -105,8 +105,10 @@ func (p Policy) withDefaults() Policy {
 	return p
 }
 
-// Validate reports the first out-of-range field of a resolved policy. The error matches
-// ErrInvalidPolicy and names the field and value.
+// Validate reports the first out-of-range field of a resolved policy: one whose zero fields
+// were already replaced by defaults (as NewClient does, or DefaultPolicy gives), so a zero
+// Policy{} itself is invalid here. The error matches ErrInvalidPolicy and names the field
+// and value.
 func (p Policy) Validate() error {
 	bad := func(field string, v any, want string) error {
 		return fmt.Errorf("%w: %s = %v, want %s", ErrInvalidPolicy, field, v, want)
@@ -136,7 +138,9 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// CallOption overrides the client's policy or settings for one call only.
+// CallOption overrides the client's policy or settings for one call only. Unlike a zero
+// field of Policy (which takes the default), a value given to a Call option is used as
+// given: out of range is ErrInvalidPolicy from Do, which then sends nothing.
 type CallOption func(*callSettings)
 
 // callSettings is what one call runs with: the client's defaults, then the options.
@@ -155,12 +159,12 @@ func CallPolicy(p Policy) CallOption {
 // CallMaxAttempts sets Policy.MaxAttempts for this call (1 = no retry; 0 is an error).
 func CallMaxAttempts(n int) CallOption { return func(s *callSettings) { s.policy.MaxAttempts = n } }
 
-// CallMaxElapsed sets Policy.MaxElapsed for this call.
+// CallMaxElapsed sets Policy.MaxElapsed for this call (> 0; 0 is ErrInvalidPolicy).
 func CallMaxElapsed(d time.Duration) CallOption {
 	return func(s *callSettings) { s.policy.MaxElapsed = d }
 }
 
-// CallAttemptTimeout sets Policy.AttemptTimeout for this call. It must be shorter than
+// CallAttemptTimeout sets Policy.AttemptTimeout for this call (> 0). It must be shorter than
 // Config.LeaseTTL, as the client-wide value must: otherwise Do returns ErrInvalidPolicy and
 // sends nothing.
 func CallAttemptTimeout(d time.Duration) CallOption {
@@ -168,8 +172,8 @@ func CallAttemptTimeout(d time.Duration) CallOption {
 }
 
 // CallBackoff sets the backoff schedule for this call: initial delay, multiplier (>= 1),
-// jitter (randomization factor in [0, 1]; 0 or NoJitter means none) and the hard ceiling of
-// one delay.
+// jitter (randomization factor in [0, 1]; 0 or NoJitter means none, unlike Policy.Jitter,
+// where 0 means the default) and the hard ceiling of one delay.
 func CallBackoff(initial time.Duration, multiplier, jitter float64, maxDelay time.Duration) CallOption {
 	return func(s *callSettings) {
 		if jitter == NoJitter {
@@ -180,12 +184,14 @@ func CallBackoff(initial time.Duration, multiplier, jitter float64, maxDelay tim
 	}
 }
 
-// CallMaxRetryAfter sets Policy.MaxRetryAfter for this call.
+// CallMaxRetryAfter sets Policy.MaxRetryAfter for this call (>= 0; 0 means any positive
+// Retry-After stops the call with ErrRetryAfterTooLong; negative is ErrInvalidPolicy).
 func CallMaxRetryAfter(d time.Duration) CallOption {
 	return func(s *callSettings) { s.policy.MaxRetryAfter = d }
 }
 
-// CallMaxKeyStatusChecks sets Policy.MaxKeyStatusChecks for this call.
+// CallMaxKeyStatusChecks sets Policy.MaxKeyStatusChecks for this call (1..100; 0 is
+// ErrInvalidPolicy).
 func CallMaxKeyStatusChecks(n int) CallOption {
 	return func(s *callSettings) { s.policy.MaxKeyStatusChecks = n }
 }

@@ -19,7 +19,7 @@ const (
 	// Wait Retry-After or backoff, then resend with the same key.
 	ClassRetry
 	// ClassUnknown: the request may have been executed (written then timeout/reset/EOF,
-	// 408, 500, 502, 504). Ask the status endpoint before any resend.
+	// 408, 425, 500, 502, 504, other 5xx, 3xx). Ask the status endpoint before any resend.
 	ClassUnknown
 	// ClassInProgress: the server is still executing this key (409). Wait, then ask the
 	// status endpoint or resend with the same key. Never a failure by itself.

@@ -31,7 +31,7 @@ func (r reply) errorCode(t *testing.T) string {
 }
 
 // newClient returns a plain client that never reuses connections, so that the transport
-// cannot silently replay a request after a reset (see DESIGN.md, hidden replays).
+// cannot silently replay a request after a reset (a hidden replay).
 func newClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
 }

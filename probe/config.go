@@ -22,7 +22,7 @@ const (
 	DefaultRounds = 3
 	// DefaultTimeout bounds each request the probe sends.
 	DefaultTimeout = 10 * time.Second
-	// KeyStatusSuffix is appended to Path for the default status endpoint (DESIGN.md §1).
+	// KeyStatusSuffix is appended to Path for the default status endpoint (README, "The contract").
 	KeyStatusSuffix = "/operations/{key}"
 	// ReplayedHeader marks a replayed answer (Stripe's and idemserver's spelling).
 	ReplayedHeader = "Idempotent-Replayed"

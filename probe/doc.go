@@ -1,6 +1,6 @@
 // Package probe grades an HTTP API against the Idempotency-Key contract that idem's client
 // relies on (draft-ietf-httpapi-idempotency-key-header, RFC 9110 §10.2.3, Stripe's documented
-// behaviour, DESIGN.md §1) and suggests the idem client configuration that fits it.
+// behaviour; README "The contract") and suggests the idem client configuration that fits it.
 //
 // The probe CREATES REAL OPERATIONS: every check sends POST requests that the API executes
 // (a payment, with the default body). Point it only at a sandbox or test environment. Run
