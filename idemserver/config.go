@@ -18,7 +18,7 @@ const (
 	// the lease is a cool-down that lets a third-party call the dead owner made settle before
 	// the resumed phase repeats it.
 	DefaultLease = 90 * time.Second
-	// DefaultRetryAfter is the Retry-After sent with 409 and 202 answers.
+	// DefaultRetryAfter is the Retry-After sent with 409, 202 and 503 answers (Config.RetryAfter).
 	DefaultRetryAfter = time.Second
 	// DefaultMaxBodyBytes bounds the request body read for the fingerprint: 1 MiB.
 	DefaultMaxBodyBytes = 1 << 20
