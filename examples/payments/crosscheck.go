@@ -384,6 +384,30 @@ type statusClient struct {
 	noSearch   bool // the API answered 400, 404, 405 or 501 to a search: it has none
 }
 
+// newGet builds the authorised GET the oracle sends, once for all its tries (a GET without
+// a body may be sent again).
+func newGet(ctx context.Context, target string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Accept", "application/json")
+	return req, nil
+}
+
+// fetch sends req once and reads up to 4 MiB of the answer. resp is nil when no answer came
+// (a transport error); err is set then, or when the body could not be read.
+func (c *statusClient) fetch(req *http.Request) (resp *http.Response, body []byte, err error) {
+	resp, err = c.http.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err = io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	return resp, body, err
+}
+
 func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.KeyStatus, error) {
 	if c.http.Timeout == 0 {
 		c.http.Timeout = 10 * time.Second // a black-holed API must not hold the report for minutes
@@ -392,26 +416,20 @@ func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.Key
 		tries = 1
 	}
 	target := c.base + strings.ReplaceAll(c.path, "{key}", url.PathEscape(key))
+	req, err := newGet(ctx, target)
+	if err != nil {
+		return idem.KeyStatus{}, err
+	}
 	var last error
 	transportOnly := true
 	for try := 0; try < tries; try++ {
 		if try > 0 {
 			time.Sleep(time.Duration(try) * 50 * time.Millisecond)
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
-		if err != nil {
-			return idem.KeyStatus{}, err
+		resp, body, err := c.fetch(req)
+		if resp != nil {
+			transportOnly = false
 		}
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-		req.Header.Set("Accept", "application/json")
-		resp, err := c.http.Do(req)
-		if err != nil {
-			last = err
-			continue
-		}
-		transportOnly = false
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-		resp.Body.Close()
 		if err != nil {
 			last = err
 			continue

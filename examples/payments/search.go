@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -28,26 +27,20 @@ func (c *statusClient) searchRef(ctx context.Context, ref string) ([]string, err
 		return nil, errors.New("the API is unreachable")
 	}
 	target := c.base + strings.ReplaceAll(c.search, "{reference}", url.QueryEscape(ref))
+	req, err := newGet(ctx, target)
+	if err != nil {
+		return nil, err
+	}
 	var last error
 	transportOnly := true
 	for try := 0; try < statusTries; try++ {
 		if try > 0 {
 			time.Sleep(time.Duration(try) * 50 * time.Millisecond)
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
-		if err != nil {
-			return nil, err
+		resp, body, err := c.fetch(req)
+		if resp != nil {
+			transportOnly = false
 		}
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-		req.Header.Set("Accept", "application/json")
-		resp, err := c.http.Do(req)
-		if err != nil {
-			last = err
-			continue
-		}
-		transportOnly = false
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-		resp.Body.Close()
 		switch {
 		case err != nil:
 			last = err
