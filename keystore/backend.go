@@ -2,9 +2,12 @@ package keystore
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // This file holds the rules every backend applies the same way, so that Memory, the bbolt
@@ -63,4 +66,21 @@ func SortRecords(recs []*Record) {
 		}
 		return strings.Compare(a.Scope, b.Scope)
 	})
+}
+
+// CheckHeaderText returns an error naming the header if a name or value in h is not valid
+// UTF-8 (what says which header set: "request" or "response"). Backends that store headers
+// as text (JSON, PostgreSQL) refuse such a record before writing, with ErrInvalid.
+func CheckHeaderText(what string, h http.Header) error {
+	for k, vs := range h {
+		if !utf8.ValidString(k) {
+			return fmt.Errorf("%s header name %q is not valid UTF-8", what, k)
+		}
+		for _, v := range vs {
+			if !utf8.ValidString(v) {
+				return fmt.Errorf("%s header %s: value is not valid UTF-8", what, k)
+			}
+		}
+	}
+	return nil
 }

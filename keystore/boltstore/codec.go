@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 	"unicode/utf8"
 
@@ -92,25 +91,11 @@ func checkUTF8(r *keystore.Record) error {
 			return fmt.Errorf("%s is not valid UTF-8", name)
 		}
 	}
-	if err := headerUTF8("request", r.Request.Header); err != nil {
+	if err := keystore.CheckHeaderText("request", r.Request.Header); err != nil {
 		return err
 	}
 	if r.Response != nil {
-		return headerUTF8("response", r.Response.Header)
-	}
-	return nil
-}
-
-func headerUTF8(what string, h http.Header) error {
-	for k, vs := range h {
-		if !utf8.ValidString(k) {
-			return fmt.Errorf("%s header name %q is not valid UTF-8", what, k)
-		}
-		for _, v := range vs {
-			if !utf8.ValidString(v) {
-				return fmt.Errorf("%s header %s: value is not valid UTF-8", what, k)
-			}
-		}
+		return keystore.CheckHeaderText("response", r.Response.Header)
 	}
 	return nil
 }

@@ -130,25 +130,11 @@ func checkText(r *keystore.Record) error {
 			return fmt.Errorf("%s is not valid UTF-8 without NUL bytes", name)
 		}
 	}
-	if err := headerText("request", r.Request.Header); err != nil {
+	if err := keystore.CheckHeaderText("request", r.Request.Header); err != nil {
 		return err
 	}
 	if r.Response != nil {
-		return headerText("response", r.Response.Header)
-	}
-	return nil
-}
-
-func headerText(what string, h http.Header) error {
-	for k, vs := range h {
-		if !utf8.ValidString(k) {
-			return fmt.Errorf("%s header name %q is not valid UTF-8", what, k)
-		}
-		for _, v := range vs {
-			if !utf8.ValidString(v) {
-				return fmt.Errorf("%s header %s: value is not valid UTF-8", what, k)
-			}
-		}
+		return keystore.CheckHeaderText("response", r.Response.Header)
 	}
 	return nil
 }
