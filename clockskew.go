@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/keystore"
@@ -79,11 +80,24 @@ const (
 // minute, not one per call.
 const clockRecheck = time.Minute
 
-// writeClock caches the last write-path check (see clockRecheck).
+// writeClock caches the last write-path check (see clockRecheck). Calls read last without a
+// lock; only the one that finds it stale takes mu and reads the store's clock.
 type writeClock struct {
-	mu  sync.Mutex
-	at  time.Time // when it was checked, by the local monotonic clock; zero: never
+	mu   sync.Mutex
+	last atomic.Pointer[clockCheck]
+}
+
+type clockCheck struct {
+	at  time.Time // when it was checked, by the local monotonic clock
 	err error     // its outcome
+}
+
+// fresh returns the cached check while it stands, nil once it is stale or was never made.
+func (w *writeClock) fresh() *clockCheck {
+	if l := w.last.Load(); l != nil && time.Since(l.at) < clockRecheck {
+		return l
+	}
+	return nil
 }
 
 // checkWriteClock is checkClock for Do's own writes, cached for clockRecheck. rec is the
@@ -93,16 +107,19 @@ func (c *Client) checkWriteClock(ctx context.Context, rec *keystore.Record) erro
 		return nil
 	}
 	w := &c.writeClock
+	if l := w.fresh(); l != nil {
+		return l.err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.at.IsZero() && time.Since(w.at) < clockRecheck {
-		return w.err
+	if l := w.fresh(); l != nil { // another call checked while we waited
+		return l.err
 	}
 	err := c.checkClock(ctx, opWrite, rec)
 	if err != nil && !errors.Is(err, ErrClockSkew) {
 		return err // the store could not be read: not cached, the create will tell
 	}
-	w.at, w.err = time.Now(), err
+	w.last.Store(&clockCheck{at: time.Now(), err: err})
 	return err
 }
 
