@@ -122,7 +122,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 				cl.c.stats.succeeded.Add(1)
 				return res, nil
 			}
-			if e := (*OperationError)(nil); errors.As(err, &e) {
+			if e, ok := errors.AsType[*OperationError](err); ok {
 				gaveUp = e // ErrNotExecuted, or the verdict another instance persisted
 			}
 			cl.c.onGiveUp(cl, gaveUp)
