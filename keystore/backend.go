@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -57,15 +56,7 @@ func Purgeable(rec *Record, cutoff time.Time) bool {
 
 // SortRecords sorts recs in List order: CreatedAt, then Key, then Scope.
 func SortRecords(recs []*Record) {
-	slices.SortFunc(recs, func(a, b *Record) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Key, b.Key); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Scope, b.Scope)
-	})
+	slices.SortFunc(recs, compareRecords)
 }
 
 // CheckHeaderText returns an error naming the header if a name or value in h is not valid

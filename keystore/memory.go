@@ -9,13 +9,14 @@ import (
 
 // Memory is an in-process Store: a mutex and two maps. Nothing survives the process, so use it
 // for tests and short-lived programs only. Records are deep-copied on the way in and out, so
-// callers never share memory with the store. Like every backend, it never keeps
+// callers never share memory with the store (inside, headers are kept flat rather than as
+// maps: see memory_record.go). Like every backend, it never keeps
 // CredentialHeaders (nor Set-Cookie in a response). The zero value is not usable; call
 // NewMemory.
 type Memory struct {
 	mu      sync.RWMutex
 	closed  bool
-	records map[scopedName]*Record
+	records map[scopedName]*memRecord
 	intents map[scopedName]string // (scope, intent) -> key
 
 	// finished lists records in the order they became terminal, for PurgeBatch
@@ -34,7 +35,7 @@ var _ Store = (*Memory)(nil)
 // NewMemory returns an empty, open Memory store.
 func NewMemory() *Memory {
 	return &Memory{
-		records: make(map[scopedName]*Record),
+		records: make(map[scopedName]*memRecord),
 		intents: make(map[scopedName]string),
 	}
 }
@@ -68,7 +69,7 @@ func (m *Memory) Create(ctx context.Context, rec *Record) error {
 		}
 		m.intents[scopedName{rec.Scope, rec.Intent}] = rec.Key
 	}
-	m.store(k, StoredCopy(rec))
+	m.store(k, newMemRecord(rec))
 	return nil
 }
 
@@ -83,7 +84,7 @@ func (m *Memory) Get(ctx context.Context, scope, key string) (*Record, error) {
 	if !ok {
 		return nil, ErrNotFound
 	}
-	return rec.Clone(), nil
+	return rec.export(), nil
 }
 
 // GetByIntent returns a copy of the record for (scope, intent), ErrNotFound (also for an
@@ -98,7 +99,7 @@ func (m *Memory) GetByIntent(ctx context.Context, scope, intent string) (*Record
 	if !ok || intent == "" {
 		return nil, ErrNotFound
 	}
-	return m.records[scopedName{scope, key}].Clone(), nil
+	return m.records[scopedName{scope, key}].export(), nil
 }
 
 // Update replaces the record matched by (rec.Scope, rec.Key) with a copy of rec. It returns
@@ -118,11 +119,11 @@ func (m *Memory) Update(ctx context.Context, rec *Record) error {
 	if !ok {
 		return ErrNotFound
 	}
-	if err := CheckImmutable(old, rec); err != nil {
+	if err := CheckImmutable(&old.Record, rec); err != nil {
 		return err
 	}
-	stored := updatedCopy(old, rec)
-	KeepLease(stored, old) // the lease belongs to Claim, Renew and Release
+	stored := old.updated(rec)
+	KeepLease(&stored.Record, &old.Record) // the lease belongs to Claim, Renew and Release
 	m.store(k, stored)
 	return nil
 }
@@ -138,7 +139,7 @@ func (m *Memory) List(ctx context.Context, states ...State) ([]*Record, error) {
 	out := make([]*Record, 0, len(m.records))
 	for _, rec := range m.records {
 		if len(states) == 0 || slices.Contains(states, rec.State) {
-			out = append(out, rec.Clone())
+			out = append(out, rec.export())
 		}
 	}
 	SortRecords(out)
@@ -156,7 +157,7 @@ func (m *Memory) Purge(ctx context.Context, cutoff time.Time) (int, error) {
 	}
 	n := 0
 	for k, rec := range m.records {
-		if Purgeable(rec, cutoff) {
+		if Purgeable(&rec.Record, cutoff) {
 			delete(m.records, k)
 			if rec.Intent != "" {
 				delete(m.intents, scopedName{rec.Scope, rec.Intent})

@@ -1,7 +1,6 @@
 package keystore
 
 import (
-	"bytes"
 	"context"
 	"slices"
 	"strconv"
@@ -23,11 +22,11 @@ var (
 // entry whose record changed or went away since is recognised as stale.
 type finishedEntry struct {
 	k   scopedName
-	rec *Record
+	rec *memRecord
 }
 
 // store puts rec under k and notes it for PurgeBatch when it is terminal. m.mu is held.
-func (m *Memory) store(k scopedName, rec *Record) {
+func (m *Memory) store(k scopedName, rec *memRecord) {
 	m.records[k] = rec
 	m.peak = max(m.peak, len(m.records))
 	if rec.State.Terminal() {
@@ -93,7 +92,7 @@ func (m *Memory) ListPage(ctx context.Context, states []State, after Cursor, lim
 	}
 	p.Records = make([]*Record, len(keys))
 	for i, k := range keys {
-		p.Records[i] = m.records[k].Clone()
+		p.Records[i] = m.records[k].export()
 	}
 	return p, nil
 }
@@ -130,7 +129,7 @@ func (m *Memory) PurgeBatch(ctx context.Context, cutoff time.Time, after Cursor,
 		case m.records[e.k] != e.rec: // changed or deleted since it became terminal
 			e.rec = nil
 			m.tombs++
-		case Purgeable(e.rec, cutoff):
+		case Purgeable(&e.rec.Record, cutoff):
 			delete(m.records, e.k)
 			if e.rec.Intent != "" {
 				delete(m.intents, scopedName{e.k.scope, e.rec.Intent})
@@ -171,7 +170,7 @@ func (m *Memory) compactLocked() {
 	if m.peak < 4096 || len(m.records) > m.peak/4 {
 		return
 	}
-	records := make(map[scopedName]*Record, len(m.records))
+	records := make(map[scopedName]*memRecord, len(m.records))
 	for k, v := range m.records {
 		records[k] = v
 	}
@@ -180,39 +179,4 @@ func (m *Memory) compactLocked() {
 		intents[k] = v
 	}
 	m.records, m.intents, m.peak = records, intents, len(records)
-}
-
-// updatedCopy is StoredCopy(rec) for an Update of old, except that the request, which a
-// client never changes after Create, is shared with old when it is unchanged: stored records
-// are never modified in place, so sharing is safe, and a call's final write then copies only
-// its response.
-func updatedCopy(old, rec *Record) *Record {
-	if !sameRequest(&old.Request, &rec.Request) {
-		return StoredCopy(rec)
-	}
-	c := *rec
-	c.Request = old.Request
-	if rec.Response != nil {
-		resp := *rec.Response
-		resp.Header = rec.Response.Header.Clone()
-		stripInPlace(resp.Header, nil)
-		stripInPlace(resp.Header, ResponseSecretHeaders)
-		resp.Body = cloneBytes(rec.Response.Body)
-		c.Response = &resp
-	}
-	return &c
-}
-
-// sameRequest reports whether next equals stored, the request as Memory keeps it.
-func sameRequest(stored, next *Request) bool {
-	if stored.Method != next.Method || stored.URL != next.URL || !bytes.Equal(stored.Body, next.Body) ||
-		len(stored.Header) != len(next.Header) || (stored.Body == nil) != (next.Body == nil) {
-		return false
-	}
-	for k, vs := range next.Header {
-		if !slices.Equal(stored.Header[k], vs) {
-			return false
-		}
-	}
-	return true
 }

@@ -3,6 +3,7 @@ package keystore
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -26,11 +27,11 @@ func (m *Memory) Claim(ctx context.Context, scope, key string, l Lease) (*Record
 	if !ok {
 		return nil, ErrNotFound
 	}
-	if err := ClaimRefusal(rec, l); err != nil {
+	if err := ClaimRefusal(&rec.Record, l); err != nil {
 		return nil, err
 	}
-	ApplyClaim(rec, l)
-	return rec.Clone(), nil
+	ApplyClaim(&rec.Record, l)
+	return rec.export(), nil
 }
 
 // Renew sets the LeaseUntil of (scope, key) to until if (owner, fence) holds its lease.
@@ -59,10 +60,10 @@ func (m *Memory) Release(ctx context.Context, scope, key, owner string, fence in
 	if !ok {
 		return ErrNotFound
 	}
-	if Released(rec, fence) {
+	if Released(&rec.Record, fence) {
 		return nil
 	}
-	if err := CheckHolder(rec, owner, fence); err != nil {
+	if err := CheckHolder(&rec.Record, owner, fence); err != nil {
 		return err
 	}
 	rec.Owner, rec.LeaseUntil = "", time.Time{}
@@ -80,10 +81,10 @@ func (m *Memory) holder(ctx context.Context, scope, key, owner string, fence int
 	if !ok {
 		return ErrNotFound
 	}
-	if err := CheckHolder(rec, owner, fence); err != nil {
+	if err := CheckHolder(&rec.Record, owner, fence); err != nil {
 		return err
 	}
-	change(rec)
+	change(&rec.Record)
 	return nil
 }
 
@@ -99,18 +100,18 @@ func (m *Memory) ClaimExpired(ctx context.Context, l Lease, limit int) ([]*Recor
 	if err := m.begin(ctx); err != nil {
 		return nil, err
 	}
-	var orphans []*Record
+	var orphans []*memRecord
 	for _, rec := range m.records {
-		if Orphaned(rec, l.Now) {
+		if Orphaned(&rec.Record, l.Now) {
 			orphans = append(orphans, rec)
 		}
 	}
-	SortRecords(orphans)
+	slices.SortFunc(orphans, func(a, b *memRecord) int { return compareRecords(&a.Record, &b.Record) })
 	orphans = orphans[:min(limit, len(orphans))]
 	out := make([]*Record, len(orphans))
 	for i, rec := range orphans {
-		ApplyClaim(rec, l)
-		out[i] = rec.Clone()
+		ApplyClaim(&rec.Record, l)
+		out[i] = rec.export()
 	}
 	return out, nil
 }
