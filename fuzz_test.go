@@ -3,6 +3,7 @@ package idem
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -175,6 +176,37 @@ func FuzzIsKeyReuse(f *testing.F) {
 		if (ClassifyStatusCode(at(http.StatusBadRequest)) == ClassKeyConflict) != isKeyReuse400(body) ||
 			(ClassifyStatusCode(at(http.StatusUnprocessableEntity)) == ClassKeyConflict) != got {
 			t.Fatalf("ClassifyStatusCode disagrees with the key-reuse rule on %q", body)
+		}
+	})
+}
+
+// target's shortcut for a normal relative URL must give what the full resolution gives, under
+// a base with and without a path.
+func FuzzTargetShortcut(f *testing.F) {
+	for _, ref := range []string{"/v1/payments", "/", "/v1/payments?x=1", "/a?b?", "/a#b", "//a/b", "/%2F/x",
+		"/v1/payments?", "/v1/../x", "/\\x", "/ x", "/a:b", "/?", "/#"} {
+		f.Add(ref)
+	}
+	bases := []string{"https://api.example.com", "https://api.example.com/v2/", "http://127.0.0.1:8080/a/b"}
+	clients := make([]*Client, len(bases))
+	for i, b := range bases {
+		c, err := NewClient(Config{BaseURL: b})
+		if err != nil {
+			f.Fatal(err)
+		}
+		clients[i] = c
+	}
+	f.Fuzz(func(t *testing.T, ref string) {
+		if !normalRelative(ref) {
+			return
+		}
+		if _, err := url.Parse(ref); err != nil {
+			return // Do refuses it before target runs
+		}
+		for i, c := range clients {
+			if got, want := c.target(ref), c.resolveTarget(ref); got != want {
+				t.Fatalf("base %s, ref %q: shortcut %q, resolution %q", bases[i], ref, got, want)
+			}
 		}
 	})
 }

@@ -228,6 +228,21 @@ func (c *Client) fingerprint(op *Operation) (fp, asWritten string) {
 // written: no unescaping, no dot segments resolved. A URL that can never be sent is
 // returned as written (resolveURL refuses it before any record exists).
 func (c *Client) target(ref string) string {
+	if c.base != nil && normalRelative(ref) {
+		return ref // what the resolution below gives back for it, without parsing
+	}
+	return c.resolveTarget(ref)
+}
+
+// normalRelative reports whether ref is a relative URL that target returns as written: one
+// leading slash (two would name a host), no fragment, no empty query.
+func normalRelative(ref string) bool {
+	return len(ref) > 0 && ref[0] == '/' && (len(ref) == 1 || ref[1] != '/') &&
+		strings.IndexByte(ref, '#') < 0 && !strings.HasSuffix(ref, "?")
+}
+
+// resolveTarget is target without the shortcut for a normal relative URL.
+func (c *Client) resolveTarget(ref string) string {
 	wire := ref
 	u, err := url.Parse(ref)
 	switch {
