@@ -37,7 +37,7 @@ var benchBody = []byte(`{"amount":1000,"currency":"eur","customer":"cus_9s6XKzkN
 const benchPath = "/v1/payments"
 
 // benchKey is the constant Idempotency-Key the baselines send, so that every variant puts
-// the same header on the wire; idem mints a fresh UUIDv4 per operation, and that cost is
+// the same header on the wire; idem mints a fresh UUIDv7 per operation, and that cost is
 // counted against idem.
 const benchKey = "5f0c6a2e-8d1b-4c3a-9e7f-000000000000"
 
@@ -50,7 +50,7 @@ var createdBody = []byte(`{"id":"pay_3MtwBwLkdIwHu7ix28a3tqPa","status":"succeed
 //   - net/http: http.Client.Do, body read and closed;
 //   - retryablehttp: go-retryablehttp with its defaults (Logger nil: its default logger
 //     writes a line to stderr per request), body read and closed;
-//   - idem: Client.Do of a new Operation (UUIDv4 key minted per call) with keystore.Memory,
+//   - idem: Client.Do of a new Operation (UUIDv7 key minted per call) with keystore.Memory,
 //     the default retry budget and no status URL: lookup (Get), Create, the request,
 //     Update of the final state. The Memory store keeps every record (Recover purges), so
 //     the heap grows with b.N: docs/bench.sh fixes -benchtime to 20000x.

@@ -5,7 +5,7 @@
 //
 // # Guarantees
 //
-//   - Each Operation (one user intent) gets an idempotency key, a random UUIDv4 unless the
+//   - Each Operation (one user intent) gets an idempotency key, a UUIDv7 unless the
 //     caller supplies one, never derived from the payload. The key, the request fingerprint
 //     (SHA-256 of method, path and body) and the request itself are persisted in a
 //     keystore.Store before the first byte is sent.

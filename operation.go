@@ -36,7 +36,7 @@ type Operation struct {
 // OperationOption configures an Operation in NewOperation.
 type OperationOption func(*Operation)
 
-// WithKey uses key instead of minting a new UUIDv4. The key must be 1 to MaxKeyLength
+// WithKey uses key instead of minting a new UUIDv7. The key must be 1 to MaxKeyLength
 // visible ASCII characters (0x21-0x7E); otherwise Do returns an error matching
 // ErrInvalidOperation. Reuse a key only for the same intent: never derive it from a payload
 // hash, since two identical payments are two intents.
@@ -71,7 +71,11 @@ func WithHeader(h http.Header) OperationOption {
 
 // NewOperation creates an operation for one intent: method and url (relative to
 // Config.BaseURL, such as "/v1/payments", or absolute) with body sent byte for byte on every
-// attempt (nil for none). Unless WithKey is given it mints a random UUIDv4 key (crypto/rand).
+// attempt (nil for none). Unless WithKey is given it mints a UUIDv7 key (RFC 9562 §5.7: a
+// millisecond Unix timestamp and 74 bits from crypto/rand, increasing within the process).
+// Time-ordered keys land at the end of a keystore's B-tree (bbolt, a PostgreSQL index)
+// instead of on a random page, so a group commit writes a few pages rather than one per
+// key; the timestamp tells the server only when the intent began.
 // It never panics: invalid input is reported by Do as ErrInvalidOperation, among it a URL
 // with user info ("https://user:pass@host/..."), which would be persisted with the record
 // (use Config.Credentials instead). The URL, query string included, is persisted as given:
@@ -87,7 +91,7 @@ func NewOperation(method, url string, body []byte, opts ...OperationOption) *Ope
 		}
 	}
 	if !o.hasKey {
-		id, err := uuid.NewRandom()
+		id, err := uuid.NewV7()
 		if err != nil {
 			o.err = fmt.Errorf("minting key: %w", err)
 		} else {

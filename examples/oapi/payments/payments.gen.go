@@ -79,7 +79,7 @@ type PaymentRequest struct {
 
 // CreatePaymentParams defines parameters for CreatePayment.
 type CreatePaymentParams struct {
-	// IdempotencyKey The idempotency key. Leave it out when the client runs over idem's Transport: idem mints a UUIDv4 and persists it before the first byte is sent. A value given here is adopted as the key.
+	// IdempotencyKey The idempotency key. Leave it out when the client runs over idem's Transport: idem mints a UUIDv7 and persists it before the first byte is sent. A value given here is adopted as the key.
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
