@@ -1,6 +1,7 @@
 package pgserver_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -20,6 +22,9 @@ import (
 
 // childEnv carries the crash test's child configuration (JSON).
 const childEnv = "IDEM_PGSERVER_CHILD"
+
+// readyLine is what the child writes to stderr once it serves.
+const readyLine = "ready"
 
 // killPoints are the places of a request where the child may SIGKILL itself: inside the
 // handler before, between and after its two business writes (the answer not yet committed),
@@ -120,6 +125,30 @@ func childMain(raw string) error {
 		}
 		mux.ServeHTTP(w, r)
 	})
+	// Open the pool's connections before serving: a fresh PostgreSQL backend costs a fork and
+	// an authentication, and a child that first opens them under 16 clients' requests may be
+	// shot before it answers any (on a slow host, every child was).
+	warm := make([]*pgxpool.Conn, 4) // together; more cost ~12 ms each on a slow host, and open on demand
+	var werr error
+	var wmu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range warm {
+		wg.Go(func() {
+			c, err := pool.Acquire(ctx)
+			wmu.Lock()
+			warm[i], werr = c, cmp.Or(werr, err)
+			wmu.Unlock()
+		})
+	}
+	wg.Wait()
+	for _, c := range warm {
+		if c != nil {
+			c.Release()
+		}
+	}
+	if werr != nil {
+		return werr
+	}
 	var ln net.Listener
 	for i := 0; ; i++ { // the killed predecessor's socket may linger for a moment
 		if ln, err = net.Listen("tcp", cfg.Addr); err == nil || i == 100 {
@@ -130,6 +159,7 @@ func childMain(raw string) error {
 	if err != nil {
 		return err
 	}
+	fmt.Fprintln(os.Stderr, readyLine) // the parent's shooter times its shot from here
 	srv := &http.Server{Handler: afterCommit, ReadHeaderTimeout: 5 * time.Second}
 	err = srv.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {

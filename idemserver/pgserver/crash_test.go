@@ -49,7 +49,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 	ln.Close()
 
 	sup := &supervisor{t: t, cfg: childConfig{DSN: os.Getenv("IDEM_TEST_PG_DSN"), Schema: schema, Addr: addr, KillRate: 0.006},
-		kills: map[string]int{}}
+		kills: map[string]int{}, ready: make(chan *exec.Cmd, 1)}
 	sup.start()
 	defer sup.stop()
 	stopShooter := sup.shootRandomly(1, 150*time.Millisecond)
@@ -188,23 +188,34 @@ type supervisor struct {
 	starts int
 	kills  map[string]int
 	shot   int // SIGKILLs sent by the parent
+
+	ready chan *exec.Cmd // the newest child that reported ready, for the shooter (room for one)
 }
 
-// shootRandomly SIGKILLs the running child at random moments, every 0..2*mean, with a
-// deterministic seed, until the returned stop is called.
+// shootRandomly SIGKILLs each child at a random moment 0..2*mean after it reported ready,
+// with a deterministic seed, until the returned stop is called. Timing the shot from the
+// child's readiness, not from the last shot, makes every kill land while requests are being
+// served (mid-claim, mid-commit, mid-status) rather than during a start-up, which on a slow
+// host took longer than the mean interval and left no child ever answering.
 func (s *supervisor) shootRandomly(seed uint64, mean time.Duration) (stop func()) {
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		rng := rand.New(rand.NewPCG(seed, 0x5407))
 		for {
+			var cmd *exec.Cmd
+			select {
+			case <-quit:
+				return
+			case cmd = <-s.ready:
+			}
 			select {
 			case <-quit:
 				return
 			case <-time.After(time.Duration(rng.Int64N(int64(2 * mean)))):
 			}
 			s.mu.Lock()
-			if !s.done && s.cmd != nil && s.cmd.Process.Signal(syscall.SIGKILL) == nil {
+			if !s.done && s.cmd == cmd && cmd.Process.Signal(syscall.SIGKILL) == nil {
 				s.shot++
 			}
 			s.mu.Unlock()
@@ -240,6 +251,14 @@ func (s *supervisor) start() {
 			s.mu.Unlock()
 			sc := bufio.NewScanner(stderr)
 			for sc.Scan() {
+				if sc.Text() == readyLine {
+					select { // the newest child replaces one the shooter has not taken yet
+					case <-s.ready:
+					default:
+					}
+					s.ready <- cmd // room for one, and this goroutine is the only sender
+					continue
+				}
 				if p, ok := strings.CutPrefix(sc.Text(), "kill "); ok {
 					s.mu.Lock()
 					s.kills[p]++
