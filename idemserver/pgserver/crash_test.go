@@ -52,7 +52,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 		kills: map[string]int{}, ready: make(chan *exec.Cmd, 1)}
 	sup.start()
 	defer sup.stop()
-	stopShooter := sup.shootRandomly(1, 150*time.Millisecond)
+	stopShooter := sup.shootRandomly(1, 400*time.Millisecond)
 
 	client, err := idem.NewClient(idem.Config{
 		BaseURL:      "http://" + addr,
