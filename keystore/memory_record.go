@@ -3,6 +3,7 @@ package keystore
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"net/http"
 	"strings"
 )
@@ -78,29 +79,37 @@ func (mr *memRecord) export() *Record {
 // body reads back as nil, as cloneBytes makes it). A response starts with varint(status).
 
 func packRequest(r *Request) []byte {
-	b := make([]byte, 0, packedSize(r.Header, r.Body))
+	b := make([]byte, 0, packedSize(r.Header, r.Body, CredentialHeaders))
 	b = appendHeader(b, r.Header, CredentialHeaders)
 	return appendBytes(b, r.Body)
 }
 
 func packResponse(r *Response) []byte {
-	b := make([]byte, 0, binary.MaxVarintLen64+packedSize(r.Header, r.Body))
+	b := make([]byte, 0, binary.MaxVarintLen64+packedSize(r.Header, r.Body, CredentialHeaders, ResponseSecretHeaders))
 	b = binary.AppendVarint(b, int64(r.StatusCode))
 	b = appendHeader(b, r.Header, CredentialHeaders, ResponseSecretHeaders)
 	return appendBytes(b, r.Body)
 }
 
-// packedSize is an upper bound of the packed header and body, so that packing allocates once.
-func packedSize(h http.Header, body []byte) int {
-	n := 2*binary.MaxVarintLen64 + len(body)
+// packedSize is the exact size of the packed header (without the names in drop) and body, so
+// that packing allocates once and the retained slice wastes nothing.
+func packedSize(h http.Header, body []byte, drop ...[]string) int {
+	n, names := uvarintLen(uint64(len(body)))+len(body), 0
 	for k, vs := range h {
-		n += 2*binary.MaxVarintLen64 + len(k)
+		if dropped(k, drop) {
+			continue
+		}
+		names++
+		n += uvarintLen(uint64(len(k))) + len(k) + uvarintLen(uint64(len(vs))+1)
 		for _, v := range vs {
-			n += binary.MaxVarintLen64 + len(v)
+			n += uvarintLen(uint64(len(v))) + len(v)
 		}
 	}
-	return n
+	return n + uvarintLen(uint64(names))
 }
+
+// uvarintLen is the length of binary.AppendUvarint's encoding of v.
+func uvarintLen(v uint64) int { return max(1, (bits.Len64(v)+6)/7) }
 
 func appendHeader(b []byte, h http.Header, drop ...[]string) []byte {
 	n := 0

@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"context"
+	"encoding/binary"
 	"net/http"
 	"testing"
 
@@ -44,6 +45,9 @@ func TestMemoryPackRoundTrip(t *testing.T) {
 			require.Equal(t, wantBody, got.Request.Body)
 			require.Equal(t, wantBody, got.Response.Body)
 			require.Equal(t, 201, got.Response.StatusCode)
+			// Packing allocates exactly what it writes.
+			req := packRequest(&rec.Request)
+			require.Equal(t, len(req), cap(req))
 			// The packed request equals its own stripped export, and only that.
 			mr := newMemRecord(rec)
 			require.True(t, sameRequest(mr.req, &got.Request))
@@ -124,4 +128,10 @@ func FuzzMemoryUnpack(f *testing.F) {
 			_ = mr.export()
 		}
 	})
+}
+
+func TestUvarintLen(t *testing.T) {
+	for _, v := range []uint64{0, 1, 127, 128, 16383, 16384, 1<<63 - 1, 1<<64 - 1} {
+		require.Equal(t, len(binary.AppendUvarint(nil, v)), uvarintLen(v), v)
+	}
 }
