@@ -31,7 +31,8 @@ const (
 // BaseURL (or absolute operation URLs) is needed.
 type Config struct {
 	// BaseURL is prefixed to relative operation URLs, e.g. "https://api.example.com". It must
-	// not carry user info ("https://user:pass@..."): ErrInvalidConfig; use Credentials.
+	// not carry user info ("https://user:pass@..."; use Credentials), a query or a fragment
+	// (relative URLs are appended to its path): ErrInvalidConfig.
 	BaseURL string
 	// HTTPClient provides the transport (connection pool, TLS). Its Timeout, if set, also
 	// applies; redirects are never followed (a 3xx to an operation is an unknown outcome, see
@@ -178,7 +179,7 @@ type Client struct {
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
-// field: a BaseURL that is not absolute or carries user info, a relative KeyStatusURL without
+// field: a BaseURL that is not absolute or carries user info, a query or a fragment, a relative KeyStatusURL without
 // BaseURL, a Retention shorter than KeyTTL, a LeaseTTL not longer than Policy.AttemptTimeout,
 // a KeyHeader that is a credential or secret header, negative values) or
 // ErrInvalidPolicy.
@@ -194,6 +195,11 @@ func NewClient(cfg Config) (*Client, error) {
 		}
 		if u.User != nil { // credentials belong in Config.Credentials, never in a URL
 			return nil, fmt.Errorf("%w: BaseURL carries user info; use Config.Credentials", ErrInvalidConfig)
+		}
+		// Relative operation URLs are appended to the base's path; after a query or a fragment
+		// they would be sent as query text, or dropped (and fingerprinted unlike their wire form).
+		if strings.ContainsAny(cfg.BaseURL, "?#") {
+			return nil, fmt.Errorf("%w: BaseURL %q has a query or a fragment; put a query in each operation's URL", ErrInvalidConfig, cfg.BaseURL)
 		}
 		c.base = u
 		c.baseStr = strings.TrimRight(u.String(), "/")
@@ -315,7 +321,7 @@ const SourceHeader = "Idem-Source"
 type Result struct {
 	Key             string      // the idempotency key used
 	StatusCode      int         // HTTP status of the operation's answer (2xx)
-	Header          http.Header // response headers (nil when the answer came from the status endpoint)
+	Header          http.Header // response headers (nil when the answer came from the status endpoint, or from the keystore and had none worth keeping)
 	Body            []byte      // the response body, byte for byte
 	Attempts        int         // requests sent in this call (0 when answered from the store)
 	KeyStatusChecks int         // status-endpoint asks made in this call

@@ -354,6 +354,12 @@ func TestNewClientRefusesUnworkableConfig(t *testing.T) {
 		{"KeyTTL longer than the default Retention", Config{KeyTTL: 96 * time.Hour}, "Retention"},
 		{"Retention equal to KeyTTL", Config{KeyTTL: 2 * time.Hour, Retention: 2 * time.Hour}, ""},
 		{"BaseURL with user and password", Config{BaseURL: "https://user:pass@api.example.com"}, "BaseURL"},
+		// A relative operation URL is appended to the base's path: behind a query or a fragment
+		// it would be sent as query text, or dropped.
+		{"BaseURL with a query", Config{BaseURL: "https://api.example.com?tenant=1"}, "BaseURL"},
+		{"BaseURL with an empty query", Config{BaseURL: "https://api.example.com/v2?"}, "BaseURL"},
+		{"BaseURL with a fragment", Config{BaseURL: "https://api.example.com/v2#x"}, "BaseURL"},
+		{"BaseURL with an empty fragment", Config{BaseURL: "https://api.example.com/#"}, "BaseURL"},
 		{"BaseURL with a user only", Config{BaseURL: "https://sk_live_x@api.example.com"}, "BaseURL"},
 		{"KeyHeader Authorization", Config{KeyHeader: "Authorization"}, "KeyHeader"},
 		{"KeyHeader cookie", Config{KeyHeader: "cookie"}, "KeyHeader"},

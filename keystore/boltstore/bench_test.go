@@ -30,8 +30,9 @@ func BenchmarkPersist(b *testing.B) {
 	}
 }
 
-// benchRecord is a pending record of about 1 KiB once encoded, under a random UUIDv4 key as
-// a client mints them (random keys touch random pages: slower than sequential ones).
+// benchRecord is a pending record of about 1 KiB once encoded, under a random UUIDv4 key: the
+// worst case (random keys touch random pages), which a caller's own keys (WithKey) may be;
+// keys minted by NewOperation are UUIDv7 and land on the last pages.
 func benchRecord(int) *keystore.Record {
 	key := uuid.NewString()
 	now := time.Now()
