@@ -179,10 +179,10 @@ type Client struct {
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
-// field: a BaseURL that is not absolute or carries user info, a query or a fragment, a relative KeyStatusURL without
-// BaseURL, a Retention shorter than KeyTTL, a LeaseTTL not longer than Policy.AttemptTimeout,
-// a KeyHeader that is a credential or secret header, negative values) or
-// ErrInvalidPolicy.
+// field: a BaseURL that is not absolute or carries user info, a query or a fragment, a
+// relative KeyStatusURL without BaseURL, a Retention shorter than KeyTTL, a LeaseTTL not
+// longer than Policy.AttemptTimeout, a KeyHeader that is a credential or secret header,
+// negative values) or ErrInvalidPolicy.
 func NewClient(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, policy: cfg.Policy.withDefaults()}
 	if err := c.policy.Validate(); err != nil {

@@ -9,8 +9,8 @@ import (
 
 // Memory is an in-process Store: a mutex and two maps. Nothing survives the process, so use it
 // for tests and short-lived programs only. Records are deep-copied on the way in and out, so
-// callers never share memory with the store (inside, headers are kept flat rather than as
-// maps: see memory_record.go). Like every backend, it never keeps
+// callers never share memory with the store (inside, headers and bodies are packed into
+// bytes: see memory_record.go). Like every backend, it never keeps
 // CredentialHeaders (nor Set-Cookie in a response). The zero value is not usable; call
 // NewMemory.
 type Memory struct {

@@ -159,18 +159,12 @@ func dropped(name string, drop [][]string) bool {
 // but a short or inconsistent slice still yields zero values rather than a panic.
 type unpacker struct{ b []byte }
 
-func (u *unpacker) uvarint() uint64 {
-	v, n := binary.Uvarint(u.b)
-	if n <= 0 {
-		u.b = nil
-		return 0
-	}
-	u.b = u.b[n:]
-	return v
-}
+func (u *unpacker) uvarint() uint64 { return next(u, binary.Uvarint) }
+func (u *unpacker) varint() int64   { return next(u, binary.Varint) }
 
-func (u *unpacker) varint() int64 {
-	v, n := binary.Varint(u.b)
+// next reads one number with decode (binary.Uvarint or Varint); past the end, zero.
+func next[T uint64 | int64](u *unpacker, decode func([]byte) (T, int)) T {
+	v, n := decode(u.b)
 	if n <= 0 {
 		u.b = nil
 		return 0
