@@ -1,7 +1,6 @@
 package pgserver_test
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -128,17 +127,11 @@ func childMain(raw string) error {
 	// Open the pool's connections before serving: a fresh PostgreSQL backend costs a fork and
 	// an authentication, and a child that first opens them under 16 clients' requests may be
 	// shot before it answers any (on a slow host, every child was).
-	warm := make([]*pgxpool.Conn, 4) // together; more cost ~12 ms each on a slow host, and open on demand
-	var werr error
-	var wmu sync.Mutex
+	// Four, opened together; each more costs ~12 ms on a slow host, and the rest open on demand.
+	warm, errs := make([]*pgxpool.Conn, 4), make([]error, 4)
 	var wg sync.WaitGroup
 	for i := range warm {
-		wg.Go(func() {
-			c, err := pool.Acquire(ctx)
-			wmu.Lock()
-			warm[i], werr = c, cmp.Or(werr, err)
-			wmu.Unlock()
-		})
+		wg.Go(func() { warm[i], errs[i] = pool.Acquire(ctx) })
 	}
 	wg.Wait()
 	for _, c := range warm {
@@ -146,8 +139,8 @@ func childMain(raw string) error {
 			c.Release()
 		}
 	}
-	if werr != nil {
-		return werr
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	var ln net.Listener
 	for i := 0; ; i++ { // the killed predecessor's socket may linger for a moment
