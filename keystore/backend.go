@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -57,6 +58,17 @@ func Purgeable(rec *Record, cutoff time.Time) bool {
 // SortRecords sorts recs in List order: CreatedAt, then Key, then Scope.
 func SortRecords(recs []*Record) {
 	slices.SortFunc(recs, compareRecords)
+}
+
+// compareRecords orders records as List does: CreatedAt, then Key, then Scope.
+func compareRecords(a, b *Record) int {
+	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Key, b.Key); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Scope, b.Scope)
 }
 
 // CheckHeaderText returns an error naming the header if a name or value in h is not valid
