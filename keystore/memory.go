@@ -18,6 +18,7 @@ type Memory struct {
 	closed  bool
 	records map[scopedName]*memRecord
 	intents map[scopedName]string // (scope, intent) -> key
+	scratch []byte                // packing buffer (memory_record.go)
 
 	// finished lists records in the order they became terminal, for PurgeBatch
 	// (memory_ext.go); peak is the most records held since the maps were last rebuilt.
@@ -69,7 +70,7 @@ func (m *Memory) Create(ctx context.Context, rec *Record) error {
 		}
 		m.intents[scopedName{rec.Scope, rec.Intent}] = rec.Key
 	}
-	m.store(k, newMemRecord(rec))
+	m.store(k, newMemRecord(rec, &m.scratch))
 	return nil
 }
 
@@ -80,11 +81,12 @@ func (m *Memory) Get(ctx context.Context, scope, key string) (*Record, error) {
 	if err := m.begin(ctx); err != nil {
 		return nil, err
 	}
-	rec, ok := m.records[scopedName{scope, key}]
+	k := scopedName{scope, key}
+	rec, ok := m.records[k]
 	if !ok {
 		return nil, ErrNotFound
 	}
-	return rec.export(), nil
+	return rec.export(k), nil
 }
 
 // GetByIntent returns a copy of the record for (scope, intent), ErrNotFound (also for an
@@ -99,7 +101,8 @@ func (m *Memory) GetByIntent(ctx context.Context, scope, intent string) (*Record
 	if !ok || intent == "" {
 		return nil, ErrNotFound
 	}
-	return m.records[scopedName{scope, key}].export(), nil
+	k := scopedName{scope, key}
+	return m.records[k].export(k), nil
 }
 
 // Update replaces the record matched by (rec.Scope, rec.Key) with a copy of rec. It returns
@@ -119,11 +122,13 @@ func (m *Memory) Update(ctx context.Context, rec *Record) error {
 	if !ok {
 		return ErrNotFound
 	}
-	if err := CheckImmutable(&old.Record, rec); err != nil {
+	cur := old.rules(k)
+	cur.Fingerprint = old.fingerprintFor(rec.Fingerprint)
+	if err := CheckImmutable(&cur, rec); err != nil {
 		return err
 	}
-	stored := old.updated(rec)
-	KeepLease(&stored.Record, &old.Record) // the lease belongs to Claim, Renew and Release
+	stored := newMemRecord(rec, &m.scratch)
+	stored.setLease(&cur) // the lease belongs to Claim, Renew and Release
 	m.store(k, stored)
 	return nil
 }
@@ -137,9 +142,9 @@ func (m *Memory) List(ctx context.Context, states ...State) ([]*Record, error) {
 		return nil, err
 	}
 	out := make([]*Record, 0, len(m.records))
-	for _, rec := range m.records {
-		if len(states) == 0 || slices.Contains(states, rec.State) {
-			out = append(out, rec.export())
+	for k, rec := range m.records {
+		if len(states) == 0 || slices.Contains(states, rec.state) {
+			out = append(out, rec.export(k))
 		}
 	}
 	SortRecords(out)
@@ -157,10 +162,10 @@ func (m *Memory) Purge(ctx context.Context, cutoff time.Time) (int, error) {
 	}
 	n := 0
 	for k, rec := range m.records {
-		if Purgeable(&rec.Record, cutoff) {
+		if rec.purgeable(cutoff) {
 			delete(m.records, k)
-			if rec.Intent != "" {
-				delete(m.intents, scopedName{rec.Scope, rec.Intent})
+			if rec.intent != "" {
+				delete(m.intents, scopedName{k.scope, rec.intent})
 			}
 			n++
 		}
@@ -176,6 +181,6 @@ func (m *Memory) Close() error {
 		return ErrClosed
 	}
 	m.closed = true
-	m.records, m.intents, m.finished = nil, nil, nil
+	m.records, m.intents, m.finished, m.scratch = nil, nil, nil, nil
 	return nil
 }

@@ -29,7 +29,7 @@ type finishedEntry struct {
 func (m *Memory) store(k scopedName, rec *memRecord) {
 	m.records[k] = rec
 	m.peak = max(m.peak, len(m.records))
-	if rec.State.Terminal() {
+	if rec.state.Terminal() {
 		m.finished = append(m.finished, finishedEntry{k, rec})
 	}
 }
@@ -80,7 +80,7 @@ func (m *Memory) ListPage(ctx context.Context, states []State, after Cursor, lim
 	}
 	var keys []scopedName
 	for k, rec := range m.records {
-		if (after == "" || compareNames(k, from) > 0) && (len(states) == 0 || slices.Contains(states, rec.State)) {
+		if (after == "" || compareNames(k, from) > 0) && (len(states) == 0 || slices.Contains(states, rec.state)) {
 			keys = append(keys, k)
 		}
 	}
@@ -92,7 +92,7 @@ func (m *Memory) ListPage(ctx context.Context, states []State, after Cursor, lim
 	}
 	p.Records = make([]*Record, len(keys))
 	for i, k := range keys {
-		p.Records[i] = m.records[k].export()
+		p.Records[i] = m.records[k].export(k)
 	}
 	return p, nil
 }
@@ -129,10 +129,10 @@ func (m *Memory) PurgeBatch(ctx context.Context, cutoff time.Time, after Cursor,
 		case m.records[e.k] != e.rec: // changed or deleted since it became terminal
 			e.rec = nil
 			m.tombs++
-		case Purgeable(&e.rec.Record, cutoff):
+		case e.rec.purgeable(cutoff):
 			delete(m.records, e.k)
-			if e.rec.Intent != "" {
-				delete(m.intents, scopedName{e.k.scope, e.rec.Intent})
+			if e.rec.intent != "" {
+				delete(m.intents, scopedName{e.k.scope, e.rec.intent})
 			}
 			e.rec = nil
 			m.tombs++

@@ -23,15 +23,18 @@ func (m *Memory) Claim(ctx context.Context, scope, key string, l Lease) (*Record
 	if err := m.begin(ctx); err != nil {
 		return nil, err
 	}
-	rec, ok := m.records[scopedName{scope, key}]
+	k := scopedName{scope, key}
+	rec, ok := m.records[k]
 	if !ok {
 		return nil, ErrNotFound
 	}
-	if err := ClaimRefusal(&rec.Record, l); err != nil {
+	r := rec.rules(k)
+	if err := ClaimRefusal(&r, l); err != nil {
 		return nil, err
 	}
-	ApplyClaim(&rec.Record, l)
-	return rec.export(), nil
+	ApplyClaim(&r, l)
+	rec.setLease(&r)
+	return rec.export(k), nil
 }
 
 // Renew sets the LeaseUntil of (scope, key) to until if (owner, fence) holds its lease.
@@ -56,17 +59,19 @@ func (m *Memory) Release(ctx context.Context, scope, key, owner string, fence in
 	if err := m.begin(ctx); err != nil {
 		return err
 	}
-	rec, ok := m.records[scopedName{scope, key}]
+	k := scopedName{scope, key}
+	rec, ok := m.records[k]
 	if !ok {
 		return ErrNotFound
 	}
-	if Released(&rec.Record, fence) {
+	r := rec.rules(k)
+	if Released(&r, fence) {
 		return nil
 	}
-	if err := CheckHolder(&rec.Record, owner, fence); err != nil {
+	if err := CheckHolder(&r, owner, fence); err != nil {
 		return err
 	}
-	rec.Owner, rec.LeaseUntil = "", time.Time{}
+	rec.owner, rec.leaseUntil = "", time.Time{}
 	return nil
 }
 
@@ -77,14 +82,17 @@ func (m *Memory) holder(ctx context.Context, scope, key, owner string, fence int
 	if err := m.begin(ctx); err != nil {
 		return err
 	}
-	rec, ok := m.records[scopedName{scope, key}]
+	k := scopedName{scope, key}
+	rec, ok := m.records[k]
 	if !ok {
 		return ErrNotFound
 	}
-	if err := CheckHolder(&rec.Record, owner, fence); err != nil {
+	r := rec.rules(k)
+	if err := CheckHolder(&r, owner, fence); err != nil {
 		return err
 	}
-	change(&rec.Record)
+	change(&r)
+	rec.setLease(&r)
 	return nil
 }
 
@@ -100,18 +108,24 @@ func (m *Memory) ClaimExpired(ctx context.Context, l Lease, limit int) ([]*Recor
 	if err := m.begin(ctx); err != nil {
 		return nil, err
 	}
-	var orphans []*memRecord
-	for _, rec := range m.records {
-		if Orphaned(&rec.Record, l.Now) {
-			orphans = append(orphans, rec)
+	type orphan struct {
+		k    scopedName
+		rec  *memRecord
+		rule Record
+	}
+	var orphans []orphan
+	for k, rec := range m.records {
+		if r := rec.rules(k); Orphaned(&r, l.Now) {
+			orphans = append(orphans, orphan{k, rec, r})
 		}
 	}
-	slices.SortFunc(orphans, func(a, b *memRecord) int { return compareRecords(&a.Record, &b.Record) })
+	slices.SortFunc(orphans, func(a, b orphan) int { return compareRecords(&a.rule, &b.rule) })
 	orphans = orphans[:min(limit, len(orphans))]
 	out := make([]*Record, len(orphans))
-	for i, rec := range orphans {
-		ApplyClaim(&rec.Record, l)
-		out[i] = rec.export()
+	for i, o := range orphans {
+		ApplyClaim(&o.rule, l)
+		o.rec.setLease(&o.rule)
+		out[i] = o.rec.export(o.k)
 	}
 	return out, nil
 }

@@ -2,114 +2,174 @@ package keystore
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
-	"math/bits"
+	"encoding/hex"
 	"net/http"
+	"time"
 )
 
 // How Memory holds a record. Every record it keeps stays in the heap until retention drops
-// it, and the garbage collector walks all of them on every cycle: kept as http.Header maps
-// and separate slices, the retained records made GC the largest cost of a Memory call (the
-// loopback happy path took 1.40x retryablehttp's time; 1.22x with records dropped at once,
-// an experiment). So the headers and bodies
-// are packed into one pointer-free byte slice per request and per response, which the
-// collector never scans, and a map is rebuilt only for a caller that reads the record back
-// (Get, List, claims): rare next to Create and the final write.
+// it, and the garbage collector walks all of them on every cycle; a fresh record also takes
+// fresh memory, which the process must fault in and zero. Kept as a Record (a dozen strings,
+// two http.Header maps, separate slices: four objects and about 880 bytes a record), the
+// retained records were the largest cost of a Memory call. So a stored record is a small
+// struct of the fields the store's rules read (state, times, the lease, the intent) and one
+// pointer-free byte slice, sized exactly, that packs everything else; a Record is rebuilt
+// only for a caller that reads one back (Get, List, claims): rare next to Create and the
+// final write.
 
-// memRecord is a stored record. The embedded Record holds every field but the packed ones:
-// its Request.Header, Request.Body and Response are always nil. Its lease fields are changed
-// in place by Claim, Renew and Release; nothing else is ever modified once stored, so an
-// Update that keeps the request shares req with the previous version.
+// memRecord is a stored record. Scope and Key are the map key. The lease fields are changed
+// in place by Claim, Renew and Release; nothing else is ever modified once stored: an Update
+// stores a new memRecord.
 type memRecord struct {
-	Record
-	req  []byte // packed Request.Header (without CredentialHeaders) and Request.Body
-	resp []byte // packed Response (its header without secrets), nil if none
+	intent     string
+	state      State
+	createdAt  time.Time
+	updatedAt  time.Time
+	owner      string
+	leaseUntil time.Time
+	fence      int64
+	packed     []byte // fingerprint, request, attempts, status, texts, response: see pack
 }
 
 // newMemRecord is the stored form of rec, by StoredCopy's rules: no credentials, no
-// Set-Cookie in a response.
-func newMemRecord(rec *Record) *memRecord {
-	mr := &memRecord{Record: *rec, req: packRequest(&rec.Request)}
-	mr.Request.Header, mr.Request.Body = nil, nil
-	mr.setResponse(rec.Response)
+// Set-Cookie in a response. scratch is a buffer to pack into, reused across calls.
+func newMemRecord(rec *Record, scratch *[]byte) *memRecord {
+	b := pack((*scratch)[:0], rec)
+	mr := &memRecord{intent: rec.Intent, state: rec.State, createdAt: rec.CreatedAt, updatedAt: rec.UpdatedAt,
+		owner: rec.Owner, leaseUntil: rec.LeaseUntil, fence: rec.Fence, packed: bytes.Clone(b)}
+	if cap(b) <= maxScratch { // one huge body must not stay allocated for the store's life
+		*scratch = b
+	}
 	return mr
 }
 
-// updated is the stored form of rec, an Update of mr: like newMemRecord, except that the
-// packed request, which a client never changes after Create, is shared when it is the same.
-func (mr *memRecord) updated(rec *Record) *memRecord {
-	if rec.Request.Method != mr.Request.Method || rec.Request.URL != mr.Request.URL ||
-		!sameRequest(mr.req, &rec.Request) {
-		return newMemRecord(rec)
-	}
-	next := &memRecord{Record: *rec, req: mr.req}
-	next.Request.Header, next.Request.Body = nil, nil
-	next.setResponse(rec.Response)
-	return next
+// maxScratch is the largest packing buffer (bytes) Memory keeps between writes.
+const maxScratch = 64 << 10
+
+// rules returns the fields the backend rules read (CheckImmutable, Purgeable, the lease
+// rules) as a Record under k; every other field is left zero, Fingerprint included.
+func (mr *memRecord) rules(k scopedName) Record {
+	return Record{Scope: k.scope, Key: k.name, Intent: mr.intent, State: mr.state,
+		CreatedAt: mr.createdAt, UpdatedAt: mr.updatedAt,
+		Owner: mr.owner, LeaseUntil: mr.leaseUntil, Fence: mr.fence}
 }
 
-func (mr *memRecord) setResponse(resp *Response) {
-	mr.Response, mr.resp = nil, nil
-	if resp != nil {
-		mr.resp = packResponse(resp)
-	}
+// setLease stores the lease fields of r, which a lease rule changed.
+func (mr *memRecord) setLease(r *Record) {
+	mr.owner, mr.leaseUntil, mr.fence = r.Owner, r.LeaseUntil, r.Fence
 }
 
-// export returns a deep copy of the record for a caller.
-func (mr *memRecord) export() *Record {
+// purgeable is Purgeable for the stored record.
+func (mr *memRecord) purgeable(cutoff time.Time) bool {
+	return Purgeable(&Record{State: mr.state, UpdatedAt: mr.updatedAt}, cutoff)
+}
+
+// fingerprintFor returns the stored fingerprint, as want itself when they are equal (no
+// allocation: the common case of an Update that keeps it).
+func (mr *memRecord) fingerprintFor(want string) string {
+	u := unpacker{b: mr.packed}
+	if u.sameFingerprint(want) {
+		return want
+	}
+	u = unpacker{b: mr.packed}
+	return u.fingerprint()
+}
+
+// export returns a deep copy of the record stored under k, for a caller.
+func (mr *memRecord) export(k scopedName) *Record {
 	if mr == nil {
 		return nil
 	}
-	c := mr.Record
-	u := unpacker{b: mr.req}
-	c.Request.Header = u.header()
-	c.Request.Body = u.body()
-	if mr.resp != nil {
-		u = unpacker{b: mr.resp}
-		c.Response = &Response{StatusCode: int(u.varint())}
-		c.Response.Header = u.header()
-		c.Response.Body = u.body()
+	rec := mr.rules(k)
+	u := unpacker{b: mr.packed}
+	rec.Fingerprint = u.fingerprint()
+	rec.Request.Method = u.string()
+	rec.Request.URL = u.string()
+	rec.Request.Header = u.header()
+	rec.Request.Body = u.body()
+	rec.Attempts = int(u.varint())
+	rec.LastStatusCode = int(u.varint())
+	rec.Reason = u.string()
+	rec.Error = u.string()
+	rec.Note = u.string()
+	rec.NotExecuted = u.uvarint() == 1
+	if u.uvarint() == 1 {
+		rec.Response = &Response{StatusCode: int(u.varint())}
+		rec.Response.Header = u.header()
+		rec.Response.Body = u.body()
 	}
-	return &c
+	return &rec
 }
 
-// The packed form: a header is uvarint(number of names), then per name the name and
-// uvarint(values+1) (0 for a nil slice, which net/http's Header.Clone keeps apart from an
-// empty one) and the values; a string or body is uvarint(length) and its bytes (an empty
-// body reads back as nil, as cloneBytes makes it). A response starts with varint(status).
-
-func packRequest(r *Request) []byte {
-	b := make([]byte, 0, packedSize(r.Header, r.Body, CredentialHeaders))
-	b = appendHeader(b, r.Header, CredentialHeaders)
-	return appendBytes(b, r.Body)
+// pack appends the packed form of what memRecord does not hold as fields to b.
+func pack(b []byte, rec *Record) []byte {
+	b = appendFingerprint(b, rec.Fingerprint)
+	b = appendString(b, rec.Request.Method)
+	b = appendString(b, rec.Request.URL)
+	b = appendHeader(b, rec.Request.Header, CredentialHeaders)
+	b = appendBytes(b, rec.Request.Body)
+	b = binary.AppendVarint(b, int64(rec.Attempts))
+	b = binary.AppendVarint(b, int64(rec.LastStatusCode))
+	b = appendString(b, rec.Reason)
+	b = appendString(b, rec.Error)
+	b = appendString(b, rec.Note)
+	b = appendBool(b, rec.NotExecuted)
+	b = appendBool(b, rec.Response != nil)
+	if r := rec.Response; r != nil {
+		b = binary.AppendVarint(b, int64(r.StatusCode))
+		b = appendHeader(b, r.Header, CredentialHeaders, ResponseSecretHeaders)
+		b = appendBytes(b, r.Body)
+	}
+	return b
 }
 
-func packResponse(r *Response) []byte {
-	b := make([]byte, 0, binary.MaxVarintLen64+packedSize(r.Header, r.Body, CredentialHeaders, ResponseSecretHeaders))
-	b = binary.AppendVarint(b, int64(r.StatusCode))
-	b = appendHeader(b, r.Header, CredentialHeaders, ResponseSecretHeaders)
-	return appendBytes(b, r.Body)
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
 }
 
-// packedSize is the exact size of the packed header (without the names in drop) and body, so
-// that packing allocates once and the retained slice wastes nothing.
-func packedSize(h http.Header, body []byte, drop ...[]string) int {
-	n, names := uvarintLen(uint64(len(body)))+len(body), 0
-	for k, vs := range h {
-		if dropped(k, drop) {
-			continue
+// A fingerprint is hex SHA-256 as Fingerprint makes it: 64 lowercase hex digits, packed as
+// their 32 bytes after a 1. Any other string is kept as it is, after a 0.
+func appendFingerprint(b []byte, fp string) []byte {
+	if isHexDigest(fp) {
+		b = append(b, 1)
+		for i := 0; i < len(fp); i += 2 {
+			b = append(b, unhex(fp[i])<<4|unhex(fp[i+1]))
 		}
-		names++
-		n += uvarintLen(uint64(len(k))) + len(k) + uvarintLen(uint64(len(vs))+1)
-		for _, v := range vs {
-			n += uvarintLen(uint64(len(v))) + len(v)
+		return b
+	}
+	return appendString(append(b, 0), fp)
+}
+
+// unhex is the value of a lowercase hex digit.
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
+}
+
+func isHexDigest(s string) bool {
+	if len(s) != 2*sha256.Size {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
 		}
 	}
-	return n + uvarintLen(uint64(names))
+	return true
 }
 
-// uvarintLen is the length of binary.AppendUvarint's encoding of v.
-func uvarintLen(v uint64) int { return max(1, (bits.Len64(v)+6)/7) }
+// The packed form, in pack's order: the fingerprint, then strings, headers, bodies and
+// numbers. A header is uvarint(number of names), then per name the name and uvarint(values+1)
+// (0 for a nil slice, which net/http's Header.Clone keeps apart from an empty one) and the
+// values; a string or body is uvarint(length) and its bytes (an empty body reads back as nil,
+// as cloneBytes makes it); a bool is one byte, 0 or 1; an int is a varint.
 
 func appendHeader(b []byte, h http.Header, drop ...[]string) []byte {
 	n := 0
@@ -185,7 +245,44 @@ func (u *unpacker) view() []byte {
 	return v
 }
 
-func (u *unpacker) body() []byte { return cloneBytes(u.view()) }
+func (u *unpacker) body() []byte   { return cloneBytes(u.view()) }
+func (u *unpacker) string() string { return string(u.view()) }
+
+func (u *unpacker) fingerprint() string {
+	switch u.uvarint() {
+	case 1:
+		if len(u.b) < sha256.Size {
+			u.b = nil
+			return ""
+		}
+		fp := hex.EncodeToString(u.b[:sha256.Size])
+		u.b = u.b[sha256.Size:]
+		return fp
+	case 0:
+		return u.string()
+	}
+	u.b = nil
+	return ""
+}
+
+// sameFingerprint reports whether the next packed fingerprint is fp, without allocating.
+func (u *unpacker) sameFingerprint(fp string) bool {
+	switch u.uvarint() {
+	case 1:
+		if !isHexDigest(fp) || len(u.b) < sha256.Size {
+			return false
+		}
+		for i := range sha256.Size {
+			if u.b[i] != unhex(fp[2*i])<<4|unhex(fp[2*i+1]) {
+				return false
+			}
+		}
+		return true
+	case 0:
+		return string(u.view()) == fp
+	}
+	return false
+}
 
 // header rebuilds a fresh http.Header (nil if it had no names).
 func (u *unpacker) header() http.Header {
@@ -211,28 +308,4 @@ func (u *unpacker) header() http.Header {
 		h[name] = vs
 	}
 	return h
-}
-
-// sameRequest reports whether the packed request equals next's header and body, without
-// unpacking it: next must hold the same names (none of them credentials, which packing
-// drops) with the same values.
-func sameRequest(packed []byte, next *Request) bool {
-	u := unpacker{b: packed}
-	n := u.uvarint()
-	if n != uint64(len(next.Header)) {
-		return false
-	}
-	for range n {
-		vs, ok := next.Header[string(u.view())] // no allocation: the compiler looks up in place
-		m := u.uvarint()
-		if !ok || (m == 0) != (vs == nil) || (m > 0 && m-1 != uint64(len(vs))) {
-			return false
-		}
-		for i := uint64(1); i < m; i++ {
-			if string(u.view()) != vs[i-1] {
-				return false
-			}
-		}
-	}
-	return bytes.Equal(u.view(), next.Body) && len(u.b) == 0
 }

@@ -2,9 +2,10 @@ package keystore
 
 import (
 	"context"
-	"encoding/binary"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -35,7 +36,7 @@ func TestMemoryPackRoundTrip(t *testing.T) {
 			rec := &Record{Key: "k", State: StateSucceeded,
 				Request:  Request{Method: "POST", URL: "/v1/p", Header: tc.header, Body: tc.body},
 				Response: &Response{StatusCode: 201, Header: tc.header.Clone(), Body: tc.body}}
-			got := newMemRecord(rec).export()
+			got := newMemRecord(rec, new([]byte)).export(scopedName{"", "k"})
 			require.Equal(t, tc.want, got.Request.Header)
 			require.Equal(t, tc.want, got.Response.Header)
 			wantBody := tc.body
@@ -45,15 +46,6 @@ func TestMemoryPackRoundTrip(t *testing.T) {
 			require.Equal(t, wantBody, got.Request.Body)
 			require.Equal(t, wantBody, got.Response.Body)
 			require.Equal(t, 201, got.Response.StatusCode)
-			// Packing allocates exactly what it writes.
-			req := packRequest(&rec.Request)
-			require.Equal(t, len(req), cap(req))
-			// The packed request equals its own stripped export, and only that.
-			mr := newMemRecord(rec)
-			require.True(t, sameRequest(mr.req, &got.Request))
-			if len(tc.want) != len(tc.header) {
-				require.False(t, sameRequest(mr.req, &rec.Request), "a request with credentials is not the stored one")
-			}
 		})
 	}
 }
@@ -62,35 +54,65 @@ func TestMemoryPackResponseSecrets(t *testing.T) {
 	rec := &Record{Key: "k", State: StateSucceeded, Request: Request{Method: "POST", URL: "/"},
 		Response: &Response{StatusCode: 200, Header: http.Header{"Set-Cookie": {"s=1"}, "set-cookie": {"t=2"},
 			"Content-Type": {"text/plain"}}}}
-	got := newMemRecord(rec).export()
+	got := newMemRecord(rec, new([]byte)).export(scopedName{"", "k"})
 	require.Equal(t, http.Header{"Content-Type": {"text/plain"}}, got.Response.Header)
 }
 
-// An Update that keeps the request shares the packed bytes; one that changes a header, a
-// value or the body packs its own.
-func TestMemoryUpdateSharesOnlyTheSameRequest(t *testing.T) {
-	base := func() *Record {
-		return &Record{Key: "k", State: StatePending,
-			Request: Request{Method: "POST", URL: "/v1/p", Header: http.Header{"A": {"1", "2"}, "B": nil}, Body: []byte("body")}}
+// Every field a caller stores reads back as it was, whether held as a field or packed.
+func TestMemoryRecordRoundTrip(t *testing.T) {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 123, time.FixedZone("X", 3600))
+	full := &Record{Scope: "acme", Key: "k1", Intent: "order-1",
+		Fingerprint: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+		Request:     Request{Method: "POST", URL: "https://api.example/v1/p?x=1", Header: http.Header{"A": {"1"}}, Body: []byte("{}")},
+		State:       StateManual, Attempts: 3, LastStatusCode: 500, Reason: "stored_5xx", NotExecuted: true,
+		Error: "idem: outcome unknown", Response: &Response{StatusCode: 500, Header: http.Header{"B": {"2"}}, Body: []byte("oops")},
+		CreatedAt: at, UpdatedAt: time.Now(), Owner: "node-1", LeaseUntil: at.Add(time.Minute), Fence: 7,
+		Note: "settled by lookup: pay_1"}
+	cases := map[string]func(*Record){
+		"every field":               func(*Record) {},
+		"no response":               func(r *Record) { r.Response = nil },
+		"negative numbers":          func(r *Record) { r.Attempts, r.LastStatusCode, r.Fence = -1, -2, -3 },
+		"uppercase hex fingerprint": func(r *Record) { r.Fingerprint = strings.ToUpper(r.Fingerprint) },
+		"short fingerprint":         func(r *Record) { r.Fingerprint = "abc" },
+		"empty fingerprint":         func(r *Record) { r.Fingerprint = "" },
+		"non-hex 64 characters":     func(r *Record) { r.Fingerprint = strings.Repeat("g", 64) },
+		"zero times, no lease": func(r *Record) {
+			r.CreatedAt, r.UpdatedAt, r.Owner, r.LeaseUntil = time.Time{}, time.Time{}, "", time.Time{}
+		},
 	}
-	old := newMemRecord(base())
-	same := old.updated(base())
-	require.Same(t, &old.req[0], &same.req[0])
+	for name, change := range cases {
+		t.Run(name, func(t *testing.T) {
+			rec := full.Clone()
+			change(rec)
+			mr := newMemRecord(rec, new([]byte))
+			require.Equal(t, rec, mr.export(scopedName{rec.Scope, rec.Key}))
+			require.Equal(t, rec.Fingerprint, mr.fingerprintFor(rec.Fingerprint))
+			require.Equal(t, rec.Fingerprint, mr.fingerprintFor(rec.Fingerprint+"0"))
+			require.Equal(t, rec.Fingerprint, mr.fingerprintFor(""))
+		})
+	}
+}
 
-	for name, change := range map[string]func(*Record){
-		"value":      func(r *Record) { r.Request.Header["A"][1] = "3" },
-		"more":       func(r *Record) { r.Request.Header["A"] = append(r.Request.Header["A"], "3") },
-		"nil to set": func(r *Record) { r.Request.Header["B"] = []string{} },
-		"name":       func(r *Record) { r.Request.Header["C"] = r.Request.Header["B"]; delete(r.Request.Header, "B") },
-		"body":       func(r *Record) { r.Request.Body = []byte("bodz") },
-		"url":        func(r *Record) { r.Request.URL = "/v1/q" },
-	} {
-		rec := base()
-		change(rec)
-		next := old.updated(rec)
-		require.NotSame(t, &old.req[0], &next.req[0], name)
-		require.Equal(t, rec.Request.Header, next.export().Request.Header, name)
-	}
+// A fingerprint as Fingerprint makes it is packed in its 32 bytes, and comparing it with the
+// one an Update carries allocates nothing.
+func TestMemoryFingerprintPacking(t *testing.T) {
+	fp := "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+	require.Len(t, appendFingerprint(nil, fp), 33)
+	require.Len(t, appendFingerprint(nil, strings.ToUpper(fp)), 1+1+64)
+	mr := newMemRecord(&Record{Key: "k", Fingerprint: fp, State: StatePending, Request: Request{Method: "POST"}}, new([]byte))
+	other := strings.Replace(fp, "9f", "9e", 1)
+	require.Zero(t, testing.AllocsPerRun(100, func() { _ = mr.fingerprintFor(fp) }))
+	require.Equal(t, fp, mr.fingerprintFor(other))
+}
+
+// The packing buffer is reused, but one huge body does not stay allocated.
+func TestMemoryScratchBounded(t *testing.T) {
+	var scratch []byte
+	newMemRecord(&Record{Key: "k", State: StatePending, Request: Request{Method: "POST", Body: []byte("small")}}, &scratch)
+	require.NotZero(t, cap(scratch))
+	small := cap(scratch)
+	newMemRecord(&Record{Key: "k", State: StatePending, Request: Request{Method: "POST", Body: make([]byte, maxScratch)}}, &scratch)
+	require.Equal(t, small, cap(scratch))
 }
 
 // The stored record never shares memory with the caller, in or out.
@@ -115,23 +137,21 @@ func TestMemoryPackIsACopy(t *testing.T) {
 
 // Truncated packed bytes (which Memory never makes) read as less, never as a panic.
 func FuzzMemoryUnpack(f *testing.F) {
-	f.Add(packResponse(&Response{StatusCode: 201, Header: http.Header{"A": {"1", "2"}, "B": nil}, Body: []byte("xy")}))
+	f.Add(pack(nil, &Record{Fingerprint: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+		Request:  Request{Method: "POST", URL: "/", Header: http.Header{"A": {"1", "2"}, "B": nil}, Body: []byte("xy")},
+		Response: &Response{StatusCode: 201, Header: http.Header{"C": {"3"}}, Body: []byte("z")}}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		u := unpacker{b: b}
 		_ = u.varint()
 		_ = u.header()
 		_ = u.body()
-		_ = sameRequest(b, &Request{Header: http.Header{"A": {"1"}}})
+		u = unpacker{b: b}
+		_ = u.sameFingerprint("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")
 		for n := range len(b) {
-			mr := &memRecord{req: b[:n], resp: b[n:]}
-			_ = mr.export()
+			mr := &memRecord{packed: b[n:]}
+			_ = mr.export(scopedName{})
+			_ = mr.fingerprintFor("x")
 		}
 	})
-}
-
-func TestUvarintLen(t *testing.T) {
-	for _, v := range []uint64{0, 1, 127, 128, 16383, 16384, 1<<63 - 1, 1<<64 - 1} {
-		require.Equal(t, len(binary.AppendUvarint(nil, v)), uvarintLen(v), v)
-	}
 }
