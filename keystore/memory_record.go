@@ -85,7 +85,7 @@ func (mr *memRecord) export(k scopedName) *Record {
 	rec := mr.rules(k)
 	u := unpacker{b: mr.packed}
 	rec.Fingerprint = u.fingerprint()
-	rec.Request.Method = u.string()
+	rec.Request.Method = u.word()
 	rec.Request.URL = u.string()
 	rec.Request.Header = u.header()
 	rec.Request.Body = u.body()
@@ -106,7 +106,7 @@ func (mr *memRecord) export(k scopedName) *Record {
 // pack appends the packed form of what memRecord does not hold as fields to b.
 func pack(b []byte, rec *Record) []byte {
 	b = appendFingerprint(b, rec.Fingerprint)
-	b = appendString(b, rec.Request.Method)
+	b = appendWord(b, rec.Request.Method)
 	b = appendString(b, rec.Request.URL)
 	b = appendHeader(b, rec.Request.Header, CredentialHeaders)
 	b = appendBytes(b, rec.Request.Body)
@@ -183,17 +183,52 @@ func appendHeader(b []byte, h http.Header, drop ...[]string) []byte {
 		if dropped(k, drop) {
 			continue
 		}
-		b = appendString(b, k)
+		b = appendWord(b, k)
 		if vs == nil {
 			b = binary.AppendUvarint(b, 0)
 			continue
 		}
 		b = binary.AppendUvarint(b, uint64(len(vs))+1)
 		for _, v := range vs {
-			b = appendString(b, v)
+			b = appendWord(b, v)
 		}
 	}
 	return b
+}
+
+// Header names, common values and methods are packed as words: one byte for a word of
+// commonWords (the names and values most API answers carry), else the string itself. A
+// record's headers shrink by half, and reading one back allocates nothing for them.
+var commonWords = []string{
+	http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete,
+	"Content-Type", "Content-Length", "Date", "Server", "Vary", "Connection", "Cache-Control",
+	"Content-Encoding", "Etag", "Location", "Retry-After", "Idempotency-Key", "Idempotent-Replayed",
+	"Original-Request", "Request-Id", "X-Request-Id", "Accept", "Accept-Encoding", "User-Agent",
+	"Strict-Transport-Security", "X-Content-Type-Options", "Access-Control-Allow-Origin",
+	"Access-Control-Allow-Credentials", "Access-Control-Allow-Methods", "Access-Control-Expose-Headers",
+	"Access-Control-Max-Age", "Content-Security-Policy", "Stripe-Version",
+	"application/json", "application/json; charset=utf-8", "application/problem+json",
+	"text/plain; charset=utf-8", "text/html; charset=utf-8", "gzip", "nosniff", "keep-alive",
+	"close", "no-store", "no-cache", "no-cache, no-store", "*", "true", "false", "Origin",
+	"Accept-Encoding, Origin",
+}
+
+var commonWordIndex = func() map[string]uint64 {
+	m := make(map[string]uint64, len(commonWords))
+	for i, w := range commonWords {
+		m[w] = uint64(i)
+	}
+	return m
+}()
+
+// appendWord writes uvarint(index<<1 | 1) for a common word, else uvarint(length<<1) and
+// the bytes.
+func appendWord(b []byte, s string) []byte {
+	if i, ok := commonWordIndex[s]; ok {
+		return binary.AppendUvarint(b, i<<1|1)
+	}
+	b = binary.AppendUvarint(b, uint64(len(s))<<1)
+	return append(b, s...)
 }
 
 func appendString(b []byte, s string) []byte {
@@ -245,6 +280,26 @@ func (u *unpacker) view() []byte {
 	return v
 }
 
+// word reads what appendWord wrote.
+func (u *unpacker) word() string {
+	x := u.uvarint()
+	if x&1 == 1 {
+		if i := x >> 1; i < uint64(len(commonWords)) {
+			return commonWords[i]
+		}
+		u.b = nil
+		return ""
+	}
+	n := x >> 1
+	if n > uint64(len(u.b)) {
+		u.b = nil
+		return ""
+	}
+	w := string(u.b[:n])
+	u.b = u.b[n:]
+	return w
+}
+
 func (u *unpacker) body() []byte   { return cloneBytes(u.view()) }
 func (u *unpacker) string() string { return string(u.view()) }
 
@@ -292,7 +347,7 @@ func (u *unpacker) header() http.Header {
 	}
 	h := make(http.Header, n)
 	for range n {
-		name := string(u.view())
+		name := u.word()
 		m := u.uvarint()
 		if m == 0 {
 			h[name] = nil
@@ -303,7 +358,7 @@ func (u *unpacker) header() http.Header {
 		}
 		vs := make([]string, m-1)
 		for i := range vs {
-			vs[i] = string(u.view())
+			vs[i] = u.word()
 		}
 		h[name] = vs
 	}

@@ -105,6 +105,27 @@ func TestMemoryFingerprintPacking(t *testing.T) {
 	require.Equal(t, fp, mr.fingerprintFor(other))
 }
 
+// A common word packs into one byte and reads back as itself; any other string, including
+// one that differs from a common word in case, is kept whole.
+func TestMemoryWords(t *testing.T) {
+	for i, w := range commonWords {
+		require.Equal(t, uint64(i), commonWordIndex[w], "commonWords holds %q twice", w)
+	}
+	for _, w := range []string{"Content-Type", "application/json", "POST", "content-type", "POSTX", "", "X-Custom"} {
+		b := appendWord(nil, w)
+		if _, ok := commonWordIndex[w]; ok {
+			require.Len(t, b, 1, w)
+		} else {
+			require.Len(t, b, 1+len(w), w)
+		}
+		u := unpacker{b: b}
+		require.Equal(t, w, u.word())
+		require.Empty(t, u.b)
+	}
+	u := unpacker{b: appendWord(nil, "x")[:1]} // truncated
+	require.Equal(t, "", u.word())
+}
+
 // The packing buffer is reused, but one huge body does not stay allocated.
 func TestMemoryScratchBounded(t *testing.T) {
 	var scratch []byte
