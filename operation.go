@@ -61,6 +61,9 @@ func WithTenant(tenant string) OperationOption {
 // restart Config.Credentials must supply them again.
 func WithHeader(h http.Header) OperationOption {
 	return func(o *Operation) {
+		if o.header == nil && len(h) > 0 {
+			o.header = make(http.Header, len(h))
+		}
 		for k, vs := range h {
 			for _, v := range vs {
 				o.header.Add(k, v)
@@ -82,7 +85,7 @@ func WithHeader(h http.Header) OperationOption {
 // (use Config.Credentials instead). The URL, query string included, is persisted as given:
 // never put an API key or a token in it.
 func NewOperation(method, url string, body []byte, opts ...OperationOption) *Operation {
-	o := &Operation{method: method, url: url, header: http.Header{}}
+	o := &Operation{method: method, url: url} // header stays nil unless an option adds one
 	if body != nil {
 		o.body = append([]byte(nil), body...)
 	}
@@ -119,7 +122,12 @@ func (o *Operation) URL() string { return o.url }
 func (o *Operation) Body() []byte { return append([]byte(nil), o.body...) }
 
 // Header returns a copy of the extra request headers.
-func (o *Operation) Header() http.Header { return o.header.Clone() }
+func (o *Operation) Header() http.Header {
+	if o.header == nil {
+		return http.Header{}
+	}
+	return o.header.Clone()
+}
 
 func (o *Operation) validate() error {
 	_, err := o.check()
