@@ -22,10 +22,8 @@ type Memory struct {
 
 	// finished lists records in the order they became terminal, for PurgeBatch
 	// (memory_ext.go); peak is the most records held since the maps were last rebuilt.
-	finished     []finishedEntry
-	finishedBase int64 // position of finished[0] in the order records became terminal
-	tombs        int   // entries of finished whose record was dropped
-	peak         int
+	finished finishedLog
+	peak     int
 }
 
 // scopedName is a key or an intent within a scope.
@@ -181,6 +179,6 @@ func (m *Memory) Close() error {
 		return ErrClosed
 	}
 	m.closed = true
-	m.records, m.intents, m.finished, m.scratch = nil, nil, nil, nil
+	m.records, m.intents, m.finished, m.scratch = nil, nil, finishedLog{}, nil
 	return nil
 }

@@ -18,19 +18,12 @@ var (
 	_ BatchPurger     = (*Memory)(nil)
 )
 
-// finishedEntry is a record that became terminal; rec identifies that exact version, so an
-// entry whose record changed or went away since is recognised as stale.
-type finishedEntry struct {
-	k   scopedName
-	rec *memRecord
-}
-
 // store puts rec under k and notes it for PurgeBatch when it is terminal. m.mu is held.
 func (m *Memory) store(k scopedName, rec *memRecord) {
 	m.records[k] = rec
 	m.peak = max(m.peak, len(m.records))
 	if rec.state.Terminal() {
-		m.finished = append(m.finished, finishedEntry{k, rec})
+		m.finished.push(finishedEntry{k, rec})
 	}
 }
 
@@ -119,49 +112,34 @@ func (m *Memory) PurgeBatch(ctx context.Context, cutoff time.Time, after Cursor,
 	if err := m.begin(ctx); err != nil {
 		return 0, "", err
 	}
-	idx := int(min(max(start-m.finishedBase, 0), int64(len(m.finished))))
-	end := min(idx+limit, len(m.finished))
+	f := &m.finished
+	idx := int(min(max(start-f.base, 0), int64(f.len())))
+	end := min(idx+limit, f.len())
 	n := 0
 	for i := idx; i < end; i++ {
-		e := &m.finished[i]
+		e := f.at(i)
 		switch {
 		case e.rec == nil: // already dropped
 		case m.records[e.k] != e.rec: // changed or deleted since it became terminal
 			e.rec = nil
-			m.tombs++
+			f.tombs++
 		case e.rec.purgeable(cutoff):
 			delete(m.records, e.k)
 			if e.rec.intent != "" {
 				delete(m.intents, scopedName{e.k.scope, e.rec.intent})
 			}
 			e.rec = nil
-			m.tombs++
+			f.tombs++
 			n++
 		}
 	}
 	var next Cursor
-	if end < len(m.finished) {
-		next = Cursor(strconv.FormatInt(m.finishedBase+int64(end), 10))
+	if end < f.len() {
+		next = Cursor(strconv.FormatInt(f.base+int64(end), 10))
 	}
-	m.trimFinishedLocked()
+	f.trim()
 	m.compactLocked()
 	return n, next, nil
-}
-
-// trimFinishedLocked drops the dropped entries at the front of m.finished, and squeezes out
-// the others once they are most of it (cursors issued before then become approximate: a
-// later batch may examine a few entries twice, or pass over some until the next pass).
-func (m *Memory) trimFinishedLocked() {
-	i := 0
-	for i < len(m.finished) && m.finished[i].rec == nil {
-		i++
-	}
-	clear(m.finished[:i]) // append reallocates past the dropped front
-	m.finished, m.finishedBase, m.tombs = m.finished[i:], m.finishedBase+int64(i), m.tombs-i
-	if len(m.finished) > 1024 && m.tombs > len(m.finished)/2 {
-		m.finished = slices.DeleteFunc(slices.Clone(m.finished), func(e finishedEntry) bool { return e.rec == nil })
-		m.tombs = 0
-	}
 }
 
 // compactLocked rebuilds the maps once they hold a quarter of their peak: a Go map keeps the

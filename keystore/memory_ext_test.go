@@ -27,8 +27,8 @@ func TestMemoryPurgeBatchBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if m.peak != n || len(m.finished) != n {
-		t.Fatalf("peak %d, finished queue %d; want %d, %d", m.peak, len(m.finished), n, n)
+	if m.peak != n || m.finished.len() != n {
+		t.Fatalf("peak %d, finished queue %d; want %d, %d", m.peak, m.finished.len(), n, n)
 	}
 	// Purge all but the newest 1,000 in steps of 100: never more than 100 per step.
 	cutoff := t0.Add((n - 1000) * time.Millisecond)
@@ -54,8 +54,8 @@ func TestMemoryPurgeBatchBounded(t *testing.T) {
 	if m.peak >= n || m.peak > 4*len(m.records) {
 		t.Fatalf("peak %d after the purge, %d records: the maps were not rebuilt", m.peak, len(m.records))
 	}
-	if len(m.finished) != 1000 {
-		t.Fatalf("finished queue holds %d entries, want 1000", len(m.finished))
+	if m.finished.len() != 1000 {
+		t.Fatalf("finished queue holds %d entries, want 1000", m.finished.len())
 	}
 	if _, err := m.Get(ctx, "", "k00000"); err != ErrNotFound {
 		t.Fatalf("Get of a purged record: %v", err)
