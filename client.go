@@ -90,10 +90,12 @@ type Config struct {
 	// Proxy-Authorization never are). Naming KeyHeader here is ErrInvalidConfig.
 	SecretHeaders []string
 	// KeyTTL is the server's key retention window: a key older than this is never resent,
-	// because the server may have forgotten it. Default DefaultKeyTTL.
+	// because the server may have forgotten it. Default DefaultKeyTTL (24 hours); negative is
+	// ErrInvalidConfig.
 	KeyTTL time.Duration
 	// Retention is how long succeeded and failed records are kept before Recover, or the
-	// background purge (PurgeInterval), removes them. Default DefaultRetention; it must not be
+	// background purge (PurgeInterval), removes them. Default DefaultRetention (72 hours);
+	// negative is ErrInvalidConfig, and it must not be
 	// shorter than KeyTTL (a purged intent would be paid again under a new key while the
 	// server still holds the old one). Pending and manual records are never purged. Age is
 	// measured by Now: a clock stepped forward by more than Retention forgets intents early
@@ -111,7 +113,7 @@ type Config struct {
 	// store is a keystore.BatchPurger. Default DefaultPurgeBatch (256); negative is an error.
 	PurgeBatch int
 	// RecoverConcurrency is how many records Recover reconciles at once. Default
-	// DefaultRecoverConcurrency.
+	// DefaultRecoverConcurrency (16); negative is ErrInvalidConfig.
 	RecoverConcurrency int
 	// Owner identifies this client in a fleet of instances sharing one Store (see
 	// keystore.Lease): every record it sends holds a lease under this id. It must be unique
@@ -181,8 +183,9 @@ type Client struct {
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
 // field: a BaseURL that is not absolute or carries user info, a query or a fragment, a
 // relative KeyStatusURL without BaseURL, a Retention shorter than KeyTTL, a LeaseTTL not
-// longer than Policy.AttemptTimeout, a KeyHeader that is a credential or secret header,
-// negative values) or ErrInvalidPolicy.
+// longer than Policy.AttemptTimeout, a KeyHeader that is a credential or secret header, a
+// negative KeyTTL, Retention, RecoverConcurrency or PurgeBatch) or ErrInvalidPolicy. A negative
+// PurgeInterval is valid: it disables the background purge.
 func NewClient(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, policy: cfg.Policy.withDefaults()}
 	if err := c.policy.Validate(); err != nil {

@@ -56,9 +56,13 @@ func WithTenant(tenant string) OperationOption {
 	return func(o *Operation) { o.tenant, o.hasTen = tenant, true }
 }
 
-// WithHeader adds request headers sent on every attempt. Credential headers (Authorization,
-// Cookie, Proxy-Authorization, Config.SecretHeaders) are sent but never persisted; after a
-// restart Config.Credentials must supply them again.
+// WithHeader adds request headers sent on every attempt (values are added, as Header.Add
+// does, so two WithHeader options with one name send both values). Credential headers
+// (Authorization, Cookie, Proxy-Authorization, Config.SecretHeaders) are sent but never
+// persisted; after a restart Config.Credentials must supply them again. A header named like
+// Config.KeyHeader (any letter case) becomes the operation's key when Do runs, validated like
+// WithKey: Do returns ErrInvalidOperation if it conflicts with a WithKey key or carries two
+// values, and Result.Key reports it (Key returns the minted key until then).
 func WithHeader(h http.Header) OperationOption {
 	return func(o *Operation) {
 		if o.header == nil && len(h) > 0 {
@@ -74,7 +78,7 @@ func WithHeader(h http.Header) OperationOption {
 
 // NewOperation creates an operation for one intent: method and url (relative to
 // Config.BaseURL, such as "/v1/payments", or absolute) with body sent byte for byte on every
-// attempt (nil for none). Unless WithKey is given it mints a UUIDv7 key (RFC 9562 §5.7 and
+// attempt (nil for none; the body is copied). Unless WithKey is given it mints a UUIDv7 key (RFC 9562 §5.7 and
 // §6.2 method 3: a millisecond Unix timestamp, a 12-bit sub-millisecond sequence and 62 bits
 // from crypto/rand; strictly increasing within the process, github.com/google/uuid's NewV7).
 // Time-ordered keys land at the end of a keystore's B-tree (bbolt, a PostgreSQL index)
@@ -105,7 +109,8 @@ func NewOperation(method, url string, body []byte, opts ...OperationOption) *Ope
 	return o
 }
 
-// Key returns the idempotency key of the operation. Do may continue an older key persisted
+// Key returns the idempotency key of the operation: WithKey's, or the one NewOperation
+// minted. Do may use another: a key header given with WithHeader, or an older key persisted
 // for the same intent; Result.Key and OperationError.Key report the key actually used.
 func (o *Operation) Key() string { return o.key }
 
@@ -121,7 +126,8 @@ func (o *Operation) URL() string { return o.url }
 // Body returns a copy of the request body.
 func (o *Operation) Body() []byte { return append([]byte(nil), o.body...) }
 
-// Header returns a copy of the extra request headers.
+// Header returns a copy of the extra request headers, key header included if one was given;
+// never nil (an empty map when there are none).
 func (o *Operation) Header() http.Header {
 	if o.header == nil {
 		return http.Header{}

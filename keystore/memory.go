@@ -7,12 +7,14 @@ import (
 	"time"
 )
 
-// Memory is an in-process Store: a mutex and two maps. Nothing survives the process, so use it
-// for tests and short-lived programs only. Records are deep-copied on the way in and out, so
-// callers never share memory with the store (inside, headers and bodies are packed into
-// bytes: see memory_record.go). Like every backend, it never keeps
-// CredentialHeaders (nor Set-Cookie in a response). The zero value is not usable; call
-// NewMemory.
+// Memory is an in-process Store, safe for concurrent use. Nothing survives the process, so
+// use it for tests and short-lived programs only. Records are copied on the way in and out
+// (kept packed in bytes inside), so callers never share memory with the store. It holds
+// every record until it is purged: a client purges finished records older than its
+// Retention while it runs (Config.PurgeInterval), so under a steady load its size settles at
+// about Retention's worth of calls, some 550 bytes each for a small payment. Like every
+// backend, it never keeps CredentialHeaders (nor Set-Cookie in a response). The zero value
+// is not usable; call NewMemory.
 type Memory struct {
 	mu      sync.RWMutex
 	closed  bool

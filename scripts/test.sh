@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The tests, as README.md and CI run them: `go test -race` over the root module and every
-# nested module (each directory below the root with a go.mod). keystore/pgstore and
-# cmd/idemctl need PostgreSQL: when IDEM_TEST_PG_DSN is not set, a throwaway server is
+# nested module (each directory below the root with a go.mod). keystore/pgstore,
+# idemserver/pgserver, cmd/idemctl and the payments demo's fleet test need PostgreSQL: when
+# IDEM_TEST_PG_DSN is not set, a throwaway server is
 # started with .ci/postgres.sh (which installs Debian's postgresql package if initdb is
 # missing) and stopped on exit. Extra arguments go to every `go test`, e.g. -run TestX.
 set -euo pipefail
@@ -9,7 +10,7 @@ cd "$(dirname "$0")/.."
 . .ci/postgres.sh
 
 if [ -z "${IDEM_TEST_PG_DSN:-}" ]; then
-  echo "== postgres for keystore/pgstore and cmd/idemctl"
+  echo "== postgres for keystore/pgstore, idemserver/pgserver, cmd/idemctl, examples/payments"
   pg_start
 fi
 
