@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem/keystore"
 )
@@ -66,6 +67,9 @@ func (c *Client) leaseDefaults() error {
 	}
 	if cfg.Owner == "" {
 		cfg.Owner = defaultOwner()
+	}
+	if !utf8.ValidString(cfg.Owner) { // a keystore could not store it unchanged
+		return fmt.Errorf("%w: Owner is not valid UTF-8", ErrInvalidConfig)
 	}
 	liveOwners.Store(cfg.Owner, struct{}{})
 	return nil

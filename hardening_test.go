@@ -79,6 +79,34 @@ func TestStatusFuncGarbageIsUnknown(t *testing.T) {
 	require.NotErrorIs(t, err, ErrPermanent)
 }
 
+// A KeyStatusFunc may add headers to the request it is given, for an operation created
+// without any too (the map is the call's own copy).
+func TestKeyStatusFuncGetsAWritableHeader(t *testing.T) {
+	for name, opts := range map[string][]OperationOption{
+		"no header":          nil,
+		"WithHeader(nil)":    {WithHeader(nil)},
+		"WithHeader(empty)":  {WithHeader(http.Header{})},
+		"WithHeader(values)": {WithHeader(http.Header{"X-Account": {"acct_1"}})},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, idemtest.Config{}, nil)
+			e.srv.Script(idemtest.FaultDropAfterCommit)
+			asked := 0
+			op := payment(1, "h-"+name, opts...)
+			_, err := e.c.Do(context.Background(), op, CallMaxKeyStatusChecks(1),
+				CallKeyStatusFunc(func(_ context.Context, req KeyStatusRequest) (KeyStatus, error) {
+					asked++
+					require.NotNil(t, req.Header)
+					req.Header.Set("X-Trace", "1")
+					return KeyStatus{State: KeyStatusUnknown}, nil
+				}))
+			require.ErrorIs(t, err, ErrOutcomeUnknown)
+			require.Equal(t, 1, asked)
+			require.Empty(t, op.Header().Get("X-Trace"), "the operation's own headers are not changed")
+		})
+	}
+}
+
 // A status endpoint that redirects is not the API's answer.
 func TestStatusCheckDoesNotFollowRedirects(t *testing.T) {
 	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

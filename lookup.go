@@ -34,7 +34,7 @@ func (c *Client) getter(rec *keystore.Record, header http.Header) func(context.C
 		for k, vs := range header {
 			if !strings.EqualFold(k, "Content-Type") && !strings.EqualFold(k, "Content-Length") &&
 				!strings.EqualFold(k, c.cfg.KeyHeader) {
-				req.Header[k] = vs
+				req.Header[k] = vs[:len(vs):len(vs)] // shared read-only: an Add by Credentials reallocates
 			}
 		}
 		req.Header.Set("Accept", "application/json")

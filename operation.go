@@ -65,8 +65,8 @@ func WithTenant(tenant string) OperationOption {
 // values, and Result.Key reports it (Key returns the minted key until then).
 func WithHeader(h http.Header) OperationOption {
 	return func(o *Operation) {
-		if o.header == nil && len(h) > 0 {
-			o.header = make(http.Header, len(h))
+		if o.header == nil { // a zero Operation
+			o.header = http.Header{}
 		}
 		for k, vs := range h {
 			for _, v := range vs {
@@ -89,7 +89,8 @@ func WithHeader(h http.Header) OperationOption {
 // (use Config.Credentials instead). The URL, query string included, is persisted as given:
 // never put an API key or a token in it.
 func NewOperation(method, url string, body []byte, opts ...OperationOption) *Operation {
-	o := &Operation{method: method, url: url} // header stays nil unless an option adds one
+	// The header map always exists: a status check's and a lookup's request start from it.
+	o := &Operation{method: method, url: url, header: http.Header{}}
 	if body != nil {
 		o.body = append([]byte(nil), body...)
 	}

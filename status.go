@@ -49,7 +49,7 @@ type KeyStatusRequest struct {
 	Scope  string      // the tenant scope
 	Method string      // the operation's method
 	URL    string      // the operation's URL as given
-	Header http.Header // the operation's headers, credentials included when known
+	Header http.Header // a copy of the operation's headers, credentials included when known; never nil
 }
 
 // KeyStatusFunc asks an API whether an operation was executed. APIs whose status endpoint does

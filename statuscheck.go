@@ -25,8 +25,14 @@ func (cl *call) resolve(ctx context.Context) bool {
 	}
 	ctx, cancel := cl.interruptible(ctx, 0)
 	defer cl.endInterruptible(cancel)
+	// The status function gets its own copy of the headers: what it adds must not reach the
+	// operation's later attempts.
+	header := cl.header.Clone()
+	if header == nil {
+		header = http.Header{}
+	}
 	req := KeyStatusRequest{Key: cl.rec.Key, Scope: cl.rec.Scope, Method: cl.rec.Request.Method,
-		URL: cl.rec.Request.URL, Header: cl.header}
+		URL: cl.rec.Request.URL, Header: header}
 	var wait time.Duration
 	var fromRA bool
 	for i := 0; i < cl.s.policy.MaxKeyStatusChecks; i++ {
@@ -97,7 +103,7 @@ func (c *Client) defaultStatus(path string) KeyStatusFunc {
 		for k, vs := range r.Header {
 			if !strings.EqualFold(k, "Content-Type") && !strings.EqualFold(k, "Content-Length") &&
 				!strings.EqualFold(k, c.cfg.KeyHeader) {
-				req.Header[k] = vs
+				req.Header[k] = vs[:len(vs):len(vs)] // shared read-only: an Add by Credentials reallocates
 			}
 		}
 		key := r.Key

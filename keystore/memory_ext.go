@@ -103,7 +103,7 @@ func (m *Memory) PurgeBatch(ctx context.Context, cutoff time.Time, after Cursor,
 	var start int64
 	if after != "" {
 		var err error
-		if start, err = strconv.ParseInt(string(after), 10, 64); err != nil {
+		if start, err = strconv.ParseInt(string(after), 10, 64); err != nil || start < 0 {
 			return 0, "", ErrInvalid
 		}
 	}

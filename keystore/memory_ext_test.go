@@ -64,3 +64,13 @@ func TestMemoryPurgeBatchBounded(t *testing.T) {
 		t.Fatalf("GetByIntent of a kept record: %v", err)
 	}
 }
+
+// PurgeBatch refuses a cursor it cannot have issued, a negative one too.
+func TestMemoryPurgeBatchRefusesForeignCursors(t *testing.T) {
+	m := NewMemory()
+	for _, c := range []Cursor{"x", "-1", "-9223372036854775808", "1.5"} {
+		if _, _, err := m.PurgeBatch(context.Background(), time.Now(), c, 10); err != ErrInvalid {
+			t.Errorf("cursor %q: %v, want ErrInvalid", c, err)
+		}
+	}
+}

@@ -186,10 +186,17 @@ func TestInvalidUTF8(t *testing.T) {
 		"key":    func(r *keystore.Record) { r.Key = "k\xff" },
 		"scope":  func(r *keystore.Record) { r.Scope = "\xc3" },
 		"header": func(r *keystore.Record) { r.Request.Header.Set("X-Latin1", "caf\xe9") },
+		"reason": func(r *keystore.Record) { r.Reason = "r\xff" },
+		"error":  func(r *keystore.Record) { r.Error = "e\xff" },
+		"note":   func(r *keystore.Record) { r.Note = "checked by caf\xe9" },
+		"owner":  func(r *keystore.Record) { r.Owner, r.LeaseUntil, r.Fence = "n\xff", time.Now().Add(time.Minute), 1 },
 	} {
 		rec := record("t", "k")
 		change(rec)
 		wantIs(t, name, s.Create(bg, rec), keystore.ErrInvalid)
+	}
+	if _, err := s.Get(bg, "t", "k"); err != keystore.ErrNotFound {
+		t.Fatalf("a refused record was stored: %v", err)
 	}
 }
 

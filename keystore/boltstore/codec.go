@@ -83,12 +83,13 @@ func encode(rec *keystore.Record, secret []string) (*encoded, error) {
 // checkUTF8 refuses strings that JSON cannot carry unchanged: encoding/json replaces invalid
 // UTF-8 with U+FFFD, so such a record would not read back as written.
 func checkUTF8(r *keystore.Record) error {
-	for name, s := range map[string]string{
-		"scope": r.Scope, "key": r.Key, "intent": r.Intent, "fingerprint": r.Fingerprint,
-		"method": r.Request.Method, "url": r.Request.URL, "error": r.Error,
+	for _, f := range [...]struct{ name, s string }{
+		{"scope", r.Scope}, {"key", r.Key}, {"intent", r.Intent}, {"fingerprint", r.Fingerprint},
+		{"method", r.Request.Method}, {"url", r.Request.URL}, {"reason", r.Reason}, {"error", r.Error},
+		{"owner", r.Owner}, {"note", r.Note},
 	} {
-		if !utf8.ValidString(s) {
-			return fmt.Errorf("%s is not valid UTF-8", name)
+		if !utf8.ValidString(f.s) {
+			return fmt.Errorf("%s is not valid UTF-8", f.name)
 		}
 	}
 	if err := keystore.CheckHeaderText("request", r.Request.Header); err != nil {
