@@ -10,14 +10,15 @@ import (
 )
 
 // How Memory holds a record. Every record it keeps stays in the heap until retention drops
-// it, and the garbage collector walks all of them on every cycle; a fresh record also takes
-// fresh memory, which the process must fault in and zero. Kept as a Record (a dozen strings,
-// two http.Header maps, separate slices: four objects and about 880 bytes a record), the
-// retained records were the largest cost of a Memory call. So a stored record is a small
-// struct of the fields the store's rules read (state, times, the lease, the intent) and one
-// pointer-free byte slice, sized exactly, that packs everything else; a Record is rebuilt
-// only for a caller that reads one back (Get, List, claims): rare next to Create and the
-// final write.
+// it: while the store fills, each record is fresh memory that the process must fault in and
+// zero (on the 2-vCPU VM of docs/PERFORMANCE.md, about 10 µs a 4 KiB page, twice over with
+// the collector's headroom), and the collector marks it on every cycle. Kept as a Record (a
+// dozen strings, two http.Header maps, separate slices: five objects and about 880 bytes a
+// record with its indexes), the retained records were the largest cost of a Memory call. So
+// a stored record is a small struct of the fields the store's rules read (state, times, the
+// lease, the intent) and one pointer-free byte slice that packs everything else (about 550
+// bytes and three objects in all); a Record is rebuilt only for a caller that reads one back
+// (Get, List, claims): rare next to Create and the final write.
 
 // memRecord is a stored record. Scope and Key are the map key. The lease fields are changed
 // in place by Claim, Renew and Release; nothing else is ever modified once stored: an Update
