@@ -321,7 +321,8 @@ func (u *unpacker) fingerprint() string {
 	return ""
 }
 
-// sameFingerprint reports whether the next packed fingerprint is fp, without allocating.
+// sameFingerprint reports whether the next packed fingerprint is fp, without allocating,
+// and reads past it when it is.
 func (u *unpacker) sameFingerprint(fp string) bool {
 	switch u.uvarint() {
 	case 1:
@@ -333,6 +334,7 @@ func (u *unpacker) sameFingerprint(fp string) bool {
 				return false
 			}
 		}
+		u.b = u.b[sha256.Size:]
 		return true
 	case 0:
 		return string(u.view()) == fp

@@ -102,6 +102,9 @@ func TestMemoryFingerprintPacking(t *testing.T) {
 	mr := newMemRecord(&Record{Key: "k", Fingerprint: fp, State: StatePending, Request: Request{Method: "POST"}}, new([]byte))
 	other := strings.Replace(fp, "9f", "9e", 1)
 	require.Zero(t, testing.AllocsPerRun(100, func() { _ = mr.fingerprintFor(fp) }))
+	u := unpacker{b: append(appendFingerprint(nil, fp), 7)}
+	require.True(t, u.sameFingerprint(fp))
+	require.Equal(t, uint64(7), u.uvarint(), "the fingerprint is read past")
 	require.Equal(t, fp, mr.fingerprintFor(other))
 }
 
