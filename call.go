@@ -166,6 +166,16 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		class = ClassStoredServerError // "do not retry" on a 5xx: the effect is still unknown
 	}
 	cl.c.onAttempt(cl, a, class)
+	if (class == ClassPermanent || class == ClassKeyConflict) && cl.unknown &&
+		!strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true") {
+		// A resend after an attempt whose outcome is unknown met a refusal that is not the
+		// key's stored answer: an auth layer's 401, a WAF's 403, a key reuse judged on a
+		// header that changed. It says nothing of the earlier attempt, which may have
+		// executed: never a failure. The record stays pending for a later Do or Recover.
+		cl.halt(ErrOutcomeUnknown, fmt.Errorf("HTTP %d to a resend after an attempt whose outcome is unknown: not the key's stored answer, so it does not say whether that attempt executed",
+			a.StatusCode()))
+		return false, errStopped
+	}
 	switch class {
 	case ClassSuccess:
 		cl.succeed(a)

@@ -399,6 +399,10 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 	key := op.key
 	if op.intent != "" {
 		if rec, err := c.getByIntent(ctx, scope, op.intent); err == nil {
+			if op.keyBound && rec.Key != op.key { // checked under the intent lock: no race
+				return nil, &OperationError{Key: op.key, Scope: scope, Intent: op.intent, Kind: ErrKeyConflict,
+					Cause: fmt.Errorf("intent %q is bound to key %q, the request's %s header says %q", op.intent, rec.Key, c.cfg.KeyHeader, op.key)}
+			}
 			key = rec.Key
 		}
 	}

@@ -27,10 +27,13 @@ type Operation struct {
 	body   []byte
 	key    string
 	hasKey bool // WithKey was given: never mint, even for ""
-	intent string
-	tenant string
-	hasTen bool
-	err    error // from an option; Do returns it
+	// keyBound: the key must be the intent's, if the intent has one persisted (a Transport
+	// request's key header); Do refuses another under the intent lock.
+	keyBound bool
+	intent   string
+	tenant   string
+	hasTen   bool
+	err      error // from an option; Do returns it
 }
 
 // OperationOption configures an Operation in NewOperation.
@@ -42,6 +45,13 @@ type OperationOption func(*Operation)
 // hash, since two identical payments are two intents.
 func WithKey(key string) OperationOption {
 	return func(o *Operation) { o.key, o.hasKey = key, true }
+}
+
+// withBoundKey is WithKey for a key the caller chose for this request (a Transport's key
+// header): if the intent already has another key persisted, Do returns ErrKeyConflict rather
+// than continue that key in its place.
+func withBoundKey(key string) OperationOption {
+	return func(o *Operation) { o.key, o.hasKey, o.keyBound = key, true, true }
 }
 
 // WithIntent names the caller's intent (an order id, a booking reference). If a record for

@@ -42,10 +42,14 @@ var ErrBodyTooLarge = errors.New("idem: request body larger than the transport's
 // "Get" or an extension method such as CHARGE is unsafe) and not in UnsafeMethods. A method
 // that is not an RFC 9110 token ("PO ST") is refused with ErrInvalidOperation.
 //
-// Requests with a safe or idempotent method are sent with plain bounded retries through
-// go-retryablehttp: connection errors, 429 and 5xx (except 501) are retried up to Policy.MaxAttempts requests in all,
-// waiting between Policy.InitialDelay and Policy.MaxDelay (Retry-After honoured), without a
-// key or a record. After the last attempt its response (or error) is returned as it is.
+// Requests with a safe or idempotent method are sent without a key or a record, with plain
+// retries through go-retryablehttp (connection errors, 429 and 5xx except 501) bounded by
+// the Policy that CallOptions and ContextWithCallOptions give (the Client's otherwise), as
+// an operation's are: at most MaxAttempts requests, each within AttemptTimeout (its body
+// read included: the timeout ends when the body is closed), the backoff between attempts,
+// a Retry-After on a 429 or 503 honoured up to MaxRetryAfter, all within MaxElapsed and the
+// context's deadline, waits through Config.Sleep. When no further attempt fits, the last
+// response (or error) is returned as it is.
 //
 // RoundTrip follows net/http's contract, with the outcomes of an unsafe request mapped so:
 //   - success: a response built from the Result (status, headers, body byte for byte),
@@ -80,7 +84,8 @@ type Transport struct {
 	// MaxBodySize is the largest request body buffered, in bytes. Zero means
 	// DefaultMaxBodySize (1 MiB); a larger body gives ErrBodyTooLarge.
 	MaxBodySize int64
-	// CallOptions apply to every unsafe request, before those from ContextWithCallOptions.
+	// CallOptions apply to every request, before those from ContextWithCallOptions; a safe
+	// request uses only their Policy.
 	CallOptions []CallOption
 
 	once sync.Once
@@ -121,8 +126,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // of RFC 9110's safe or idempotent methods (§9.2.1, §9.2.2; method names are case-sensitive,
 // so "post" or "Get" are not them), and those UnsafeMethods adds. net/http reads "" as GET.
 func (t *Transport) unsafe(method string) bool {
+	if method == "" {
+		method = http.MethodGet // as net/http sends it, so UnsafeMethods' "GET" covers it
+	}
 	switch method {
-	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
 		return slices.Contains(t.UnsafeMethods, method)
 	}
 	return true
@@ -164,12 +172,13 @@ func (t *Transport) roundTripOperation(req *http.Request) (*http.Response, error
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, WithKey(key))
-		if err := t.checkIntentKey(req, v, key); err != nil {
-			return nil, err
-		}
+		opts = append(opts, withBoundKey(key)) // Do refuses it if the intent has another key
 	}
-	op := NewOperation(req.Method, req.URL.String(), body, opts...)
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet // as net/http sends it
+	}
+	op := NewOperation(method, req.URL.String(), body, opts...)
 	res, err := c.Do(ctx, op, append(slices.Clip(t.CallOptions), v.opts...)...)
 	if err == nil {
 		return response(req, res)
@@ -228,26 +237,6 @@ func (c *Client) headerKey(values []string) (string, error) {
 	return key, nil
 }
 
-// checkIntentKey refuses a key header that disagrees with the key already persisted for the
-// request's intent: Do would continue the persisted key, and the caller's key would be
-// silently replaced.
-func (t *Transport) checkIntentKey(req *http.Request, v ctxValues, key string) error {
-	if v.intent == "" {
-		return nil
-	}
-	c := t.Client
-	scope := c.cfg.Tenant
-	if v.hasTenant {
-		scope = v.tenant
-	}
-	rec, err := c.getByIntent(req.Context(), scope, v.intent)
-	if err != nil || rec.Key == key {
-		return nil // not found (Do creates it), or a read error that Do reports itself
-	}
-	return &OperationError{Key: key, Scope: scope, Intent: v.intent, Kind: ErrKeyConflict,
-		Cause: fmt.Errorf("intent %q is bound to key %q, the request's %s header says %q", v.intent, rec.Key, c.cfg.KeyHeader, key)}
-}
-
 // response builds what net/http would have returned for the final answer r.
 func response(req *http.Request, r *Result) (*http.Response, error) {
 	if r.StatusCode < 100 || r.StatusCode > 999 {
@@ -276,51 +265,6 @@ func response(req *http.Request, r *Result) (*http.Response, error) {
 		ContentLength: int64(len(r.Body)),
 		Request:       req,
 	}, nil
-}
-
-// roundTripSafe sends a safe or idempotent request with plain bounded retries.
-func (t *Transport) roundTripSafe(req *http.Request) (*http.Response, error) {
-	t.once.Do(func() {
-		c := t.Client
-		rt := c.http.Transport
-		if rt == nil {
-			rt = http.DefaultTransport
-		}
-		t.safe = &retryablehttp.Client{
-			HTTPClient: &http.Client{Transport: rt, Timeout: c.http.Timeout,
-				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-			RetryWaitMin: c.policy.InitialDelay,
-			RetryWaitMax: c.policy.MaxDelay,
-			RetryMax:     c.policy.MaxAttempts - 1,
-			CheckRetry:   retryablehttp.DefaultRetryPolicy,
-			Backoff:      retryablehttp.DefaultBackoff,
-			ErrorHandler: retryablehttp.PassthroughErrorHandler,
-		}
-	})
-	body, err := t.readBody(req)
-	if err != nil {
-		return nil, err
-	}
-	var raw any // a nil interface, not a nil []byte: no body at all
-	if body != nil {
-		raw = body
-	}
-	rreq, err := retryablehttp.NewRequestWithContext(req.Context(), req.Method, req.URL.String(), raw)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOperation, err)
-	}
-	rreq.Header = req.Header.Clone()
-	rreq.Host = req.Host
-	if c := t.Client.cfg.Credentials; c != nil {
-		if err := c(rreq.Request); err != nil {
-			return nil, fmt.Errorf("%w: idem: credentials: %w", ErrInvalidOperation, err)
-		}
-	}
-	resp, err := t.safe.Do(rreq)
-	if resp != nil {
-		resp.Request = req
-	}
-	return resp, err
 }
 
 func closeBody(req *http.Request) {

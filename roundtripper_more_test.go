@@ -38,6 +38,8 @@ func TestTransportUnsafeMethods(t *testing.T) {
 		{nil, http.MethodHead, false},
 		{nil, http.MethodOptions, false},
 		{nil, http.MethodTrace, false},
+		{[]string{"GET"}, "", true}, // "" is GET, which UnsafeMethods names
+		{[]string{"GET"}, http.MethodGet, true},
 		{[]string{"PUT"}, http.MethodPut, true},
 		{[]string{"PUT"}, http.MethodDelete, false},
 		{[]string{"PUT"}, http.MethodPatch, true},
@@ -120,4 +122,21 @@ func FuzzParseSFString(f *testing.F) {
 			t.Fatalf("round trip of %q failed: %q %v", k, k2, ok)
 		}
 	})
+}
+
+// A request with an empty method is a GET, and with GET among UnsafeMethods it is sent as an
+// operation: with a persisted key.
+func TestTransportEmptyMethodIsGET(t *testing.T) {
+	var log keyLog
+	e, _ := newTransportEnv(t, &log, nil)
+	hc := &http.Client{Transport: &Transport{Client: e.c, UnsafeMethods: []string{http.MethodGet}}}
+	req, err := http.NewRequestWithContext(context.Background(), "", e.srv.URL+"/v1/payments/pay_1", nil)
+	require.NoError(t, err)
+	resp, err := hc.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	recs, err := e.store.List(context.Background())
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	assert.Equal(t, http.MethodGet, recs[0].Request.Method)
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -338,4 +339,35 @@ func mustURL(t *testing.T, s string) *url.URL {
 	u, err := url.Parse(s)
 	require.NoError(t, err)
 	return u
+}
+
+// Two requests racing with one intent and two key headers: the check that the intent's key
+// is the request's runs under the intent lock, so one is sent and the other refused, never
+// answered with the other key's result.
+func TestTransportIntentKeyRaceRefusesOne(t *testing.T) {
+	for round := range 20 {
+		var log keyLog
+		e, hc := newTransportEnv(t, &log, nil)
+		ctx := ContextWithIntent(context.Background(), "order-race")
+		keys := []string{"key-A", "key-B"}
+		errs := make([]error, 2)
+		codes := make([]int, 2)
+		var wg sync.WaitGroup
+		for i, key := range keys {
+			wg.Go(func() {
+				resp, _, err := postPayment(t, ctx, hc, e.srv.URL, paymentBody(700, "ord-race"), http.Header{DefaultKeyHeader: {key}})
+				errs[i] = err
+				if resp != nil {
+					codes[i] = resp.StatusCode
+				}
+			})
+		}
+		wg.Wait()
+		sent := log.all()
+		require.Len(t, sent, 1, "round %d", round)
+		won := slices.Index(keys, sent[0])
+		require.NoError(t, errs[won], "round %d", round)
+		require.Equal(t, http.StatusCreated, codes[won], "round %d", round)
+		require.ErrorIs(t, errs[1-won], ErrKeyConflict, "round %d", round)
+	}
 }

@@ -1,0 +1,133 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// chargeThenRefuse charges a key's first request and resets the connection instead of
+// answering; a resend with that key gets refusal, unless replay is set, when the stored 201
+// is replayed (as a server whose auth layer was fixed would).
+type chargeThenRefuse struct {
+	mu       sync.Mutex
+	charged  map[string]int // key -> charges
+	refusal  int
+	body     string // the refusal's body; `{"error":"refused"}` if empty
+	replayed bool   // the refusal carries Idempotent-Replayed: true
+	replay   bool
+	keys     []string
+}
+
+func (h *chargeThenRefuse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	h.mu.Lock()
+	h.keys = append(h.keys, key)
+	n := h.charged[key]
+	if n == 0 {
+		h.charged[key] = 1
+	}
+	refusal, replayed, replay := h.refusal, h.replayed, h.replay
+	h.mu.Unlock()
+	switch {
+	case n == 0: // charged; the answer is lost
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		_ = conn.Close()
+	case replay:
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"pay_1"}`))
+	default:
+		if replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+		body := h.body
+		if body == "" {
+			body = `{"error":"refused"}`
+		}
+		w.WriteHeader(refusal)
+		_, _ = w.Write([]byte(body))
+	}
+}
+
+// A resend after an unknown outcome that meets a refusal which is not the key's stored
+// answer (an auth layer's 401, a WAF's 403, a 422 judged on something that changed) ends
+// unknown, the record pending: the earlier attempt may have charged. A later call with the
+// same operation, once the server replays the key, gets the payment; it is charged once.
+func TestRefusalOfAResendIsNotAFailure(t *testing.T) {
+	for _, tc := range []struct {
+		code int
+		body string
+	}{
+		{http.StatusUnauthorized, ""}, {http.StatusForbidden, ""}, {http.StatusNotFound, ""},
+		{http.StatusBadRequest, ""}, {http.StatusUnprocessableEntity, ""},
+		{http.StatusUnprocessableEntity, `{"error":"idempotency_key_reused"}`}, // a key conflict on a first attempt
+	} {
+		code := tc.code
+		t.Run(http.StatusText(code)+tc.body, func(t *testing.T) {
+			h := &chargeThenRefuse{charged: map[string]int{}, refusal: code, body: tc.body}
+			c, _, store := scriptedClient(t, h, nil)
+			op := payment(1, "refused")
+			_, err := c.Do(context.Background(), op)
+			require.ErrorIs(t, err, ErrOutcomeUnknown)
+			require.NotErrorIs(t, err, ErrPermanent)
+			require.NotErrorIs(t, err, ErrKeyConflict)
+			oe, ok := errors.AsType[*OperationError](err)
+			require.True(t, ok)
+			require.True(t, oe.Unknown)
+			require.Equal(t, code, oe.LastStatusCode)
+			rec, err := store.Get(context.Background(), "", op.Key())
+			require.NoError(t, err)
+			require.Equal(t, keystore.StatePending, rec.State)
+			require.False(t, rec.NotExecuted)
+			require.Equal(t, 2, rec.Attempts)
+
+			h.mu.Lock()
+			h.replay = true
+			h.mu.Unlock()
+			res, err := c.Do(context.Background(), op)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusCreated, res.StatusCode)
+			require.Equal(t, SourceReplay, res.Source)
+			require.Equal(t, 1, h.charged[op.Key()])
+			require.Equal(t, []string{op.Key(), op.Key(), op.Key()}, h.keys)
+		})
+	}
+}
+
+// A refusal the server marks as the key's stored answer speaks for the first attempt too:
+// that is a failure, as on a first attempt.
+func TestReplayedRefusalOfAResendFails(t *testing.T) {
+	h := &chargeThenRefuse{charged: map[string]int{}, refusal: http.StatusBadRequest, replayed: true}
+	c, _, store := scriptedClient(t, h, nil)
+	op := payment(1, "replayed-400")
+	_, err := c.Do(context.Background(), op)
+	require.ErrorIs(t, err, ErrPermanent)
+	require.NotErrorIs(t, err, ErrOutcomeUnknown)
+	rec, err := store.Get(context.Background(), "", op.Key())
+	require.NoError(t, err)
+	require.Equal(t, keystore.StateFailed, rec.State)
+}
+
+// Over the Transport, the same refusal is an error matching ErrOutcomeUnknown, not a 401
+// response a generated client would read as a failed payment.
+func TestTransportRefusalOfAResendIsAnError(t *testing.T) {
+	h := &chargeThenRefuse{charged: map[string]int{}, refusal: http.StatusUnauthorized}
+	c, _, _ := scriptedClient(t, h, nil)
+	hc := NewHTTPClient(c)
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, c.cfg.BaseURL+"/v1/payments",
+		bytes.NewReader(paymentBody(1, "transport-401")))
+	require.NoError(t, err)
+	resp, err := hc.Do(req)
+	if resp != nil {
+		_ = resp.Body.Close()
+	}
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+}
