@@ -447,6 +447,12 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 			if rec, err = c.acquire(ctx, s, rec); err != nil {
 				return nil, err
 			}
+			// The resend carries the stored request: it must still be the one fingerprinted.
+			if rec.State == keystore.StatePending {
+				if err := c.checkStoredRequest(rec); err != nil {
+					return nil, c.unsendable(ctx, rec, err).Err
+				}
+			}
 		}
 		if !created && rec.State != keystore.StatePending {
 			res, err := c.storedOutcome(rec)

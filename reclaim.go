@@ -144,6 +144,9 @@ func (c *Client) reconcileClaimed(ctx context.Context, s callSettings, rec *keys
 	if err == nil && !isToken(rec.Request.Method) {
 		err = fmt.Errorf("%w: bad method %q", ErrInvalidOperation, rec.Request.Method)
 	}
+	if err == nil {
+		err = c.checkStoredRequest(rec)
+	}
 	if err != nil { // a record this client can never send: a person must look at it
 		return c.unsendable(ctx, rec, err), true, false
 	}

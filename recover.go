@@ -187,6 +187,21 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 
 // unsendable marks a record that can never be sent as manual, so that Recover reports it
 // once instead of failing on it at every start.
+// checkStoredRequest refuses to send a stored request that no longer hashes to the record's
+// fingerprint (normalised, or over the URL as written for records from before
+// normalisation): a body or URL damaged in the keystore that still decodes would be sent
+// under the key, a different payment. It also catches a record persisted under another
+// Config.BaseURL with an absolute URL, which this client would fingerprint differently.
+func (c *Client) checkStoredRequest(rec *keystore.Record) error {
+	r := &rec.Request
+	if Fingerprint(r.Method, c.target(r.URL), r.Body) == rec.Fingerprint ||
+		Fingerprint(r.Method, r.URL, r.Body) == rec.Fingerprint {
+		return nil
+	}
+	return fmt.Errorf("the stored request (%s %s, %d bytes of body) does not match the record's fingerprint %.12s: damaged in the keystore, or persisted under another Config.BaseURL; not sent",
+		r.Method, r.URL, len(r.Body), rec.Fingerprint)
+}
+
 func (c *Client) unsendable(ctx context.Context, rec *keystore.Record, cause error) Reconciled {
 	rec.State, rec.Reason, rec.Error = keystore.StateManual, reasonInvalid, cause.Error()
 	rec.UpdatedAt = c.cfg.Now()

@@ -37,11 +37,13 @@ func seedStore(t *testing.T, s keystore.Store) {
 	t.Helper()
 	add := func(scope, key, intent string, st keystore.State, age time.Duration, resp *keystore.Response) {
 		at := testNow.Add(-age)
+		body := []byte(`{"amount":12}`)
 		require.NoError(t, s.Create(context.Background(), &keystore.Record{
-			Scope: scope, Key: key, Intent: intent, Fingerprint: "fp-" + key, State: st, Attempts: 2, LastStatusCode: 504,
+			Scope: scope, Key: key, Intent: intent, Fingerprint: idem.Fingerprint("POST", "/v1/payments", body),
+			State: st, Attempts: 2, LastStatusCode: 504,
 			Reason: map[keystore.State]string{keystore.StateManual: "key_expired"}[st],
 			Request: keystore.Request{Method: "POST", URL: "/v1/payments",
-				Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"amount":12}`)},
+				Header: map[string][]string{"Content-Type": {"application/json"}}, Body: body},
 			Response: resp, CreatedAt: at, UpdatedAt: at}))
 	}
 	add("", "k-pending", "order-1", keystore.StatePending, 2*time.Hour, nil)

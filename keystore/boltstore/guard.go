@@ -15,8 +15,11 @@ import (
 // (SIGBUS, SIGSEGV), which would kill the process. For the duration of fn, the calling
 // goroutine's debug.SetPanicOnFault is on, so that such a fault becomes a panic that guard
 // recovers; the previous setting is restored afterwards. bbolt works on the calling goroutine,
-// except when it rebuilds a freelist that the file does not store (this package always stores
-// it). what says what was being done, for the message.
+// except when Open rebuilds a freelist that the file does not store (the default, see
+// Options.SyncFreelist): its walk of the page tree runs on a goroutine of bbolt's, which
+// reports damage to the caller, where it panics; Open inspects the tree first (precheck.go)
+// so that the walk does not meet a page outside the file. what says what was being done,
+// for the message.
 //
 // bbolt's View rolls its transaction back in a deferred call, which reads nothing from the
 // map, so a recovered panic leaves no lock behind. Use update for write transactions.
