@@ -166,12 +166,12 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		class = ClassStoredServerError // "do not retry" on a 5xx: the effect is still unknown
 	}
 	cl.c.onAttempt(cl, a, class)
-	if (class == ClassPermanent || class == ClassKeyConflict) && cl.unknown &&
-		!strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true") {
+	if (class == ClassPermanent || class == ClassKeyConflict) && cl.unknown && !a.replayed() {
 		// A resend after an attempt whose outcome is unknown met a refusal that is not the
 		// key's stored answer: an auth layer's 401, a WAF's 403, a key reuse judged on a
-		// header that changed. It says nothing of the earlier attempt, which may have
-		// executed: never a failure. The record stays pending for a later Do or Recover.
+		// header that changed, or (a classifier of the caller's) no answer at all. It says
+		// nothing of the earlier attempt, which may have executed: never a failure. The
+		// record stays pending for a later Do or Recover.
 		cl.halt(ErrOutcomeUnknown, fmt.Errorf("HTTP %d to a resend after an attempt whose outcome is unknown: not the key's stored answer, so it does not say whether that attempt executed",
 			a.StatusCode()))
 		return false, errStopped
@@ -185,7 +185,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		return false, errStopped
 	case ClassStoredServerError:
 		src := SourceResponse
-		if strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true") {
+		if a.replayed() {
 			src = SourceReplay
 		}
 		cl.storedServerError(cl.response(a, src),

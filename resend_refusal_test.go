@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -130,4 +131,35 @@ func TestTransportRefusalOfAResendIsAnError(t *testing.T) {
 		_ = resp.Body.Close()
 	}
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
+}
+
+// A classifier of the caller's may call an answerless attempt (a transport error) permanent;
+// after an unknown outcome that proves nothing either, and it must not crash the call.
+func TestPermanentWithoutAnswerAfterUnknownIsUnknown(t *testing.T) {
+	var posts atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if posts.Add(1) == 1 {
+			w.WriteHeader(http.StatusInternalServerError) // not stored: outcome unknown
+			return
+		}
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		_ = conn.Close()
+	})
+	transportErrorsArePermanent := ClassifierFunc(func(a *Attempt) Class {
+		if a.Response == nil {
+			return ClassPermanent
+		}
+		return ClassUndecided
+	})
+	c, _, store := scriptedClient(t, h, func(cfg *Config) {
+		cfg.Classifiers = append(Classifiers{transportErrorsArePermanent}, DefaultClassifiers()...)
+	})
+	op := payment(1, "answerless")
+	_, err := c.Do(context.Background(), op)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.NotErrorIs(t, err, ErrPermanent)
+	require.Equal(t, int32(2), posts.Load())
+	rec, err := store.Get(context.Background(), "", op.Key())
+	require.NoError(t, err)
+	require.Equal(t, keystore.StatePending, rec.State)
 }

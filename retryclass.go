@@ -167,16 +167,19 @@ func doNotRetry(code int) Class {
 	return ClassUnknown // 3xx (see ClassifyStatusCode), 1xx or out of range: nothing final was said
 }
 
+// replayed reports whether the server marked a's answer as the key's stored one
+// (Idempotent-Replayed: true, any letter case); false without an answer.
+func (a *Attempt) replayed() bool {
+	return a.Response != nil && strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true")
+}
+
 // ClassifyReplay classifies an error answer the server marks as a replay
 // (Idempotent-Replayed: true): the server stored that answer for this key and will send the
 // same one to every resend. A stored 4xx is the server's decision (ClassPermanent); a stored
 // 5xx means execution began with an unknown effect (ClassStoredServerError), and so does a
 // stored 3xx (a redirect proves nothing of the effect; see ClassifyStatusCode).
 func ClassifyReplay(a *Attempt) Class {
-	if a.Response == nil || a.Response.StatusCode < 300 {
-		return ClassUndecided
-	}
-	if !strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true") {
+	if !a.replayed() || a.Response.StatusCode < 300 {
 		return ClassUndecided
 	}
 	if c := a.Response.StatusCode; c >= 500 || c < 400 {
