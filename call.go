@@ -172,8 +172,11 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		// header that changed, or (a classifier of the caller's) no answer at all. It says
 		// nothing of the earlier attempt, which may have executed: never a failure. The
 		// record stays pending for a later Do or Recover.
-		cl.halt(ErrOutcomeUnknown, fmt.Errorf("HTTP %d to a resend after an attempt whose outcome is unknown: not the key's stored answer, so it does not say whether that attempt executed",
-			a.StatusCode()))
+		what := fmt.Sprintf("HTTP %d", a.StatusCode())
+		if a.Response == nil {
+			what = fmt.Sprintf("a transport error (%v)", a.Err)
+		}
+		cl.halt(ErrOutcomeUnknown, fmt.Errorf("%s to a resend after an attempt whose outcome is unknown: not the key's stored answer, so it does not say whether that attempt executed", what))
 		return false, errStopped
 	}
 	switch class {

@@ -88,9 +88,10 @@ func WithHeader(h http.Header) OperationOption {
 
 // NewOperation creates an operation for one intent: method and url (relative to
 // Config.BaseURL, such as "/v1/payments", or absolute) with body sent byte for byte on every
-// attempt (nil for none; the body is copied). Unless WithKey is given it mints a UUIDv7 key (RFC 9562 §5.7 and
-// §6.2 method 3: a millisecond Unix timestamp, a 12-bit sub-millisecond sequence and 62 bits
-// from crypto/rand; strictly increasing within the process, github.com/google/uuid's NewV7).
+// attempt (nil for none; the body is copied). Unless WithKey is given it mints a UUIDv7 key
+// (RFC 9562 §5.7 and §6.2 method 3: a millisecond Unix timestamp, a 12-bit sub-millisecond
+// sequence and 62 bits from crypto/rand; strictly increasing within the process,
+// github.com/google/uuid's NewV7).
 // Time-ordered keys land at the end of a keystore's B-tree (bbolt, a PostgreSQL index)
 // instead of on a random page, so a group commit writes a few pages rather than one per
 // key; the timestamp tells the server only when the intent began.

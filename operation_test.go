@@ -343,3 +343,23 @@ func TestFingerprintTargetDo(t *testing.T) {
 	require.ErrorIs(t, err, ErrKeyConflict)
 	assert.Equal(t, 1, e.srv.ExecutionsFor("key-fp-1"))
 }
+
+// Header is never nil and always a copy, for an operation with headers, without, and the
+// zero Operation; WithHeader applied to a zero Operation does not panic.
+func TestOperationHeaderNeverNil(t *testing.T) {
+	with := NewOperation(http.MethodPost, "/v1/payments", nil, WithHeader(http.Header{"X-A": {"1"}}))
+	for name, op := range map[string]*Operation{
+		"with headers": with,
+		"without":      NewOperation(http.MethodPost, "/v1/payments", nil),
+		"zero":         {},
+	} {
+		h := op.Header()
+		require.NotNil(t, h, name)
+		h.Set("X-Added", "1")
+		require.Empty(t, op.Header().Get("X-Added"), name)
+	}
+	require.Equal(t, "1", with.Header().Get("X-A"))
+	zero := &Operation{}
+	require.NotPanics(t, func() { WithHeader(http.Header{"X-B": {"2"}})(zero) })
+	require.Equal(t, "2", zero.Header().Get("X-B"))
+}

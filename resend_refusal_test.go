@@ -158,6 +158,7 @@ func TestPermanentWithoutAnswerAfterUnknownIsUnknown(t *testing.T) {
 	_, err := c.Do(context.Background(), op)
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	require.NotErrorIs(t, err, ErrPermanent)
+	require.Contains(t, err.Error(), "a transport error")
 	require.Equal(t, int32(2), posts.Load())
 	rec, err := store.Get(context.Background(), "", op.Key())
 	require.NoError(t, err)
