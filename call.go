@@ -36,23 +36,39 @@ type call struct {
 	statusChecks int
 	unknown      bool // an attempt may have executed and no answer resolved it yet
 	last         *Attempt
-	delay        time.Duration          // wait before the next attempt, decided in checkRetry
-	spent        int                    // retry-budget tokens this call took
-	lastCode     int                    // status of the last response in this call, 0 if none
-	lastAnswer   *Attempt               // the last attempt that got a response: every stop after it carries it
-	credErr      error                  // Config.Credentials failed: nothing was sent, nothing will be
-	lease        callLease              // the record's lease while the call runs (fleet.go)
-	trace        *httptrace.ClientTrace // sets written; made at the first attempt
-	written      atomic.Bool            // the current attempt reached a connection
+	delay        time.Duration               // wait before the next attempt, decided in checkRetry
+	spent        int                         // retry-budget tokens this call took
+	lastCode     int                         // status of the last response in this call, 0 if none
+	lastAnswer   *Attempt                    // the last attempt that got a response: every stop after it carries it
+	credErr      error                       // Config.Credentials failed: nothing was sent, nothing will be
+	lease        callLease                   // the record's lease while the call runs (fleet.go)
+	trace        httptrace.ClientTrace       // the attempts' when the caller has none (RoundTrip)
+	gotConn      func(httptrace.GotConnInfo) // sets written; made at the first attempt
+	written      atomic.Bool                 // the current attempt reached a connection
+	bound        callCtx                     // the caller's context carrying the call (bind)
 
 	result *Result
 	stop   *OperationError
+
+	// What a successful call makes, allocated with it: one allocation instead of four.
+	own struct {
+		rec      keystore.Record   // the record Do creates (open)
+		attempt  Attempt           // the first attempt
+		resp     keystore.Response // the persisted response
+		respUsed bool
+	}
 }
 
 func (c *Client) newCall(s callSettings, rec *keystore.Record, header http.Header, target string) *call {
+	return c.initCall(new(call), s, rec, header, target)
+}
+
+// initCall sets up cl, which may already hold rec (cl.own.rec).
+func (c *Client) initCall(cl *call, s callSettings, rec *keystore.Record, header http.Header, target string) *call {
 	c.stats.calls.Add(1)
-	return &call{c: c, s: s, rec: rec, header: header, target: target,
-		start: c.cfg.Now(), baseAttempts: rec.Attempts}
+	cl.c, cl.s, cl.rec, cl.header, cl.target = c, s, rec, header, target
+	cl.start, cl.baseAttempts = c.cfg.Now(), rec.Attempts
+	return cl
 }
 
 // expBackoff returns the call's backoff, made at the first retry: most calls never retry.
@@ -74,6 +90,7 @@ func (cl *call) expBackoff() *backoff.ExponentialBackOff {
 // so an earlier attempt may have executed: the status endpoint is asked before any send.
 // The record must be claimed by this client (created claimed, or Claim / ClaimExpired).
 func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
+	cl.bind(ctx)
 	cl.startLease(ctx)
 	switch {
 	case resumed && cl.rec.NotExecuted:
@@ -88,7 +105,7 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 				return cl.finish(ctx)
 			}
 			cl.endLease()
-			cl.release(context.WithoutCancel(ctx))
+			cl.release(cl.detached())
 			return nil, fmt.Errorf("idem: recording the resend before it starts: %w", err)
 		}
 	case resumed:
@@ -99,7 +116,7 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		}
 	}
 	// The client's one retryablehttp.Client finds this call through the request context.
-	ctx = withCall(ctx, cl)
+	ctx = &cl.bound
 	req, err := retryablehttp.NewRequestWithContext(ctx, cl.rec.Request.Method, cl.target, cl.rec.Request.Body)
 	if err != nil {
 		cl.halt(ErrInvalidOperation, err)

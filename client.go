@@ -412,6 +412,7 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 			held.Unlock()
 		}
 	}()
+	cl := new(call) // holds the record open creates too: one allocation for both
 	for try := 0; ; try++ {
 		unlock, waited, err := c.locks.lock(ctx, keyLockName(scope, key))
 		if err != nil {
@@ -420,7 +421,7 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 		if waited && op.intent == "" {
 			c.stats.sameKey.Add(1)
 		}
-		rec, created, err := c.open(ctx, op, scope)
+		rec, created, err := c.open(ctx, op, scope, &cl.own.rec)
 		if err != nil {
 			unlock.Unlock()
 			if errors.Is(err, ErrKeyConflict) {
@@ -461,8 +462,7 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 			}
 			return res, err
 		}
-		cl := c.newCall(s, rec, op.header, target)
-		return cl.run(ctx, !created)
+		return c.initCall(cl, s, rec, op.header, target).run(ctx, !created)
 	}
 }
 
@@ -502,10 +502,10 @@ func (c *Client) resolveURL(ref string) (string, error) {
 	return c.resolveParsed(ref, u)
 }
 
-// resolveParsed is resolveURL of ref already parsed as u.
+// resolveParsed is resolveURL of ref already parsed as u; a nil u is a plainPath.
 func (c *Client) resolveParsed(ref string, u *url.URL) (string, error) {
 	full := ref
-	if !u.IsAbs() {
+	if u == nil || !u.IsAbs() {
 		if c.base == nil {
 			return "", fmt.Errorf("%w: relative URL %q and no Config.BaseURL", ErrInvalidOperation, ref)
 		}

@@ -15,7 +15,7 @@ import (
 func (cl *call) persistProgress(ctx context.Context) bool {
 	cl.rec.Attempts = cl.baseAttempts + cl.attempts
 	cl.rec.UpdatedAt = cl.c.cfg.Now()
-	if err := cl.c.store.Update(context.WithoutCancel(ctx), cl.rec); err != nil {
+	if err := cl.c.store.Update(cl.detached(), cl.rec); err != nil {
 		if errors.Is(err, keystore.ErrFenced) {
 			cl.loseLease(err)
 			cl.stopLeaseLost(err)
@@ -27,7 +27,7 @@ func (cl *call) persistProgress(ctx context.Context) bool {
 }
 
 // finish persists the call's final state and returns what Do returns. A cancelled caller
-// still gets its record written (context.WithoutCancel).
+// still gets its record written (cl.detached: without the caller's cancellation).
 func (cl *call) finish(ctx context.Context) (*Result, error) {
 	cl.endLease()
 	if err := cl.leaseLost(); err != nil {
@@ -92,7 +92,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		}
 		gaveUp = e // counted once the business lookup had its say
 	}
-	if err := cl.c.updateFinal(context.WithoutCancel(ctx), rec); err != nil {
+	if err := cl.c.updateFinal(cl.detached(), rec); err != nil {
 		if errors.Is(err, keystore.ErrFenced) { // taken over meanwhile: the new owner writes
 			cl.loseLease(err)
 			if cl.result == nil {
@@ -109,7 +109,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 	} else if rec.State == keystore.StatePending && !cl.lease.keep {
 		// Ordered after the final write (a deferred write is committed with or before the
 		// release), and fenced like it: another instance may now reclaim the record at once.
-		cl.release(context.WithoutCancel(ctx))
+		cl.release(cl.detached())
 	}
 	if cl.result != nil {
 		cl.c.budget.succeeded(cl)
@@ -153,7 +153,13 @@ func (cl *call) persistedResponse(r *Result) *keystore.Response {
 			}
 		}
 	}
-	return &keystore.Response{StatusCode: r.StatusCode, Header: h, Body: r.Body}
+	resp := &cl.own.resp
+	if cl.own.respUsed {
+		resp = new(keystore.Response)
+	}
+	cl.own.respUsed = true
+	*resp = keystore.Response{StatusCode: r.StatusCode, Header: h, Body: r.Body}
+	return resp
 }
 
 // finishLost ends a call whose record another instance took over: nothing is written (the

@@ -182,6 +182,24 @@ func FuzzIsKeyReuse(f *testing.F) {
 
 // target's shortcut for a normal relative URL must give what the full resolution gives, under
 // a base with and without a path.
+// FuzzPlainPath holds check's shortcut to url.Parse: a plain path must parse, as a relative
+// URL without user info.
+func FuzzPlainPath(f *testing.F) {
+	for _, ref := range []string{"/v1/payments", "/", "/v1/payments?x=1", "/a?b?", "/a#b", "//a/b", "/%2F/x",
+		"/%zz", "/a b", "/a\x7f", "/a:b@c", "/?", "http://h/x", "/\x00"} {
+		f.Add(ref)
+	}
+	f.Fuzz(func(t *testing.T, ref string) {
+		if !plainPath(ref) {
+			return
+		}
+		u, err := url.Parse(ref)
+		if err != nil || u.IsAbs() || u.User != nil || u.Host != "" {
+			t.Fatalf("plain path %q: url.Parse gives %#v, %v", ref, u, err)
+		}
+	})
+}
+
 func FuzzTargetShortcut(f *testing.F) {
 	for _, ref := range []string{"/v1/payments", "/", "/v1/payments?x=1", "/a?b?", "/a#b", "//a/b", "/%2F/x",
 		"/v1/payments?", "/v1/../x", "/\\x", "/ x", "/a:b", "/?", "/#"} {

@@ -34,7 +34,8 @@ var errNilRecord = errors.New("idem: keystore returned neither a record nor an e
 // open finds the record for op (by intent, then by key) or persists a new pending one.
 // Without an intent it tries the Create first and looks only when the key exists: most keys
 // are new, and a read costs a transaction (or a round trip) of its own.
-func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keystore.Record, bool, error) {
+// A record it creates is written into buf.
+func (c *Client) open(ctx context.Context, op *Operation, scope string, buf *keystore.Record) (*keystore.Record, bool, error) {
 	fp := Fingerprint(op.method, c.target(op.url), op.body)
 	for try := 0; try < 3; try++ {
 		var rec *keystore.Record
@@ -64,7 +65,8 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string) (*keysto
 			return nil, false, &OperationError{Key: op.key, Scope: scope, Intent: op.intent, Kind: ErrClockSkew, Cause: err}
 		}
 		now := c.cfg.Now()
-		rec = &keystore.Record{
+		rec = buf
+		*rec = keystore.Record{
 			Scope: scope, Key: op.key, Intent: op.intent, Fingerprint: fp, State: keystore.StatePending,
 			Request: keystore.Request{Method: op.method, URL: op.url,
 				Header: withoutSecrets(op.header, c.cfg.SecretHeaders...), Body: op.body},

@@ -14,12 +14,8 @@ import (
 // changes between attempts lives in the call, which each request carries in its context, so
 // concurrent calls never share state.
 
+// callKey is the context key of the call a request belongs to (callCtx).
 type callKey struct{}
-
-// withCall returns ctx carrying cl for the client's retrier and transport.
-func withCall(ctx context.Context, cl *call) context.Context {
-	return context.WithValue(ctx, callKey{}, cl)
-}
 
 // callFrom returns the call ctx carries, or nil.
 func callFrom(ctx context.Context) *call {

@@ -30,14 +30,22 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	ctx, cancel := cl.interruptible(req.Context(), cl.s.policy.AttemptTimeout)
 	defer cl.endInterruptible(cancel)
 	// GotConn is the last moment before request bytes may leave. Counting from there is
-	// conservative: at worst an unsent request costs one status check. The trace is the
-	// call's, made at its first attempt: GotConn fires only inside this RoundTrip.
+	// conservative: at worst an unsent request costs one status check. GotConn fires only
+	// inside this RoundTrip, so one trace serves every attempt of the call, set at the first
+	// and never written again (a dial that outlives its attempt may still read it).
+	// WithClientTrace composes a caller's trace into the one it is given: with a caller's
+	// trace, each attempt gets its own, or the caller's hooks would run twice at the second.
 	cl.written.Store(false)
-	if cl.trace == nil {
-		cl.trace = &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { cl.written.Store(true) }}
+	if cl.gotConn == nil {
+		cl.gotConn = func(httptrace.GotConnInfo) { cl.written.Store(true) }
+		cl.trace.GotConn = cl.gotConn
+	}
+	trace := &cl.trace
+	if httptrace.ContextClientTrace(ctx) != nil {
+		trace = &httptrace.ClientTrace{GotConn: cl.gotConn}
 	}
 	// A shallow copy: the header map already belongs to this call's request alone.
-	out := req.WithContext(httptrace.WithClientTrace(ctx, cl.trace))
+	out := req.WithContext(httptrace.WithClientTrace(ctx, trace))
 	// net/http replays a request on a reused connection when it deems it replayable, and a
 	// request with an Idempotency-Key and a GetBody is. A nil GetBody and a non-nil body turn
 	// that off; idem owns every resend.
@@ -54,7 +62,11 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	cl.attempts++
 	cl.c.stats.attempts.Add(1)
-	a := &Attempt{Number: cl.attempts}
+	a := &cl.own.attempt
+	if cl.attempts > 1 { // hooks may keep an Attempt: each has its own
+		a = new(Attempt)
+	}
+	*a = Attempt{Number: cl.attempts}
 	resp, err := t.base.RoundTrip(out)
 	if err == nil {
 		var body []byte

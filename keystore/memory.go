@@ -127,7 +127,11 @@ func (m *Memory) Update(ctx context.Context, rec *Record) error {
 	if err := CheckImmutable(&cur, rec); err != nil {
 		return err
 	}
-	stored := newMemRecord(rec, &m.scratch)
+	stored := old
+	if old.state.Terminal() { // listed in the finished log by this pointer: keep that version
+		stored = new(memRecord)
+	}
+	stored.set(rec, &m.scratch)
 	stored.setLease(&cur) // the lease belongs to Claim, Renew and Release
 	m.store(k, stored)
 	return nil

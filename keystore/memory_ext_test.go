@@ -74,3 +74,49 @@ func TestMemoryPurgeBatchRefusesForeignCursors(t *testing.T) {
 		}
 	}
 }
+
+// A pending record is updated in place (no allocation); a terminal one gets a new version,
+// so that the finished log's entry for the old version is recognised as stale: a record
+// finished long ago and written again since is not purged on its old time.
+func TestMemoryUpdateVersions(t *testing.T) {
+	ctx := context.Background()
+	m := NewMemory()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rec := &Record{Key: "k", State: StatePending, Request: Request{Method: "POST", URL: "/v1/payments", Body: []byte("{}")},
+		CreatedAt: t0, UpdatedAt: t0}
+	if err := m.Create(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	k := scopedName{"", "k"}
+	first := m.records[k]
+	rec.Attempts, rec.UpdatedAt = 1, t0.Add(time.Second)
+	if err := m.Update(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if m.records[k] != first {
+		t.Fatal("a pending record was not updated in place")
+	}
+	rec.State, rec.UpdatedAt = StateSucceeded, t0.Add(2*time.Second)
+	if err := m.Update(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	finished := m.records[k]
+	rec.Note, rec.UpdatedAt = "checked", t0.Add(time.Hour)
+	if err := m.Update(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if m.records[k] == finished {
+		t.Fatal("a terminal record was updated in place")
+	}
+	// The cutoff lies between the first finish and the second write: nothing to purge.
+	if n, _, err := m.PurgeBatch(ctx, t0.Add(time.Minute), "", 10); err != nil || n != 0 {
+		t.Fatalf("PurgeBatch: %d, %v; want 0", n, err)
+	}
+	got, err := m.Get(ctx, "", "k")
+	if err != nil || got.Note != "checked" || got.Attempts != 1 || got.State != StateSucceeded {
+		t.Fatalf("Get: %+v, %v", got, err)
+	}
+	if n, _, err := m.PurgeBatch(ctx, t0.Add(2*time.Hour), "", 10); err != nil || n != 1 {
+		t.Fatalf("PurgeBatch past the second write: %d, %v; want 1", n, err)
+	}
+}

@@ -21,8 +21,9 @@ import (
 // (Get, List, claims): rare next to Create and the final write.
 
 // memRecord is a stored record. Scope and Key are the map key. The lease fields are changed
-// in place by Claim, Renew and Release; nothing else is ever modified once stored: an Update
-// stores a new memRecord.
+// in place by Claim, Renew and Release. A terminal record is never modified otherwise (an
+// Update stores a new memRecord): the finished log tells its versions apart by pointer. A
+// pending one, which the log does not list, is updated in place.
 type memRecord struct {
 	intent     string
 	state      State
@@ -37,13 +38,19 @@ type memRecord struct {
 // newMemRecord is the stored form of rec, by StoredCopy's rules: no credentials, no
 // Set-Cookie in a response. scratch is a buffer to pack into, reused across calls.
 func newMemRecord(rec *Record, scratch *[]byte) *memRecord {
+	mr := new(memRecord)
+	mr.set(rec, scratch)
+	return mr
+}
+
+// set makes mr the stored form of rec (see newMemRecord).
+func (mr *memRecord) set(rec *Record, scratch *[]byte) {
 	b := pack((*scratch)[:0], rec)
-	mr := &memRecord{intent: rec.Intent, state: rec.State, createdAt: rec.CreatedAt, updatedAt: rec.UpdatedAt,
+	*mr = memRecord{intent: rec.Intent, state: rec.State, createdAt: rec.CreatedAt, updatedAt: rec.UpdatedAt,
 		owner: rec.Owner, leaseUntil: rec.LeaseUntil, fence: rec.Fence, packed: bytes.Clone(b)}
 	if cap(b) <= maxScratch { // one huge body must not stay allocated for the store's life
 		*scratch = b
 	}
-	return mr
 }
 
 // maxScratch is the largest packing buffer (bytes) Memory keeps between writes.
