@@ -32,8 +32,13 @@ type detachedCtx struct{ cl *call }
 func (detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (detachedCtx) Done() <-chan struct{}       { return nil }
 func (detachedCtx) Err() error                  { return nil }
-func (d detachedCtx) Value(key any) any         { return d.cl.bound.Value(key) }
-func (detachedCtx) String() string              { return "idem.detachedCtx" }
+func (d detachedCtx) Value(key any) any {
+	if d.cl.bound.Context == nil { // not bound yet: nothing to look up
+		return nil
+	}
+	return d.cl.bound.Value(key)
+}
+func (detachedCtx) String() string { return "idem.detachedCtx" }
 
 // bind makes ctx the call's context and returns it carrying the call. run calls it first,
 // before anything derives from the call's context.
