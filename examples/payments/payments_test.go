@@ -212,9 +212,7 @@ func TestUnreachableTarget(t *testing.T) {
 	target := "http://" + ln.Addr().String()
 	require.NoError(t, ln.Close()) // a closed port: every connection is refused
 
-	start := time.Now()
 	s, code, stderr := runJSONStderr(t, "-target", target, "-n", "6", "-crashes", "0", "-seed", "4")
-	wall := time.Since(start)
 	assert.NotEqual(t, 0, code, "the payments were not done")
 	assert.Equal(t, "target", s.Mode)
 	assert.Zero(t, s.Lost, s.LostDetails)
@@ -225,7 +223,11 @@ func TestUnreachableTarget(t *testing.T) {
 	assert.Zero(t, s.Succeeded+s.Failed)
 	assert.Zero(t, s.KeyStatusChecks, "records known never executed are not asked about")
 	assert.Contains(t, stderr, "payments: 6 of 6 payments were not executed and are still pending: the API at "+target+" never answered (unreachable?)")
-	assert.Less(t, wall, 15*time.Second, "an unreachable API must be reported quickly")
+	// Reported quickly: per payment, maxUnanswered rounds of the sender and one Recover pass
+	// of the cross-check, each of at most MaxAttempts (8), not maxRounds of them. Counted, not
+	// timed: a bound on the wall time failed on a loaded 2-core machine.
+	assert.Positive(t, s.Attempts)
+	assert.LessOrEqual(t, s.Attempts, int64(s.Intents*(maxUnanswered+1)*8), "attempts")
 
 	// The table says the same.
 	var stdout, errOut bytes.Buffer
