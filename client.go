@@ -40,11 +40,11 @@ type Config struct {
 	// client from go-cleanhttp.
 	HTTPClient *http.Client
 	// Store persists records. Use one Client per store in a process: the lock that keeps two
-	// calls of one key from sending at once lives in the Client (across processes, the
-	// server's idempotency is what protects). Default: keystore.NewMemory(), which does not survive a
-	// restart (finished records are dropped after Retention by the background purge, see
-	// PurgeInterval): use it for tests and short-lived processes, and keystore/boltstore for
-	// durability.
+	// calls of one key from sending at once lives in the Client; across processes sharing a
+	// store (keystore/pgstore), the record's lease does (see LeaseTTL). Default:
+	// keystore.NewMemory(), which does not survive a restart (finished records are dropped
+	// after Retention by the background purge, see PurgeInterval): use it for tests and
+	// short-lived processes, and keystore/boltstore for durability.
 	Store keystore.Store
 	// Tenant scopes keys locally (WithTenant overrides it per operation). The server scopes
 	// keys by its own notion of tenant, usually the credentials.

@@ -16,8 +16,8 @@
 //   - Retry-After (RFC 9110 §10.2.3, delay-seconds and all three HTTP-date forms) is honoured
 //     as the earliest time to come back, up to Policy.MaxRetryAfter; a longer wait stops the
 //     call at once with ErrRetryAfterTooLong instead of sleeping.
-//   - When an attempt's outcome is unknown (written, then a timeout, reset or EOF; 408, 500,
-//     502, 504), the status endpoint is asked with the same key before any resend.
+//   - When an attempt's outcome is unknown (written, then a timeout, reset or EOF; 408, 425,
+//     500, 502, 504), the status endpoint is asked with the same key before any resend.
 //   - Every call ends in a known state: a *Result, or an *OperationError that says whether
 //     the outcome is still unknown (errors.Is(err, ErrOutcomeUnknown)). The keystore record
 //     holds the same state; pending records survive restarts and Client.Recover reconciles

@@ -47,10 +47,11 @@ type ReplayEvent struct {
 	StatusCode int // the replayed status
 }
 
-// KeyConflictEvent: the key was reused with another payload (422, or refused locally).
+// KeyConflictEvent: the key was reused with another payload (a 422 or Stripe-style 400 that
+// names key reuse, see IsKeyReuse; or refused locally).
 type KeyConflictEvent struct {
 	Event
-	StatusCode int // 422, or 0 when refused locally
+	StatusCode int // 422 or 400, or 0 when refused locally
 }
 
 // InProgressEvent: the server is still executing the key (409); idem waits Wait.

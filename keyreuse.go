@@ -20,7 +20,10 @@ import (
 // in {"error":"idempotency_key_reused"}, {"errors":[{"code":"idempotency_key_reused"}]},
 // Stripe's {"error":{"type":"idempotency_error"}} or an RFC 9457 problem type such as
 // ".../idempotency-key-reuse". Anything else, including a body that is not JSON, is false.
-// ClassifyStatusCode applies it to 422 answers; on a 400 it requires the stricter isKeyReuse400.
+// ClassifyStatusCode applies it to 422 answers. On a 400 it requires a stricter match: the
+// member is "idempotency_error" (Stripe), or names idempotency together with "reuse" or
+// "mismatch", since a 400 that merely mentions idempotency is usually a missing or malformed
+// key.
 func IsKeyReuse(body []byte) bool {
 	for _, v := range errorCodes(body) {
 		if strings.Contains(strings.ToLower(v), "idempotency") {

@@ -33,19 +33,24 @@ type Policy struct {
 	// MaxAttempts is the most requests sent per call, the first included (1 = no retry).
 	// Default DefaultMaxAttempts; at most 100.
 	MaxAttempts int
-	// MaxElapsed bounds a call's total time, waits included. A retry or wait that would end
-	// after it is not started (ErrExhausted); an attempt or status check already under way
-	// runs to its own AttemptTimeout. Default DefaultMaxElapsed.
+	// MaxElapsed bounds a call's total time, waits included. A retry or backoff wait that would
+	// end after it is not started (ErrExhausted; a Retry-After longer than the time left stops
+	// the call with ErrRetryAfterTooLong); an attempt or status check already under way runs
+	// to its own AttemptTimeout. Default DefaultMaxElapsed.
 	MaxElapsed time.Duration
 	// AttemptTimeout bounds one request from send to the last body byte. A timeout after the
-	// request was written is an unknown outcome. Default DefaultAttemptTimeout.
+	// request was written is an unknown outcome. Default DefaultAttemptTimeout. It must be
+	// shorter than Config.LeaseTTL (default DefaultLeaseTTL, 30s), whatever the store, so
+	// that no attempt outlives the record's lease: NewClient refuses a longer one
+	// (ErrInvalidConfig), as Do refuses a per-call one (ErrInvalidPolicy); raise LeaseTTL
+	// with it.
 	AttemptTimeout time.Duration
 	// InitialDelay, Multiplier, Jitter and MaxDelay shape the exponential backoff
 	// (cenkalti/backoff): delay n is InitialDelay*Multiplier^n randomized by ±Jitter, then
 	// capped at MaxDelay.
 	InitialDelay time.Duration // first delay before jitter; default DefaultInitialDelay (100ms)
 	Multiplier   float64       // growth per retry, 1..100; default DefaultMultiplier (2)
-	Jitter       float64       // randomization factor in [0, 1]; 0 means DefaultJitter (0.5), NoJitter none
+	Jitter       float64       // randomization factor in (0, 1]; 0 means DefaultJitter (0.5); NoJitter (-1) none
 	MaxDelay     time.Duration // hard ceiling of one delay, after jitter; default DefaultMaxDelay (10s)
 	// MaxRetryAfter is the longest server-requested wait (Retry-After) idem honours; a longer
 	// one stops the call with ErrRetryAfterTooLong. Default DefaultMaxRetryAfter.

@@ -30,7 +30,7 @@ const (
 	DefaultRetryAfter = 1
 	// DefaultSlowDelay is how long FaultSlow holds a request when Config.SlowDelay is 0.
 	DefaultSlowDelay = 2 * time.Second
-	// MaxKeyLength is the longest idempotency key accepted, in characters (visible ASCII,
+	// MaxKeyLength is the longest idempotency key accepted, in bytes (visible ASCII characters,
 	// after unquoting): idemserver's limit.
 	MaxKeyLength = idemserver.MaxKeyLength
 )

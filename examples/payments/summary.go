@@ -173,7 +173,7 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	row("unknown resolved", s.UnknownResolved,
 		fmt.Sprintf("by the status endpoint, of %d unknown (timeout, reset, 5xx)", s.UnknownOutcomes))
 	row("calls that gave up", s.FinalFailures, "ended without a result, any reason; pending keys go again")
-	row("orphans_reclaimed", s.OrphansReclaimed, "pending records without a live lease (dead sender) taken over")
+	row("orphans_reclaimed", s.OrphansReclaimed, "pending records without a live lease (dead or finished sender) taken over")
 	row("claims_lost", s.ClaimsLost, "stale owners whose fenced write was refused: stopped, never resent")
 	if s.Instances > 1 {
 		row("lease waits", s.LeaseWaits, "calls that waited for another sender's live lease on the key")
