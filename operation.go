@@ -227,11 +227,12 @@ func ValidateKey(key string) error {
 
 // Fingerprint returns the hex SHA-256 of the request's method, path (with query) and body
 // bytes, each length-prefixed so that no two different requests share an input. A key reused
-// with another fingerprint is refused (ErrKeyConflict). Do hashes a normalised URL: the
-// request's URL relative to Config.BaseURL when under it ("/v1/payments", "v1/payments",
-// "/v1/payments?", "/v1/payments#x" and the absolute URL under the base are one request),
-// else absolute with lower-case scheme and host; a normal relative URL is hashed as
-// written, so records persisted before this normalisation keep their fingerprint.
+// with another fingerprint is refused (ErrKeyConflict). It hashes its arguments as given; Do
+// first normalises the URL, so that one request written several ways is one fingerprint:
+// under Config.BaseURL, "/v1/payments", "v1/payments", "/v1/payments?", "/v1/payments#x" and
+// the absolute URL are all hashed as "/v1/payments" (a URL outside the base is hashed
+// absolute, scheme and host in lower case). To reproduce Do's fingerprint, pass the URL in
+// that form.
 func Fingerprint(method, path string, body []byte) string {
 	h := sha256.New()
 	var n [8]byte
