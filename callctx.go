@@ -26,7 +26,10 @@ func (c *callCtx) Value(key any) any {
 
 // detachedCtx is context.WithoutCancel of the call's context: the store writes that must
 // happen even after the caller gave up are made with it. A struct of one pointer, it needs
-// no allocation to become a context.Context.
+// no allocation to become a context.Context. Unlike WithoutCancel it does not hide the
+// caller's cancelCtx from package context's internal lookup; that is harmless because the
+// package asks for it only where Done is not nil (propagateCancel) or Err is not nil (Cause),
+// and here both are nil. TestCallContexts checks what a store can observe.
 type detachedCtx struct{ cl *call }
 
 func (detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -41,9 +44,12 @@ func (d detachedCtx) Value(key any) any {
 func (detachedCtx) String() string { return "idem.detachedCtx" }
 
 // bind makes ctx the call's context and returns it carrying the call. run calls it first,
-// before anything derives from the call's context.
+// before anything derives from the call's context. Binding the bound context again changes
+// nothing (it must never become its own parent).
 func (cl *call) bind(ctx context.Context) context.Context {
-	cl.bound = callCtx{Context: ctx, cl: cl}
+	if ctx != context.Context(&cl.bound) {
+		cl.bound = callCtx{Context: ctx, cl: cl}
+	}
 	return &cl.bound
 }
 

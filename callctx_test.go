@@ -52,4 +52,10 @@ func TestCallContexts(t *testing.T) {
 	assert.NoError(t, detached.Err())
 	assert.NoError(t, fromDetached.Err())
 	assert.Equal(t, "v", fromDetached.Value(ctxTestKey{}))
+	assert.NoError(t, context.Cause(detached), "a store sees no cause on the detached context")
+
+	// Binding the bound context again keeps the caller's as its parent.
+	assert.Same(t, bound, cl.bind(bound))
+	assert.Equal(t, "v", bound.Value(ctxTestKey{}))
+	assert.Equal(t, "v", detached.Value(ctxTestKey{}))
 }
