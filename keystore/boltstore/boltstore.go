@@ -102,6 +102,8 @@ type Store struct {
 	commit committer
 	// pending holds the deferred writes not committed yet (see deferred.go).
 	pending overlay
+	// summaries spares an update the decode of a pending record this store wrote.
+	summaries summaryCache
 }
 
 var _ keystore.Store = (*Store)(nil)

@@ -42,6 +42,7 @@ func (s *Store) Create(ctx context.Context, rec *keystore.Record) error {
 				return abort(err)
 			}
 		}
+		s.summaries.put(e)
 		return nil
 	})
 }
@@ -59,19 +60,22 @@ func (s *Store) Update(ctx context.Context, rec *keystore.Record) error {
 	if err != nil {
 		return err
 	}
-	return s.commit.do(ctx, func(tx *bbolt.Tx) error { return applyUpdate(tx, e) })
+	return s.commit.do(ctx, func(tx *bbolt.Tx) error { return s.applyUpdate(tx, e) })
 }
 
 // applyUpdate is the write of Update and UpdateDeferred, inside the shared transaction.
-func applyUpdate(tx *bbolt.Tx, e *encoded) error {
+func (s *Store) applyUpdate(tx *bbolt.Tx, e *encoded) error {
 	records := tx.Bucket(bucketRecords)
 	v := records.Get(e.key)
 	if v == nil {
 		return keystore.ErrNotFound
 	}
-	old, err := decodeSummary(e.key, v)
-	if err != nil {
-		return err
+	old := s.summaries.get(e.key, v)
+	if old == nil {
+		var err error
+		if old, err = decodeSummary(e.key, v); err != nil {
+			return err
+		}
 	}
 	if err := keystore.CheckImmutable(old, e.rec); err != nil {
 		return err
@@ -82,6 +86,7 @@ func applyUpdate(tx *bbolt.Tx, e *encoded) error {
 	if err := records.Put(e.key, e.value); err != nil {
 		return abort(err)
 	}
+	s.summaries.put(e)
 	return nil
 }
 
