@@ -45,7 +45,7 @@ func (s *Store) Claim(ctx context.Context, scope, key string, l keystore.Lease) 
 			return err
 		}
 		keystore.ApplyClaim(rec, l)
-		if err := putRecord(records, k, rec); err != nil {
+		if err := s.putRecord(records, k, rec); err != nil {
 			return err
 		}
 		out = rec
@@ -115,7 +115,7 @@ func (s *Store) holder(ctx context.Context, scope, key string, change func(*keys
 		if err != nil || !changed {
 			return err
 		}
-		return putRecord(records, k, rec)
+		return s.putRecord(records, k, rec)
 	})
 }
 
@@ -175,7 +175,7 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 		}
 		for _, rec := range orphans {
 			keystore.ApplyClaim(rec, l)
-			if err := putRecord(records, scopedKey(rec.Scope, rec.Key), rec); err != nil {
+			if err := s.putRecord(records, scopedKey(rec.Scope, rec.Key), rec); err != nil {
 				return err
 			}
 		}
@@ -193,7 +193,7 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 
 // putRecord writes rec, a record decoded from the file (so valid, its secrets already
 // stripped), under k. A failure aborts the transaction.
-func putRecord(records *bbolt.Bucket, k []byte, rec *keystore.Record) error {
+func (s *Store) putRecord(records *bbolt.Bucket, k []byte, rec *keystore.Record) error {
 	v, err := json.Marshal(rec)
 	if err != nil {
 		return abort(err)
@@ -201,6 +201,7 @@ func putRecord(records *bbolt.Bucket, k []byte, rec *keystore.Record) error {
 	if err := records.Put(k, v); err != nil {
 		return abort(err)
 	}
+	s.summaries.drop(k) // its value is replaced: the next update decodes this one
 	return nil
 }
 

@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"sync"
+	"time"
 
 	"github.com/idemkit/idem/keystore"
 )
@@ -24,10 +25,14 @@ type summaryEntry struct {
 	sum   *keystore.Record // what decodeSummary returns for it
 }
 
-// maxSummaries bounds the cache (entries, about a kilobyte each with their values): enough
-// for every call of a busy client in flight, while records left pending by a crash or an
-// outage cannot grow it.
+// maxSummaries bounds the cache's entries: enough for every call of a busy client in flight,
+// while records left pending by an outage cannot grow it. With maxSummaryValue it bounds the
+// cache's memory to 4 MiB.
 const maxSummaries = 1024
+
+// maxSummaryValue is the largest value (bytes) cached: a record with a large body is decoded
+// at its update rather than kept in memory while it is pending.
+const maxSummaryValue = 4096
 
 // get returns the summary of v, the value stored under k, if the cache holds v's.
 func (c *summaryCache) get(k, v []byte) *keystore.Record {
@@ -40,11 +45,11 @@ func (c *summaryCache) get(k, v []byte) *keystore.Record {
 }
 
 // put records e's value as now stored under e.key, if the record may be updated again
-// (pending); any other state drops the key's entry.
+// (pending) and summaryOf gives its summary exactly; otherwise it drops the key's entry.
 func (c *summaryCache) put(e *encoded) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e.rec.State != keystore.StatePending {
+	if e.rec.State != keystore.StatePending || len(e.value) > maxSummaryValue || !wholeMinuteZones(e.rec) {
 		delete(c.m, string(e.key))
 		return
 	}
@@ -57,8 +62,29 @@ func (c *summaryCache) put(e *encoded) {
 	c.m[string(e.key)] = summaryEntry{value: e.value, sum: summaryOf(e.rec)}
 }
 
-// summaryOf is the summary of r as decodeSummary returns it from r's encoding: the same
-// fields, the times without a monotonic clock reading (JSON keeps none).
+// drop forgets the entry of k, whose value another write (a lease operation) replaced.
+func (c *summaryCache) drop(k []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, string(k))
+}
+
+// wholeMinuteZones reports whether r's times are in zones whose offset is whole minutes. JSON
+// (RFC 3339) writes an offset in hours and minutes only, so a time in a zone offset by some
+// seconds (a caller's FixedZone, or local mean time before 1900) is stored a few seconds off
+// and decodes to another instant than the one summaryOf would keep.
+func wholeMinuteZones(r *keystore.Record) bool {
+	for _, t := range [...]time.Time{r.CreatedAt, r.UpdatedAt, r.LeaseUntil} {
+		if _, off := t.Zone(); off%60 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// summaryOf is the summary of r as decodeSummary returns it from r's encoding (when
+// wholeMinuteZones): the same fields, the times without a monotonic clock reading (JSON keeps
+// none).
 func summaryOf(r *keystore.Record) *keystore.Record {
 	return &keystore.Record{
 		Scope: r.Scope, Key: r.Key, Intent: r.Intent, Fingerprint: r.Fingerprint,

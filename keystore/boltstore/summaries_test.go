@@ -131,3 +131,66 @@ func TestSummaryCacheFollowsTheStoredValue(t *testing.T) {
 		t.Fatalf("%d cache entries, want the bound %d", n, maxSummaries)
 	}
 }
+
+// Not cached: a time in a zone offset by seconds (JSON stores it a few seconds off, so the
+// summary would not be the stored one's), a large value, a value a lease operation rewrote.
+func TestSummaryCacheSkips(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+	cached := func(key string) bool {
+		s.summaries.mu.Lock()
+		defer s.summaries.mu.Unlock()
+		_, ok := s.summaries.m[string(scopedKey("", key))]
+		return ok
+	}
+	newRec := func(key string, body []byte, lease time.Time) *keystore.Record {
+		return &keystore.Record{Key: key, Fingerprint: "f", State: keystore.StatePending,
+			Request:   keystore.Request{Method: http.MethodPost, URL: "/v1/payments", Body: body},
+			CreatedAt: now, UpdatedAt: now, Owner: "a", LeaseUntil: lease, Fence: 1}
+	}
+
+	odd := newRec("odd-zone", []byte(`{}`), now.Add(time.Minute).In(time.FixedZone("odd", 30)))
+	if err := s.Create(ctx, odd); err != nil {
+		t.Fatal(err)
+	}
+	if cached("odd-zone") {
+		t.Fatal("a lease in a zone offset by 30 s was cached")
+	}
+	// The update keeps the lease as stored (decoded), whatever instant the caller holds.
+	stored, err := s.Get(ctx, "", "odd-zone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd.Attempts, odd.LeaseUntil = 1, odd.LeaseUntil.UTC()
+	if err := s.Update(ctx, odd); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, "", "odd-zone"); err != nil || !got.LeaseUntil.Equal(stored.LeaseUntil) {
+		t.Fatalf("lease after the update: %v, %v; stored before: %v", got.LeaseUntil, err, stored.LeaseUntil)
+	}
+
+	if err := s.Create(ctx, newRec("big", bytes.Repeat([]byte("x"), maxSummaryValue), now.Add(time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	if cached("big") {
+		t.Fatal("a value over maxSummaryValue was cached")
+	}
+
+	if err := s.Create(ctx, newRec("claimed", []byte(`{}`), now.Add(time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	if !cached("claimed") {
+		t.Fatal("a plain pending record was not cached")
+	}
+	if _, err := s.Claim(ctx, "", "claimed", keystore.Lease{Owner: "a", Now: now, Until: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if cached("claimed") {
+		t.Fatal("the entry of a value a Claim replaced was kept")
+	}
+}
