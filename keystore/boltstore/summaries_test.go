@@ -68,17 +68,11 @@ func TestSummaryOfMatchesDecode(t *testing.T) {
 // stale owner.
 func TestSummaryCacheFollowsTheStoredValue(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	now := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+	s := openSummaryTest(t)
 	newRec := func(key string) *keystore.Record {
-		return &keystore.Record{Key: key, Fingerprint: "f", State: keystore.StatePending,
-			Request:   keystore.Request{Method: http.MethodPost, URL: "/v1/payments", Body: []byte(`{}`)},
-			CreatedAt: now, UpdatedAt: now, Owner: "a", LeaseUntil: now.Add(time.Second), Fence: 1}
+		return pendingRecord(key, []byte(`{}`), summaryTestNow.Add(time.Second))
 	}
+	now := summaryTestNow
 	entries := func() int {
 		s.summaries.mu.Lock()
 		defer s.summaries.mu.Unlock()
@@ -136,23 +130,15 @@ func TestSummaryCacheFollowsTheStoredValue(t *testing.T) {
 // summary would not be the stored one's), a large value, a value a lease operation rewrote.
 func TestSummaryCacheSkips(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	now := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+	s := openSummaryTest(t)
+	now := summaryTestNow
 	cached := func(key string) bool {
 		s.summaries.mu.Lock()
 		defer s.summaries.mu.Unlock()
 		_, ok := s.summaries.m[string(scopedKey("", key))]
 		return ok
 	}
-	newRec := func(key string, body []byte, lease time.Time) *keystore.Record {
-		return &keystore.Record{Key: key, Fingerprint: "f", State: keystore.StatePending,
-			Request:   keystore.Request{Method: http.MethodPost, URL: "/v1/payments", Body: body},
-			CreatedAt: now, UpdatedAt: now, Owner: "a", LeaseUntil: lease, Fence: 1}
-	}
+	newRec := pendingRecord
 
 	odd := newRec("odd-zone", []byte(`{}`), now.Add(time.Minute).In(time.FixedZone("odd", 30)))
 	if err := s.Create(ctx, odd); err != nil {
@@ -193,4 +179,23 @@ func TestSummaryCacheSkips(t *testing.T) {
 	if cached("claimed") {
 		t.Fatal("the entry of a value a Claim replaced was kept")
 	}
+}
+
+var summaryTestNow = time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+
+func openSummaryTest(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// pendingRecord is a pending record created at summaryTestNow, owned by "a" with fence 1.
+func pendingRecord(key string, body []byte, lease time.Time) *keystore.Record {
+	return &keystore.Record{Key: key, Fingerprint: "f", State: keystore.StatePending,
+		Request:   keystore.Request{Method: http.MethodPost, URL: "/v1/payments", Body: body},
+		CreatedAt: summaryTestNow, UpdatedAt: summaryTestNow, Owner: "a", LeaseUntil: lease, Fence: 1}
 }
