@@ -285,6 +285,32 @@ func TestStopCarriesLastResponse(t *testing.T) {
 	assert.Equal(t, `{"error":"down"}`, string(opErr(t, err).Response.Body))
 }
 
+// A deadline that passes during an attempt ends the call with ErrCanceled, which matches
+// context.DeadlineExceeded too (README: test that to catch both), outcome unknown, record
+// pending.
+func TestDeadlineDuringAttemptIsCanceled(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // hold the answer past the caller's deadline
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	c, _, store := scriptedClient(t, h, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	op := payment(1, "deadline-in-attempt")
+	_, err := c.Do(ctx, op)
+	require.ErrorIs(t, err, ErrCanceled)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, ErrDeadline)
+	assert.True(t, opErr(t, err).Unknown, "the request was written: it may have executed")
+	rec, gerr := store.Get(context.Background(), "", op.Key())
+	require.NoError(t, gerr)
+	assert.Equal(t, keystore.StatePending, rec.State)
+}
+
 // A stop because the context deadline comes before the next attempt is both ErrDeadline
 // and context.DeadlineExceeded.
 func TestDeadlineMatchesContextDeadline(t *testing.T) {
