@@ -21,16 +21,18 @@ import (
 func TestUnsendableOperationsAreRefusedBeforePersisting(t *testing.T) {
 	e := newEnv(t, idemtest.Config{}, nil)
 	for name, op := range map[string]*Operation{
-		"mailto URL":        NewOperation("POST", "mailto:ops@example.com", nil),
-		"no host":           NewOperation("POST", "http:///x", nil),
-		"CRLF in a header":  payment(1, "x", WithHeader(http.Header{"X-Note": {"a\r\nX-Evil: 1"}})),
-		"non-UTF-8 header":  payment(1, "x", WithHeader(http.Header{"X-Note": {"caf\xe9"}})),
-		"bad header name":   payment(1, "x", WithHeader(http.Header{"X Note": {"a"}})),
-		"non-UTF-8 intent":  payment(1, "x", WithIntent("order-\xff")),
-		"user info in URL":  NewOperation("POST", strings.Replace(e.srv.URL, "http://", "http://user:pass@", 1)+"/v1/payments", nil),
-		"user and password": NewOperation("POST", "http://user:pass@127.0.0.1:1/v1/payments", nil),
-		"user only":         NewOperation("POST", "https://sk_live_x@api.example.com/v1/payments", nil),
-		"scheme-relative":   NewOperation("POST", "//user:pass@api.example.com/v1/payments", nil),
+		"mailto URL":                     NewOperation("POST", "mailto:ops@example.com", nil),
+		"no host":                        NewOperation("POST", "http:///x", nil),
+		"CRLF in a header":               payment(1, "x", WithHeader(http.Header{"X-Note": {"a\r\nX-Evil: 1"}})),
+		"non-UTF-8 header":               payment(1, "x", WithHeader(http.Header{"X-Note": {"caf\xe9"}})),
+		"bad header name":                payment(1, "x", WithHeader(http.Header{"X Note": {"a"}})),
+		"non-UTF-8 intent":               payment(1, "x", WithIntent("order-\xff")),
+		"user info in URL":               NewOperation("POST", strings.Replace(e.srv.URL, "http://", "http://user:pass@", 1)+"/v1/payments", nil),
+		"user and password":              NewOperation("POST", "http://user:pass@127.0.0.1:1/v1/payments", nil),
+		"user only":                      NewOperation("POST", "https://sk_live_x@api.example.com/v1/payments", nil),
+		"scheme-relative":                NewOperation("POST", "//user:pass@api.example.com/v1/payments", nil),
+		"space in a query":               NewOperation("POST", "/v1/payments?note=a b", nil),
+		"space in a query, absolute URL": NewOperation("POST", e.srv.URL+"/v1/payments?note=a b", nil),
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := e.c.Do(context.Background(), op, CallMaxAttempts(3))

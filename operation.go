@@ -177,6 +177,11 @@ func (o *Operation) check() (*url.URL, error) {
 		if u.User != nil { // the URL is persisted with the record: never a password with it
 			return nil, fmt.Errorf("%w: URL carries user info, which would be persisted; use Config.Credentials", ErrInvalidOperation)
 		}
+		// A path's space is escaped on the wire, a query's is sent as is and breaks the request
+		// line (RFC 9112 §3): servers refuse it with 400, which would fail the payment.
+		if strings.IndexByte(u.RawQuery, ' ') >= 0 {
+			return nil, fmt.Errorf("%w: URL %q has a space in its query; escape it (%%20 or +)", ErrInvalidOperation, o.url)
+		}
 	}
 	if !utf8.ValidString(o.intent) || !utf8.ValidString(o.tenant) {
 		return nil, fmt.Errorf("%w: intent and tenant must be valid UTF-8", ErrInvalidOperation)
@@ -272,14 +277,14 @@ func (c *Client) target(ref string) string {
 }
 
 // plainPath reports whether ref is a normal relative URL (normalRelative) that url.Parse
-// accepts as a relative URL without user info: no percent-escape to check and no control
-// byte. FuzzPlainPath holds it to url.Parse.
+// accepts as a relative URL without user info and that check accepts: no percent-escape to
+// check, no control byte, no space. FuzzPlainPath holds it to url.Parse.
 func plainPath(ref string) bool {
 	if !normalRelative(ref) {
 		return false
 	}
 	for i := 0; i < len(ref); i++ {
-		if c := ref[i]; c < 0x20 || c == 0x7f || c == '%' {
+		if c := ref[i]; c <= ' ' || c == 0x7f || c == '%' {
 			return false
 		}
 	}
