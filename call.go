@@ -36,16 +36,15 @@ type call struct {
 	statusChecks int
 	unknown      bool // an attempt may have executed and no answer resolved it yet
 	last         *Attempt
-	delay        time.Duration               // wait before the next attempt, decided in checkRetry
-	spent        int                         // retry-budget tokens this call took
-	lastCode     int                         // status of the last response in this call, 0 if none
-	lastAnswer   *Attempt                    // the last attempt that got a response: every stop after it carries it
-	credErr      error                       // Config.Credentials failed: nothing was sent, nothing will be
-	lease        callLease                   // the record's lease while the call runs (fleet.go)
-	trace        httptrace.ClientTrace       // the attempts' when the caller has none (RoundTrip)
-	gotConn      func(httptrace.GotConnInfo) // sets written; made at the first attempt
-	written      atomic.Bool                 // the current attempt reached a connection
-	bound        callCtx                     // the caller's context carrying the call (bind)
+	delay        time.Duration         // wait before the next attempt, decided in checkRetry
+	spent        int                   // retry-budget tokens this call took
+	lastCode     int                   // status of the last response in this call, 0 if none
+	lastAnswer   *Attempt              // the last attempt that got a response: every stop after it carries it
+	credErr      error                 // Config.Credentials failed: nothing was sent, nothing will be
+	lease        callLease             // the record's lease while the call runs (fleet.go)
+	trace        httptrace.ClientTrace // GotConn sets written, set at the first attempt; composed with no caller's trace (RoundTrip)
+	written      atomic.Bool           // the current attempt reached a connection
+	bound        callCtx               // the caller's context carrying the call (bind)
 
 	result *Result
 	stop   *OperationError

@@ -36,13 +36,12 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	// WithClientTrace composes a caller's trace into the one it is given: with a caller's
 	// trace, each attempt gets its own, or the caller's hooks would run twice at the second.
 	cl.written.Store(false)
-	if cl.gotConn == nil {
-		cl.gotConn = func(httptrace.GotConnInfo) { cl.written.Store(true) }
-		cl.trace.GotConn = cl.gotConn
+	if cl.trace.GotConn == nil {
+		cl.trace.GotConn = func(httptrace.GotConnInfo) { cl.written.Store(true) }
 	}
 	trace := &cl.trace
 	if httptrace.ContextClientTrace(ctx) != nil {
-		trace = &httptrace.ClientTrace{GotConn: cl.gotConn}
+		trace = &httptrace.ClientTrace{GotConn: cl.trace.GotConn}
 	}
 	// A shallow copy: the header map already belongs to this call's request alone.
 	out := req.WithContext(httptrace.WithClientTrace(ctx, trace))
