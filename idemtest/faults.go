@@ -98,7 +98,9 @@ func AllFaults() []Fault {
 
 // Script appends faults to the FIFO that arriving POST requests consume, one each, before
 // random faults are considered. FaultNone in the script serves one request normally. It
-// panics on an unknown fault.
+// panics on an unknown fault. Faults are taken in order of arrival, before a key is claimed:
+// among concurrent requests for one key, the first to arrive need not be the one that claims
+// it, so script FaultSlow for each of them to hold the claimer.
 func (h *Handler) Script(faults ...Fault) {
 	for _, f := range faults {
 		if !f.valid() {

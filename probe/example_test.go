@@ -3,18 +3,22 @@ package probe_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/probe"
 )
 
-// Probe a sandbox API (here idemtest, whose first concurrent request is held so that the
+// Probe a sandbox API (here idemtest, whose concurrent requests are held so that the
 // in-progress check sees a 409) and print each row's verdict and the suggested KeyStatusURL.
 func ExampleRun() {
 	api := idemtest.NewServer(idemtest.Config{SlowDelay: 300 * time.Millisecond})
 	defer api.Close()
-	api.Script(idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultSlow)
+	// create, replay and key reuse are served at once; the key's claimer among the concurrent
+	// requests is held (faults are taken on arrival, so each of them gets FaultSlow).
+	api.Script(idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultNone)
+	api.Script(slices.Repeat([]idemtest.Fault{idemtest.FaultSlow}, probe.DefaultConcurrency)...)
 
 	rep, err := probe.Run(context.Background(), probe.Config{BaseURL: api.URL, Sandbox: true})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -63,12 +64,14 @@ func run(t *testing.T, base string, mod func(*probe.Config)) *probe.Report {
 // Against idemtest (idemserver's middleware) every row is honoured. The in-progress check
 // needs a request that is still executing: the first of the concurrent ones is held.
 func TestIdemtestHonoursEveryRow(t *testing.T) {
-	api := idemtest.NewServer(idemtest.Config{SlowDelay: 1500 * time.Millisecond})
+	api := idemtest.NewServer(idemtest.Config{SlowDelay: 500 * time.Millisecond})
 	defer api.Close()
-	// create, replay and key reuse consume one fault each; the first concurrent arrival is slow,
-	// long enough (1.5 s) for the burst's other requests to arrive meanwhile on a loaded,
-	// race-instrumented CI machine (at 500 ms the in-progress row was seen not observed).
-	api.Script(idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultSlow)
+	// create, replay and key reuse consume one fault each; then every request of the burst is
+	// slow. A fault is taken on arrival, before the middleware claims the key, so the first
+	// to arrive need not be the one that claims it: with only that one slow, the in-progress
+	// row was now and then not observed (and two more bursts created two more payments).
+	api.Script(idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultNone)
+	api.Script(slices.Repeat([]idemtest.Fault{idemtest.FaultSlow}, probe.DefaultConcurrency)...)
 	rep := run(t, api.URL, func(c *probe.Config) { c.Header = http.Header{"Authorization": {"Bearer sk_sandbox"}} })
 	check(t, rep, want(nil, nil))
 	if len(rep.Broken()) != 0 {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,13 +24,17 @@ func probeCmd(args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
-// slowIdemtest is idemtest with the first concurrent request of the probe held, so that the
-// in-progress check sees 409s.
+// slowIdemtest is idemtest with the probe's concurrent requests held, so that the
+// in-progress check sees 409s. Every request of the burst is scripted slow: a fault is taken
+// on arrival, before the middleware claims the key, so the first to arrive need not be the
+// one that claims it (with only that one slow, the check saw no overlap and sent two more
+// bursts, two more payments).
 func slowIdemtest(t *testing.T) *idemtest.Server {
 	t.Helper()
 	api := idemtest.NewServer(idemtest.Config{SlowDelay: 400 * time.Millisecond})
 	t.Cleanup(api.Close)
-	api.Script(idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultSlow)
+	api.Script(idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultNone)
+	api.Script(slices.Repeat([]idemtest.Fault{idemtest.FaultSlow}, probe.DefaultConcurrency)...)
 	return api
 }
 
