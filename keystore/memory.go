@@ -70,7 +70,7 @@ func (m *Memory) Create(ctx context.Context, rec *Record) error {
 		}
 		m.intents[scopedName{rec.Scope, rec.Intent}] = rec.Key
 	}
-	m.store(k, newMemRecord(rec, &m.scratch))
+	m.store(k, newMemRecord(rec, &m.scratch), false)
 	return nil
 }
 
@@ -133,7 +133,7 @@ func (m *Memory) Update(ctx context.Context, rec *Record) error {
 	}
 	stored.set(rec, &m.scratch)
 	stored.setLease(&cur) // the lease belongs to Claim, Renew and Release
-	m.store(k, stored)
+	m.store(k, stored, stored == old)
 	return nil
 }
 

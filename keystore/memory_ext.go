@@ -18,10 +18,13 @@ var (
 	_ BatchPurger     = (*Memory)(nil)
 )
 
-// store puts rec under k and notes it for PurgeBatch when it is terminal. m.mu is held.
-func (m *Memory) store(k scopedName, rec *memRecord) {
-	m.records[k] = rec
-	m.peak = max(m.peak, len(m.records))
+// store puts rec under k (unless inPlace: rec already is k's value) and notes it for
+// PurgeBatch when it is terminal. m.mu is held.
+func (m *Memory) store(k scopedName, rec *memRecord, inPlace bool) {
+	if !inPlace { // an update in place is already in the map: a second hash of a big map costs
+		m.records[k] = rec
+		m.peak = max(m.peak, len(m.records))
+	}
 	if rec.state.Terminal() {
 		m.finished.push(finishedEntry{k, rec})
 	}
