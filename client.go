@@ -35,9 +35,9 @@ type Config struct {
 	// (relative URLs are appended to its path): ErrInvalidConfig.
 	BaseURL string
 	// HTTPClient provides the transport (connection pool, TLS). Its Timeout, if set, also
-	// applies; redirects are never followed (a 3xx to an operation is an unknown outcome, see
-	// ClassifyStatusCode). Default: a pooled
-	// client from go-cleanhttp.
+	// bounds each request (every attempt and status check, not the whole call). Redirects
+	// are never followed (a 3xx to an operation is an unknown outcome, see
+	// ClassifyStatusCode). Default: a pooled client from go-cleanhttp.
 	HTTPClient *http.Client
 	// Store persists records. Use one Client per store in a process: the lock that keeps two
 	// calls of one key from sending at once lives in the Client; across processes sharing a
@@ -87,7 +87,9 @@ type Config struct {
 	// before anything is sent.
 	Credentials func(*http.Request) error
 	// SecretHeaders are extra header names never persisted (Authorization, Cookie and
-	// Proxy-Authorization never are). Naming KeyHeader here is ErrInvalidConfig.
+	// Proxy-Authorization never are). Such a header given with WithHeader is sent by this
+	// process only: a resend after a restart (Recover, or Do of a persisted record) goes
+	// without it, unless Credentials adds it. Naming KeyHeader here is ErrInvalidConfig.
 	SecretHeaders []string
 	// KeyTTL is the server's key retention window: a key older than this is never resent,
 	// because the server may have forgotten it. Default DefaultKeyTTL (24 hours); negative is
@@ -341,7 +343,8 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // ErrOutcomeUnknown, ErrStoredServerError (with ErrOutcomeUnknown), ErrExhausted,
 // ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired, ErrNotExecuted,
 // ErrLeaseLost, ErrClockSkew or ErrCanceled; invalid input gives ErrInvalidOperation (also a nil ctx),
-// ErrInvalidPolicy or ErrInvalidConfig (also a nil or zero *Client).
+// ErrInvalidPolicy or ErrInvalidConfig (also a nil or zero *Client), and a keystore failure
+// before the first send is the store's error wrapped (nothing sent; retry the call).
 // Only ErrPermanent and ErrKeyConflict are failures, and ErrNotExecuted the one answer after
 // which the application may pay again under a new intent. After ErrStoredServerError and
 // ErrKeyExpired the record is manual (never resent; Config.Lookup or Client.Resolve settles

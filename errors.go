@@ -11,7 +11,9 @@ import (
 // *OperationError that matches one of these with errors.Is; several may match at once (a call
 // stopped by the retry budget after a timeout matches both ErrBudgetExhausted and
 // ErrOutcomeUnknown). Invalid input (ErrInvalidOperation, ErrInvalidPolicy, ErrInvalidConfig)
-// is reported before anything is persisted, as a plain wrapped error.
+// is reported before anything is persisted, as a plain wrapped error; so is a keystore that
+// fails before the first send (reading or creating the record: the store's own error, such
+// as keystore.ErrClosed, wrapped), when nothing was sent and the call may simply be retried.
 var (
 	// ErrOutcomeUnknown: a request may have reached the server and idem could not learn
 	// whether it was executed. The record stays pending (Do again with the same operation, or

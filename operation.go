@@ -72,7 +72,8 @@ func WithTenant(tenant string) OperationOption {
 // persisted; after a restart Config.Credentials must supply them again. A header named like
 // Config.KeyHeader (any letter case) becomes the operation's key when Do runs, validated like
 // WithKey: Do returns ErrInvalidOperation if it conflicts with a WithKey key or carries two
-// values, and Result.Key reports it (Key returns the minted key until then).
+// values, and Result.Key and OperationError.Key report it. Key does not: it keeps returning
+// the key NewOperation minted, which is then never sent, so log Result.Key.
 func WithHeader(h http.Header) OperationOption {
 	return func(o *Operation) {
 		if o.header == nil { // a zero Operation

@@ -54,7 +54,7 @@ func run(w io.Writer) error {
 			if e.Err != nil {
 				what = "transport error after the request was written"
 			}
-			fmt.Fprintf(w, "     attempt %d: %s -> %s\n", e.Attempt, what, e.Class)
+			fmt.Fprintf(w, "     attempt %d: %s (class %s)\n", e.Attempt, what, e.Class)
 		},
 		OnRetry: func(e idem.RetryEvent) {
 			why := "backoff"

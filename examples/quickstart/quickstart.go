@@ -41,9 +41,10 @@ func pay(ctx context.Context, baseURL, dbPath, apiKey string) (string, error) {
 	case err == nil: // paid: res.StatusCode, res.Body (res.Source says from where)
 		markOrder("order-42", res, nil)
 		return "paid", nil
-	case errors.Is(err, idem.ErrStoredServerError):
-		// The server stored a 5xx for the key: execution began, effect unknown. Never pay again
-		// here. The record is manual; Config.Lookup or Client.Resolve settles it.
+	case errors.Is(err, idem.ErrStoredServerError), errors.Is(err, idem.ErrKeyExpired):
+		// The key can tell no more (the server stored a 5xx for it, or it is older than the
+		// server keeps keys): maybe paid. Never pay again here, and Do again only returns this
+		// error. The record is manual; Config.Lookup or Client.Resolve settles it.
 		return "reconcile", err
 	case errors.Is(err, idem.ErrLeaseLost):
 		// Another instance of a fleet took the record over and finishes it. Never pay again
