@@ -37,7 +37,11 @@ type Config struct {
 	// HTTPClient provides the transport (connection pool, TLS). Its Timeout, if set, also
 	// bounds each request (every attempt and status check, not the whole call). Redirects
 	// are never followed (a 3xx to an operation is an unknown outcome, see
-	// ClassifyStatusCode). Default: a pooled client from go-cleanhttp.
+	// ClassifyStatusCode). Default: a pooled client from go-cleanhttp. idem tells a request
+	// that never left from one that may have been written by net/http's GotConn trace
+	// (net/http/httptrace): with a Transport that is not *http.Transport (an HTTP/3 client,
+	// a wrapper), every transport error is taken as an outcome unknown, so the status
+	// endpoint is asked before the resend.
 	HTTPClient *http.Client
 	// Store persists records. Use one Client per store in a process: the lock that keeps two
 	// calls of one key from sending at once lives in the Client; across processes sharing a

@@ -35,7 +35,7 @@ func (c *Client) newRetrier() *retryablehttp.Client {
 		rt = http.DefaultTransport
 	}
 	hc := &http.Client{
-		Transport: &attemptTransport{base: rt},
+		Transport: &attemptTransport{base: rt, traced: isNetHTTPTransport(rt)},
 		Jar:       c.http.Jar,
 		Timeout:   c.http.Timeout,
 		// A redirect would resend the body to another URL; a 3xx is classified instead.

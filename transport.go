@@ -16,6 +16,18 @@ import (
 // behind our back.
 type attemptTransport struct {
 	base http.RoundTripper
+	// traced: base is net/http's Transport, which reports GotConn before it writes. Another
+	// transport may write without reporting it (an HTTP/3 client, a hand-written one), so
+	// there a transport error is taken as possibly written: an outcome unknown, never "not
+	// sent", which would let a later call resend the key without asking after KeyTTL.
+	traced bool
+}
+
+// isNetHTTPTransport reports whether rt is net/http's Transport, whose GotConn trace tells
+// an unsent request from a written one.
+func isNetHTTPTransport(rt http.RoundTripper) bool {
+	_, ok := rt.(*http.Transport)
+	return ok
 }
 
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -82,7 +94,7 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 	}
 	a.Err = err
-	a.Written = cl.written.Load() || a.Response != nil
+	a.Written = cl.written.Load() || a.Response != nil || (err != nil && !t.traced)
 	if err != nil && !a.Written {
 		a.Err = &notSentError{err}
 	}

@@ -1,0 +1,69 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/idemtest"
+)
+
+// untracedTransport sends through net/http without the request's httptrace, as a transport
+// of its own (an HTTP/3 client, a hand-written one) does: GotConn never fires.
+type untracedTransport struct{ failBeforeSend bool }
+
+func (t untracedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.failBeforeSend && r.Method == http.MethodPost { // status asks (GET) go through
+		return nil, errors.New("untraced: refused before sending")
+	}
+	return http.DefaultTransport.RoundTrip(r.WithContext(context.Background()))
+}
+
+// Through a transport that reports no GotConn, a transport error is an outcome unknown: the
+// status endpoint is asked before any resend. Taken as "not sent", a payment executed and
+// then dropped was resent, and the record said "not executed": a later Do resent the key
+// without asking, even past KeyTTL, when the server has forgotten it and charges again.
+func TestUntracedTransportErrorIsUnknown(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, func(c *Config) {
+		c.HTTPClient = &http.Client{Transport: untracedTransport{}}
+	})
+	e.srv.Script(idemtest.FaultDropAfterCommit) // executed, stored, the connection dropped
+	res, err := e.c.Do(context.Background(), payment(4200, "untraced"), CallMaxAttempts(3))
+	require.NoError(t, err)
+	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Equal(t, 1, res.Attempts)
+	assert.Equal(t, 1, e.srv.Stats().KeyStatusChecks)
+	assert.Equal(t, 1, e.srv.ExecutionsByReference("untraced"))
+}
+
+// An untraced transport that fails before sending is still asked about: idem cannot tell.
+// Only the status endpoint's not_found makes the record "not executed".
+func TestUntracedTransportUnsentIsAsked(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, func(c *Config) {
+		c.HTTPClient = &http.Client{Transport: untracedTransport{failBeforeSend: true}}
+	})
+	_, err := e.c.Do(context.Background(), payment(4200, "unsent"), CallMaxAttempts(3))
+	oe := opErr(t, err)
+	assert.ErrorIs(t, err, ErrExhausted)
+	assert.False(t, oe.Unknown)
+	assert.Equal(t, 3, oe.Attempts)
+	assert.Equal(t, 3, e.srv.Stats().KeyStatusChecks, "a status ask after each attempt")
+	assert.Equal(t, 0, e.srv.Stats().Requests)
+	assert.True(t, e.record(oe.Key).NotExecuted)
+}
+
+// net/http's Transport reports GotConn, so an error before a connection (a refused dial) is
+// still known unsent: no status ask, and the record says nothing was executed.
+func TestTracedTransportDialErrorIsNotSent(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, nil)
+	_, err := e.c.Do(context.Background(), NewOperation(http.MethodPost, "http://127.0.0.1:1/v1/payments", paymentBody(4200, "refused")), CallMaxAttempts(2)) // nothing listens on port 1
+	oe := opErr(t, err)
+	assert.ErrorIs(t, err, ErrExhausted)
+	assert.False(t, oe.Unknown)
+	assert.Equal(t, 0, e.srv.Stats().KeyStatusChecks)
+	assert.True(t, e.record(oe.Key).NotExecuted)
+}
