@@ -252,6 +252,21 @@ func TestDamagedFile(t *testing.T) {
 			ne.PutUint64(b[l.records*l.ps+16+8:], uint64(l.records))
 			return b
 		}},
+		// One byte of a leaf's first key, lowered below the key its parent branch has for the
+		// leaf: the page alone is in order. bbolt's own check (when it rebuilds a freelist not
+		// written in the file) panicked on it with its checking goroutine still running, which
+		// then faulted and killed the process.
+		{name: "leaf's first key below its parent's key", outcome: openCorrupt, msg: []string{"below the parent's key"}, damage: func(b []byte) []byte {
+			br := b[l.records*l.ps:]
+			child := int(ne.Uint64(br[16+16+8:])) // element 1 of the records branch
+			p := b[child*l.ps:]
+			if ne.Uint16(p[8:]) != 0x02 {
+				t.Fatalf("child %d of the records branch is not a leaf", child)
+			}
+			k := leafKey(p, 0)
+			k[len(k)-1]--
+			return b
+		}},
 		{name: "freelist lists a live page", outcome: openCorrupt, msg: []string{"free"}, damage: func(b []byte) []byte {
 			p := b[l.freelist*l.ps:]
 			if ne.Uint16(p[10:]) == 0 {

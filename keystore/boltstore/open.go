@@ -24,16 +24,16 @@ import (
 //   - ErrNotKeystore if it is not a bbolt file, or a bbolt file with other data;
 //   - ErrSchemaVersion if a newer idem wrote it;
 //   - ErrCorrupt if it is a damaged keystore: both meta pages bad, truncated, a damaged
-//     freelist or page tree. Damage inside record pages is found later, by the reads and
-//     writes that touch it.
+//     freelist or page tree (pages out of place or out of their parent's key range).
+//     Damage inside record pages is found later, by the reads and writes that touch it.
 //
 // bbolt keeps two meta pages and uses the newer valid one: when only the newer one is bad,
 // which is what a crash during a commit leaves, the file opens at the commit before it. That
 // commit never returned, so nothing was sent on its strength; but damage done to the newer
 // meta page later (a failing disk) silently loses the last commit the same way.
 //
-// When bbolt itself panics on a damaged page tree while opening (a page-order fault the
-// inspection does not look for), Open returns ErrCorrupt, but bbolt has mapped the file by
+// When bbolt itself panics on a damaged page tree while opening (damage the inspection does
+// not look for), Open returns ErrCorrupt, but bbolt has mapped the file by
 // then and cannot be told to unmap it: the file stays locked to this process, and a later
 // Open in the same process returns ErrLocked until it exits.
 //
