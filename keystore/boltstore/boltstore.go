@@ -12,7 +12,11 @@
 // or a flush within Options.FlushDelay, or Close.
 //
 // A damaged file (cut short, pages overwritten) yields ErrCorrupt, from Open or from the calls
-// that touch the damage, rather than a crash; see ErrCorrupt.
+// that touch the damage, rather than a crash; see ErrCorrupt. bbolt pages carry no checksum,
+// so damage that leaves every page well formed can go unseen: a changed byte in an intent's
+// index key loses that intent (a later Do of it mints a new key), a lowered element count
+// hides a record from List and Recover. Keep the file where the storage checks what it reads
+// (a filesystem with data checksums, such as ZFS or btrfs), or use pgstore.
 //
 // File layout (schema version 1): bucket "meta" holds the schema version; bucket "records"
 // maps uvarint(len(scope)) || scope || key to the JSON of a keystore.Record; bucket "intents"

@@ -190,7 +190,11 @@ func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystor
 			return fmt.Errorf("%w: intent (%q, %q) names missing key %q", ErrCorrupt, scope, intent, key)
 		}
 		var err error
-		rec, err = decode(k, v)
+		if rec, err = decode(k, v); err == nil && rec.Intent != intent {
+			// The index and the record disagree (a damaged byte in either): the record found
+			// is another intent's, and returning it would end this intent with its outcome.
+			rec, err = nil, fmt.Errorf("%w: intent (%q, %q) names key %q, whose record has intent %q", ErrCorrupt, scope, intent, key, rec.Intent)
+		}
 		return err
 	})
 	return rec, s.commit.note(dbError(err))
