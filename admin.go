@@ -57,7 +57,8 @@ const maxAdminBody = 1 << 20
 // Authorize function, 401 when it refuses, 400 for bad input (an unknown state, a bad
 // duration or number, unknown JSON fields, a body over 1 MiB), 404 for an unknown path or
 // record, 405 with an Allow header for a wrong method, 409 when the record to resolve is not
-// manual or a Recover started here is still running, 500 when the keystore fails.
+// manual or a Recover started here is still running, 500 when the keystore fails or c is nil
+// or zero (not made by NewClient).
 //
 // Records never hold credentials (idem strips Authorization, Cookie, Proxy-Authorization,
 // Config.SecretHeaders and Set-Cookie before persisting); the handler strips the same headers
@@ -106,6 +107,10 @@ func (h *adminHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != route.method && !(route.method == http.MethodGet && r.Method == http.MethodHead) {
 		w.Header().Set("Allow", route.method)
 		problem(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s takes %s, not %s", r.URL.Path, route.method, r.Method))
+		return
+	}
+	if h.c == nil || h.c.store == nil {
+		problem(w, http.StatusInternalServerError, "the admin handler has a nil or zero *idem.Client; create it with NewClient")
 		return
 	}
 	route.serve(h, w, r)

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-cleanhttp"
 	"github.com/hashicorp/go-retryablehttp"
@@ -51,7 +52,8 @@ type Config struct {
 	// short-lived processes, and keystore/boltstore for durability.
 	Store keystore.Store
 	// Tenant scopes keys locally (WithTenant overrides it per operation). The server scopes
-	// keys by its own notion of tenant, usually the credentials.
+	// keys by its own notion of tenant, usually the credentials. Valid UTF-8 of at most
+	// MaxTenantLength bytes, else ErrInvalidConfig.
 	Tenant string
 	// KeyStatusURL is the status endpoint path ("{key}" is replaced by the escaped key), such as
 	// "/v1/payments/operations/{key}", in the default JSON convention (see KeyStatusFunc and the package docs). Empty:
@@ -215,6 +217,9 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	if cfg.KeyTTL < 0 || cfg.Retention < 0 || cfg.RecoverConcurrency < 0 {
 		return nil, fmt.Errorf("%w: KeyTTL, Retention and RecoverConcurrency must not be negative", ErrInvalidConfig)
+	}
+	if len(cfg.Tenant) > MaxTenantLength || !utf8.ValidString(cfg.Tenant) {
+		return nil, fmt.Errorf("%w: Tenant must be valid UTF-8 of at most MaxTenantLength (%d) bytes", ErrInvalidConfig, MaxTenantLength)
 	}
 	if cfg.KeyHeader == "" {
 		c.cfg.KeyHeader = DefaultKeyHeader

@@ -104,7 +104,11 @@ type OperationError struct {
 // Error describes the stop in one line: kind, key, attempts, last status and cause.
 func (e *OperationError) Error() string {
 	var b strings.Builder
-	b.WriteString(e.Kind.Error())
+	if e.Kind != nil {
+		b.WriteString(e.Kind.Error())
+	} else { // a zero OperationError, made by hand
+		b.WriteString("idem: operation error")
+	}
 	fmt.Fprintf(&b, " (key %q", e.Key)
 	if e.Intent != "" {
 		fmt.Fprintf(&b, ", intent %q", e.Intent)

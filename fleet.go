@@ -75,8 +75,14 @@ func (c *Client) leaseDefaults() error {
 	return nil
 }
 
-// Owner returns the owner id this client claims records under (Config.Owner or its default).
-func (c *Client) Owner() string { return c.cfg.Owner }
+// Owner returns the owner id this client claims records under (Config.Owner or its default;
+// "" for a nil Client).
+func (c *Client) Owner() string {
+	if c == nil {
+		return ""
+	}
+	return c.cfg.Owner
+}
 
 // lease is the lease a claim made now asks for.
 func (c *Client) lease() keystore.Lease {

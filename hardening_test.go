@@ -27,6 +27,8 @@ func TestUnsendableOperationsAreRefusedBeforePersisting(t *testing.T) {
 		"non-UTF-8 header":               payment(1, "x", WithHeader(http.Header{"X-Note": {"caf\xe9"}})),
 		"bad header name":                payment(1, "x", WithHeader(http.Header{"X Note": {"a"}})),
 		"non-UTF-8 intent":               payment(1, "x", WithIntent("order-\xff")),
+		"intent over MaxIntentLength":    payment(1, "x", WithIntent(strings.Repeat("i", MaxIntentLength+1))),
+		"tenant over MaxTenantLength":    payment(1, "x", WithTenant(strings.Repeat("t", MaxTenantLength+1))),
 		"user info in URL":               NewOperation("POST", strings.Replace(e.srv.URL, "http://", "http://user:pass@", 1)+"/v1/payments", nil),
 		"user and password":              NewOperation("POST", "http://user:pass@127.0.0.1:1/v1/payments", nil),
 		"user only":                      NewOperation("POST", "https://sk_live_x@api.example.com/v1/payments", nil),
@@ -44,6 +46,12 @@ func TestUnsendableOperationsAreRefusedBeforePersisting(t *testing.T) {
 	_, err := e.c.Do(context.Background(), payment(1, "x"), CallPolicy(Policy{MaxResponseSize: 1 << 62}))
 	require.ErrorIs(t, err, ErrInvalidPolicy)
 	assert.Equal(t, 0, e.srv.Stats().Requests)
+	// At the limits, both are persisted and sent.
+	_, err = e.c.Do(context.Background(), payment(1, "x", WithIntent(strings.Repeat("i", MaxIntentLength)),
+		WithTenant(strings.Repeat("t", MaxTenantLength))))
+	require.NoError(t, err)
+	_, err = NewClient(Config{BaseURL: e.srv.URL, Tenant: strings.Repeat("t", MaxTenantLength+1)})
+	require.ErrorIs(t, err, ErrInvalidConfig)
 }
 
 // A classifier that calls a transport error a success, or answers an unknown class, cannot
@@ -198,5 +206,20 @@ func TestNilClientAndContextAreRefused(t *testing.T) {
 		assert.Equal(t, Stats{}, nc.Stats())
 		assert.NoError(t, nc.Close())
 		assert.NoError(t, (&Client{}).Close())
+		assert.Equal(t, "", nc.Owner())
+		assert.Equal(t, `idem: operation error (key "", 0 attempt(s))`, (&OperationError{}).Error())
 	})
+	// The admin handler over a nil or zero Client answers 500 on every route, never panics.
+	for _, c := range []*Client{nil, {}} {
+		h := NewAdminHandler(c, AdminOptions{Authorize: func(*http.Request) error { return nil }})
+		for _, r := range [][2]string{{"GET", "/records"}, {"GET", "/record?key=k"}, {"GET", "/stats"}, {"POST", "/recover"},
+			{"POST", "/resolve"}} {
+			w := httptest.NewRecorder()
+			require.NotPanics(t, func() {
+				h.ServeHTTP(w, httptest.NewRequest(r[0], r[1], strings.NewReader(`{"key":"k","verdict":"executed","note":"x"}`)))
+			}, r)
+			assert.Equal(t, http.StatusInternalServerError, w.Code, r)
+			assert.Contains(t, w.Body.String(), "nil or zero *idem.Client", r)
+		}
+	}
 }

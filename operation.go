@@ -17,6 +17,15 @@ import (
 // draft; Stripe documents the same limit).
 const MaxKeyLength = 255
 
+// MaxIntentLength and MaxTenantLength are the longest intent and tenant accepted, in bytes.
+// Keystores index them (a bbolt key holds at most 32 KiB, a PostgreSQL btree entry about
+// 2.7 KiB), so a longer one might not be persisted: Do refuses it with ErrInvalidOperation
+// (Config.Tenant: NewClient, ErrInvalidConfig) before anything is written.
+const (
+	MaxIntentLength = 1024
+	MaxTenantLength = 255
+)
+
 // Operation is one user intent: a request that must be executed at most once. It carries the
 // idempotency key that every attempt of the intent reuses. Create it with NewOperation; it
 // is immutable afterwards and safe to share between goroutines.
@@ -56,12 +65,14 @@ func withBoundKey(key string) OperationOption {
 
 // WithIntent names the caller's intent (an order id, a booking reference). If a record for
 // this intent already exists in the scope (for instance persisted by a process that crashed),
-// Do continues that operation with its persisted key instead of the one minted here.
+// Do continues that operation with its persisted key instead of the one minted here. At most
+// MaxIntentLength bytes of UTF-8, else Do returns ErrInvalidOperation.
 func WithIntent(intent string) OperationOption {
 	return func(o *Operation) { o.intent = intent }
 }
 
-// WithTenant scopes the key to a tenant, overriding Config.Tenant for this operation.
+// WithTenant scopes the key to a tenant, overriding Config.Tenant for this operation. At most
+// MaxTenantLength bytes of UTF-8, else Do returns ErrInvalidOperation.
 func WithTenant(tenant string) OperationOption {
 	return func(o *Operation) { o.tenant, o.hasTen = tenant, true }
 }
@@ -186,6 +197,10 @@ func (o *Operation) check() (*url.URL, error) {
 	}
 	if !utf8.ValidString(o.intent) || !utf8.ValidString(o.tenant) {
 		return nil, fmt.Errorf("%w: intent and tenant must be valid UTF-8", ErrInvalidOperation)
+	}
+	if len(o.intent) > MaxIntentLength || len(o.tenant) > MaxTenantLength {
+		return nil, fmt.Errorf("%w: intent of %d bytes or tenant of %d bytes, over MaxIntentLength (%d) or MaxTenantLength (%d)",
+			ErrInvalidOperation, len(o.intent), len(o.tenant), MaxIntentLength, MaxTenantLength)
 	}
 	for name, values := range o.header {
 		if !isToken(name) {
