@@ -23,13 +23,6 @@ type attemptTransport struct {
 	traced bool
 }
 
-// isNetHTTPTransport reports whether rt is net/http's Transport, whose GotConn trace tells
-// an unsent request from a written one.
-func isNetHTTPTransport(rt http.RoundTripper) bool {
-	_, ok := rt.(*http.Transport)
-	return ok
-}
-
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	cl := callFrom(req.Context())
 	if cl == nil {
