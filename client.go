@@ -186,6 +186,7 @@ type Client struct {
 	renewer    renewer               // lease renewal of running calls (fleet.go)
 	retrier    *retryablehttp.Client // shared by every call (retrier.go)
 	writeClock writeClock            // Do's cached clock check (clockskew.go)
+	owner      ownerHold             // this client's count in liveOwners (owners.go)
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
@@ -294,6 +295,9 @@ func NewClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.budget = b
+	c.owner.mu.Lock()
+	c.holdOwner()
+	c.owner.mu.Unlock()
 	c.startReclaimer()
 	return c, nil
 }
@@ -372,6 +376,8 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 	if err := checkEntry(c, ctx); err != nil {
 		return nil, err
 	}
+	c.enter()
+	defer c.exit()
 	u, err := op.check()
 	if err != nil {
 		return nil, err

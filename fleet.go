@@ -71,7 +71,6 @@ func (c *Client) leaseDefaults() error {
 	if !utf8.ValidString(cfg.Owner) { // a keystore could not store it unchanged
 		return fmt.Errorf("%w: Owner is not valid UTF-8", ErrInvalidConfig)
 	}
-	liveOwners.Store(cfg.Owner, struct{}{})
 	return nil
 }
 
@@ -348,10 +347,6 @@ func (c *Client) onClaimLost(cl *call, err error) {
 	}
 }
 
-// liveOwners holds the owner ids of the Clients created in this process. On an exclusive
-// store (keystore.Exclusive) a lease held by any other owner was left by an ended process.
-var liveOwners sync.Map
-
 // deadOwner reports whether rec's lease, live or not, belongs to an instance that has ended:
 // the store is exclusive to this process and no Client of this process has that owner id.
 func (c *Client) deadOwner(rec *keystore.Record) bool {
@@ -362,8 +357,7 @@ func (c *Client) deadOwner(rec *keystore.Record) bool {
 	if !ok || !x.Exclusive() {
 		return false
 	}
-	_, live := liveOwners.Load(rec.Owner)
-	return !live
+	return !ownerLive(rec.Owner)
 }
 
 // leaseFor is the lease to Claim rec with: c.lease(), except that the lease of a dead owner

@@ -115,6 +115,7 @@ func (c *Client) Close() error {
 	}
 	c.stopReclaimer()
 	c.stopRenewer()
+	c.closeOwner()
 	p := &c.purger
 	p.mu.Lock()
 	p.closed = true

@@ -73,6 +73,8 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 	if err := checkEntry(c, ctx); err != nil {
 		return rep, err
 	}
+	c.enter()
+	defer c.exit()
 	s, err := c.settings(opts)
 	if err != nil {
 		return rep, err

@@ -1,0 +1,88 @@
+package idem
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keystore"
+)
+
+// A closed Client's owner stays live while a Do or Recover of it runs, and no longer: then
+// another Client of the process takes a lease it left at once (exclusive store) instead of
+// waiting LeaseTTL. Two Clients sharing an owner id keep it live until both are done.
+func TestClosedClientOwnerIsForgottenWhenIdle(t *testing.T) {
+	store := openBolt(t)
+	e := newEnv(t, idemtest.Config{}, func(c *Config) { c.Store, c.Owner = store, "owner-a" })
+	b, err := NewClient(Config{BaseURL: e.srv.URL, Store: store, KeyStatusURL: statusPath, Owner: "owner-b",
+		Now: e.clock.Now, Sleep: e.clock.Sleep, Budget: BudgetConfig{Disabled: true}})
+	require.NoError(t, err)
+	defer b.Close()
+	left := &keystore.Record{Owner: "owner-a"}
+
+	require.False(t, b.deadOwner(left), "a's client is open")
+	e.c.enter() // a call of a's client under way
+	require.NoError(t, e.c.Close())
+	assert.False(t, b.deadOwner(left), "closed, but a call still runs")
+	e.c.exit()
+	assert.True(t, b.deadOwner(left), "closed and idle")
+	e.c.enter() // Do after Close holds the owner again
+	assert.False(t, b.deadOwner(left))
+	e.c.exit()
+	assert.True(t, b.deadOwner(left))
+	require.NoError(t, e.c.Close()) // twice: no effect
+	assert.True(t, b.deadOwner(left))
+
+	twin, err := NewClient(Config{BaseURL: e.srv.URL, Store: store, Owner: "owner-b"})
+	require.NoError(t, err)
+	require.NoError(t, twin.Close())
+	assert.False(t, b.deadOwner(&keystore.Record{Owner: "owner-b"}), "b itself is still open")
+
+	// End to end: the record a's client left leased is taken by b at once.
+	ctx := context.Background()
+	op := payment(100, "ref-owner")
+	now := e.clock.Now()
+	require.NoError(t, store.Create(ctx, &keystore.Record{Key: op.Key(), Fingerprint: Fingerprint(op.method, op.url, op.body),
+		State: keystore.StatePending, Request: keystore.Request{Method: op.method, URL: op.url, Body: op.body},
+		CreatedAt: now, UpdatedAt: now, Owner: "owner-a", LeaseUntil: now.Add(time.Hour), Fence: 1}))
+	_, err = b.Do(ctx, op)
+	require.NoError(t, err)
+	assert.Empty(t, e.clock.Sleeps(), "no wait for the closed client's lease")
+	assert.Equal(t, int64(1), b.Stats().OrphansReclaimed)
+	assert.Equal(t, 1, e.srv.ExecutionsByReference("ref-owner"))
+}
+
+// Calls entering and leaving while Close runs: each call sees its owner live while it runs,
+// and once all are done and the client is closed, it is not.
+func TestOwnerHoldUnderConcurrentClose(t *testing.T) {
+	for round := range 50 {
+		c, err := NewClient(Config{BaseURL: "http://127.0.0.1:1", Owner: "owner-race"})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var notLive atomic.Int64
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 50 {
+					c.enter()
+					if !ownerLive("owner-race") {
+						notLive.Add(1)
+					}
+					c.exit()
+					if g == 0 && i == round%50 {
+						require.NoError(t, c.Close())
+					}
+				}
+			})
+		}
+		wg.Wait()
+		require.Zero(t, notLive.Load(), "a running call's owner was not live")
+		require.NoError(t, c.Close())
+		require.False(t, ownerLive("owner-race"), "closed and idle, round %d", round)
+	}
+}
