@@ -124,7 +124,9 @@ func TestDoInProgressConflictWaits(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	require.Eventually(t, func() bool { return e.srv.AttemptsFor(op.Key()) == 1 }, time.Second, time.Millisecond)
+	// Counted once the slow request has claimed the key, not on its arrival: idem's request,
+	// arriving next, could otherwise claim it first and execute (a flaky Source "response").
+	require.Eventually(t, func() bool { return e.srv.Stats().Faults[idemtest.FaultSlow] == 1 }, time.Second, time.Millisecond)
 	res, err := e.c.Do(context.Background(), op, CallMaxAttempts(50), CallBackoff(10*time.Millisecond, 1, 0, 10*time.Millisecond))
 	<-done
 	require.NoError(t, err)
