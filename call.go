@@ -43,7 +43,8 @@ type call struct {
 	credErr      error                 // Config.Credentials failed: nothing was sent, nothing will be
 	lease        callLease             // the record's lease while the call runs (fleet.go)
 	trace        httptrace.ClientTrace // GotConn sets written, set at the first attempt; composed with no caller's trace (RoundTrip)
-	written      atomic.Bool           // the current attempt reached a connection
+	written      atomic.Bool           // the current attempt reached a connection (GotConn)
+	pooled       atomic.Bool           // the current attempt asked net/http's pool for one (GetConn)
 	bound        callCtx               // the caller's context carrying the call (bind)
 
 	result *Result

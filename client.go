@@ -38,11 +38,12 @@ type Config struct {
 	// HTTPClient provides the transport (connection pool, TLS). Its Timeout, if set, also
 	// bounds each request (every attempt and status check, not the whole call). Redirects
 	// are never followed (a 3xx to an operation is an unknown outcome, see
-	// ClassifyStatusCode). Default: a pooled client from go-cleanhttp. idem tells a request
-	// that never left from one that may have been written by net/http's GotConn trace
-	// (net/http/httptrace): with a Transport that is not *http.Transport (an HTTP/3 client,
-	// a wrapper), every transport error is taken as an outcome unknown, so the status
-	// endpoint is asked before the resend.
+	// ClassifyStatusCode). Default: a pooled client from go-cleanhttp. idem knows a request
+	// never left only when net/http's connection pool was asked for a connection and gave
+	// none (httptrace GetConn without GotConn): through a transport that bypasses it (an
+	// HTTP/3 client, a RoundTripper registered with Transport.RegisterProtocol) every
+	// transport error is an outcome unknown, so the status endpoint is asked before a resend.
+	// A nil *http.Transport is ErrInvalidConfig.
 	HTTPClient *http.Client
 	// Store persists records. Use one Client per store in a process: the lock that keeps two
 	// calls of one key from sending at once lives in the Client; across processes sharing a
@@ -52,8 +53,8 @@ type Config struct {
 	// short-lived processes, and keystore/boltstore for durability.
 	Store keystore.Store
 	// Tenant scopes keys locally (WithTenant overrides it per operation). The server scopes
-	// keys by its own notion of tenant, usually the credentials. Valid UTF-8 of at most
-	// MaxTenantLength bytes, else ErrInvalidConfig.
+	// keys by its own notion of tenant, usually the credentials. Valid UTF-8, else
+	// ErrInvalidConfig; a new record's tenant is at most MaxTenantLength bytes.
 	Tenant string
 	// KeyStatusURL is the status endpoint path ("{key}" is replaced by the escaped key), such as
 	// "/v1/payments/operations/{key}", in the default JSON convention (see KeyStatusFunc and the package docs). Empty:
@@ -219,8 +220,8 @@ func NewClient(cfg Config) (*Client, error) {
 	if cfg.KeyTTL < 0 || cfg.Retention < 0 || cfg.RecoverConcurrency < 0 {
 		return nil, fmt.Errorf("%w: KeyTTL, Retention and RecoverConcurrency must not be negative", ErrInvalidConfig)
 	}
-	if len(cfg.Tenant) > MaxTenantLength || !utf8.ValidString(cfg.Tenant) {
-		return nil, fmt.Errorf("%w: Tenant must be valid UTF-8 of at most MaxTenantLength (%d) bytes", ErrInvalidConfig, MaxTenantLength)
+	if !utf8.ValidString(cfg.Tenant) { // a keystore could not store it unchanged
+		return nil, fmt.Errorf("%w: Tenant is not valid UTF-8", ErrInvalidConfig)
 	}
 	if cfg.KeyHeader == "" {
 		c.cfg.KeyHeader = DefaultKeyHeader
@@ -272,6 +273,11 @@ func NewClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.http = cfg.HTTPClient
+	if c.http != nil {
+		if t, ok := c.http.Transport.(*http.Transport); ok && t == nil { // its RoundTrip panics
+			return nil, fmt.Errorf("%w: HTTPClient.Transport is a nil *http.Transport; leave it nil for the default", ErrInvalidConfig)
+		}
+	}
 	if c.http == nil {
 		c.http = cleanhttp.DefaultPooledClient()
 		// cleanhttp keeps GOMAXPROCS+1 idle connections per host; Recover and busy services

@@ -50,8 +50,35 @@ func TestUnsendableOperationsAreRefusedBeforePersisting(t *testing.T) {
 	_, err = e.c.Do(context.Background(), payment(1, "x", WithIntent(strings.Repeat("i", MaxIntentLength)),
 		WithTenant(strings.Repeat("t", MaxTenantLength))))
 	require.NoError(t, err)
-	_, err = NewClient(Config{BaseURL: e.srv.URL, Tenant: strings.Repeat("t", MaxTenantLength+1)})
+	_, err = NewClient(Config{BaseURL: e.srv.URL, HTTPClient: &http.Client{Transport: (*http.Transport)(nil)}})
 	require.ErrorIs(t, err, ErrInvalidConfig)
+	long, err := NewClient(Config{BaseURL: e.srv.URL, Store: e.store, Tenant: strings.Repeat("t", MaxTenantLength+1)})
+	require.NoError(t, err)
+	defer long.Close()
+	_, err = long.Do(context.Background(), payment(1, "x"))
+	require.ErrorIs(t, err, ErrInvalidOperation)
+
+	// A record persisted before the limits existed is still found and finished, by intent
+	// and by key: refusing it would invite a new intent, a new key, a second charge.
+	ctx := context.Background()
+	for _, byIntent := range []bool{true, false} {
+		intent, tenant := "", strings.Repeat("t", MaxTenantLength+1)
+		if byIntent {
+			intent = strings.Repeat("i", MaxIntentLength+1)
+		}
+		op := payment(1, "old", WithIntent(intent), WithTenant(tenant))
+		now := e.clock.Now()
+		require.NoError(t, e.store.Create(ctx, &keystore.Record{Scope: tenant, Key: op.Key(), Intent: intent,
+			Fingerprint: Fingerprint(op.method, e.c.target(op.url), op.body), State: keystore.StatePending,
+			Request: keystore.Request{Method: op.method, URL: op.url, Body: op.body}, CreatedAt: now, UpdatedAt: now}))
+		again := payment(1, "old", WithIntent(intent), WithTenant(tenant)) // a new key: found by intent
+		if !byIntent {
+			again = payment(1, "old", WithKey(op.Key()), WithTenant(tenant))
+		}
+		res, err := e.c.Do(ctx, again)
+		require.NoError(t, err, "by intent %v", byIntent)
+		assert.Equal(t, op.Key(), res.Key)
+	}
 }
 
 // A classifier that calls a transport error a success, or answers an unknown class, cannot

@@ -17,10 +17,11 @@ import (
 // draft; Stripe documents the same limit).
 const MaxKeyLength = 255
 
-// MaxIntentLength and MaxTenantLength are the longest intent and tenant accepted, in bytes.
-// Keystores index them (a bbolt key holds at most 32 KiB, a PostgreSQL btree entry about
-// 2.7 KiB), so a longer one might not be persisted: Do refuses it with ErrInvalidOperation
-// (Config.Tenant: NewClient, ErrInvalidConfig) before anything is written.
+// MaxIntentLength and MaxTenantLength are the longest intent and tenant (Config.Tenant or
+// WithTenant) of a new record, in bytes. Keystores index them (a bbolt key holds at most
+// 32 KiB, a PostgreSQL btree entry about 2.7 KiB), so a longer one might not be persisted:
+// Do refuses to create such a record, with ErrInvalidOperation, before anything is written.
+// A record persisted before these limits existed is still found and continued.
 const (
 	MaxIntentLength = 1024
 	MaxTenantLength = 255
@@ -66,13 +67,13 @@ func withBoundKey(key string) OperationOption {
 // WithIntent names the caller's intent (an order id, a booking reference). If a record for
 // this intent already exists in the scope (for instance persisted by a process that crashed),
 // Do continues that operation with its persisted key instead of the one minted here. At most
-// MaxIntentLength bytes of UTF-8, else Do returns ErrInvalidOperation.
+// MaxIntentLength bytes of UTF-8 for a new record, else Do returns ErrInvalidOperation.
 func WithIntent(intent string) OperationOption {
 	return func(o *Operation) { o.intent = intent }
 }
 
 // WithTenant scopes the key to a tenant, overriding Config.Tenant for this operation. At most
-// MaxTenantLength bytes of UTF-8, else Do returns ErrInvalidOperation.
+// MaxTenantLength bytes of UTF-8 for a new record, else Do returns ErrInvalidOperation.
 func WithTenant(tenant string) OperationOption {
 	return func(o *Operation) { o.tenant, o.hasTen = tenant, true }
 }
@@ -197,10 +198,6 @@ func (o *Operation) check() (*url.URL, error) {
 	}
 	if !utf8.ValidString(o.intent) || !utf8.ValidString(o.tenant) {
 		return nil, fmt.Errorf("%w: intent and tenant must be valid UTF-8", ErrInvalidOperation)
-	}
-	if len(o.intent) > MaxIntentLength || len(o.tenant) > MaxTenantLength {
-		return nil, fmt.Errorf("%w: intent of %d bytes or tenant of %d bytes, over MaxIntentLength (%d) or MaxTenantLength (%d)",
-			ErrInvalidOperation, len(o.intent), len(o.tenant), MaxIntentLength, MaxTenantLength)
 	}
 	for name, values := range o.header {
 		if !isToken(name) {

@@ -59,6 +59,13 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string, buf *key
 		if !errors.Is(err, keystore.ErrNotFound) {
 			return nil, false, fmt.Errorf("idem: reading keystore: %w", err)
 		}
+		if len(op.intent) > MaxIntentLength || len(scope) > MaxTenantLength {
+			if try == 0 && op.intent == "" { // the key may be a record's from before the limits
+				continue
+			}
+			return nil, false, fmt.Errorf("%w: a new record's intent (%d bytes) or tenant (%d bytes) is over MaxIntentLength (%d) or MaxTenantLength (%d)",
+				ErrInvalidOperation, len(op.intent), len(scope), MaxIntentLength, MaxTenantLength)
+		}
 		// The record carries this clock's times, which other instances judge with theirs
 		// (retention, KeyTTL, leases): refuse when it is off (cached; see clockRecheck).
 		if err := c.checkWriteClock(ctx, nil); errors.Is(err, ErrClockSkew) {

@@ -34,9 +34,8 @@ func (c *Client) newRetrier() *retryablehttp.Client {
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	_, traced := rt.(*http.Transport)
 	hc := &http.Client{
-		Transport: &attemptTransport{base: rt, traced: traced},
+		Transport: &attemptTransport{base: rt},
 		Jar:       c.http.Jar,
 		Timeout:   c.http.Timeout,
 		// A redirect would resend the body to another URL; a 3xx is classified instead.

@@ -16,11 +16,6 @@ import (
 // behind our back.
 type attemptTransport struct {
 	base http.RoundTripper
-	// traced: base is net/http's Transport, which reports GotConn before it writes. Another
-	// transport may write without reporting it (an HTTP/3 client, a hand-written one), so
-	// there a transport error is taken as possibly written: an outcome unknown, never "not
-	// sent", which would let a later call resend the key without asking after KeyTTL.
-	traced bool
 }
 
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -34,19 +29,25 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	ctx, cancel := cl.interruptible(req.Context(), cl.s.policy.AttemptTimeout)
 	defer cl.endInterruptible(cancel)
-	// GotConn is the last moment before request bytes may leave. Counting from there is
-	// conservative: at worst an unsent request costs one status check. GotConn fires only
-	// inside this RoundTrip, so one trace serves every attempt of the call, set at the first
-	// and never written again (a dial that outlives its attempt may still read it).
-	// WithClientTrace composes a caller's trace into the one it is given: with a caller's
-	// trace, each attempt gets its own, or the caller's hooks would run twice at the second.
+	// An error proves the request unsent only when net/http's connection pool was asked
+	// (GetConn) and handed no connection (no GotConn), GotConn being the last moment before
+	// request bytes may leave. A request that never reached the pool went elsewhere (a
+	// transport of another kind, an HTTP/3 client, a RoundTripper given to
+	// Transport.RegisterProtocol) and may have been written unseen: its error is an outcome
+	// unknown. Both hooks fire only inside this RoundTrip, so one trace serves every attempt
+	// of the call, set at the first and never written again (a dial that outlives its attempt
+	// may still read it). WithClientTrace composes a caller's trace into the one it is given:
+	// with a caller's trace, each attempt gets its own, or the caller's hooks would run twice
+	// at the second.
 	cl.written.Store(false)
+	cl.pooled.Store(false)
 	if cl.trace.GotConn == nil {
+		cl.trace.GetConn = func(string) { cl.pooled.Store(true) }
 		cl.trace.GotConn = func(httptrace.GotConnInfo) { cl.written.Store(true) }
 	}
 	trace := &cl.trace
 	if httptrace.ContextClientTrace(ctx) != nil {
-		trace = &httptrace.ClientTrace{GotConn: cl.trace.GotConn}
+		trace = &httptrace.ClientTrace{GetConn: cl.trace.GetConn, GotConn: cl.trace.GotConn}
 	}
 	// A shallow copy: the header map already belongs to this call's request alone.
 	out := req.WithContext(httptrace.WithClientTrace(ctx, trace))
@@ -87,7 +88,7 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 	}
 	a.Err = err
-	a.Written = cl.written.Load() || a.Response != nil || (err != nil && !t.traced)
+	a.Written = cl.written.Load() || a.Response != nil || (err != nil && !cl.pooled.Load())
 	if err != nil && !a.Written {
 		a.Err = &notSentError{err}
 	}

@@ -67,3 +67,37 @@ func TestTracedTransportDialErrorIsNotSent(t *testing.T) {
 	assert.Equal(t, 0, e.srv.Stats().KeyStatusChecks)
 	assert.True(t, e.record(oe.Key).NotExecuted)
 }
+
+// net/http hands a request to a RoundTripper registered with RegisterProtocol before its
+// connection pool, so neither hook fires: the dropped, executed attempt is unknown, the
+// status endpoint says completed, and nothing is recorded "not executed".
+func TestRegisteredProtocolErrorIsUnknown(t *testing.T) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.RegisterProtocol("http", untracedTransport{})
+	e := newEnv(t, idemtest.Config{}, func(c *Config) { c.HTTPClient = &http.Client{Transport: tr} })
+	e.srv.Script(idemtest.FaultDropAfterCommit)
+	res, err := e.c.Do(context.Background(), payment(4200, "alt"), CallMaxAttempts(1))
+	require.NoError(t, err)
+	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Equal(t, 1, e.srv.ExecutionsByReference("alt"))
+}
+
+// wrappingTransport passes the request, context and trace included, to net/http's
+// Transport, as instrumentation wrappers do.
+type wrappingTransport struct{ next http.RoundTripper }
+
+func (w wrappingTransport) RoundTrip(r *http.Request) (*http.Response, error) { return w.next.RoundTrip(r) }
+
+// Through a wrapper, net/http's pool still reports the refused dial: known unsent, no status
+// ask, the record "not executed".
+func TestWrappedTransportDialErrorIsNotSent(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, func(c *Config) {
+		c.HTTPClient = &http.Client{Transport: wrappingTransport{http.DefaultTransport.(*http.Transport).Clone()}}
+	})
+	_, err := e.c.Do(context.Background(), NewOperation(http.MethodPost, "http://127.0.0.1:1/v1/payments", paymentBody(4200, "wrapped")), CallMaxAttempts(2))
+	oe := opErr(t, err)
+	assert.ErrorIs(t, err, ErrExhausted)
+	assert.False(t, oe.Unknown)
+	assert.Equal(t, 0, e.srv.Stats().KeyStatusChecks)
+	assert.True(t, e.record(oe.Key).NotExecuted)
+}
