@@ -86,7 +86,9 @@ func TestRegisteredProtocolErrorIsUnknown(t *testing.T) {
 // Transport, as instrumentation wrappers do.
 type wrappingTransport struct{ next http.RoundTripper }
 
-func (w wrappingTransport) RoundTrip(r *http.Request) (*http.Response, error) { return w.next.RoundTrip(r) }
+func (w wrappingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return w.next.RoundTrip(r)
+}
 
 // Through a wrapper, net/http's pool still reports the refused dial: known unsent, no status
 // ask, the record "not executed".
