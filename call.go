@@ -42,7 +42,7 @@ type call struct {
 	lastAnswer   *Attempt              // the last attempt that got a response: every stop after it carries it
 	credErr      error                 // Config.Credentials failed: nothing was sent, nothing will be
 	lease        callLease             // the record's lease while the call runs (fleet.go)
-	trace        httptrace.ClientTrace // GotConn sets written, set at the first attempt; composed with no caller's trace (RoundTrip)
+	trace        httptrace.ClientTrace // GetConn sets pooled, GotConn written; set at the first attempt, composed with no caller's trace (RoundTrip)
 	written      atomic.Bool           // the current attempt reached a connection (GotConn)
 	pooled       atomic.Bool           // the current attempt asked net/http's pool for one (GetConn)
 	bound        callCtx               // the caller's context carrying the call (bind)
