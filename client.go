@@ -39,11 +39,13 @@ type Config struct {
 	// bounds each request (every attempt and status check, not the whole call). Redirects
 	// are never followed (a 3xx to an operation is an unknown outcome, see
 	// ClassifyStatusCode). Default: a pooled client from go-cleanhttp. idem knows a request
-	// never left only when net/http's connection pool was asked for a connection and gave
-	// none (httptrace GetConn without GotConn): through a transport that bypasses it (an
-	// HTTP/3 client, a RoundTripper registered with Transport.RegisterProtocol) every
-	// transport error is an outcome unknown, so the status endpoint is asked before a resend.
-	// A nil *http.Transport is ErrInvalidConfig.
+	// never left only when Transport is an *http.Transport whose connection pool was asked
+	// for a connection and gave none (httptrace GetConn without GotConn), and whose
+	// TLSNextProto holds no handler but net/http's own HTTP/2. Through anything else (a
+	// wrapping RoundTripper, an HTTP/3 client, a RoundTripper registered with
+	// RegisterProtocol, a TLSNextProto handler of its own) every transport error is an
+	// outcome unknown, so the status endpoint is asked before a resend. A nil *http.Transport
+	// is ErrInvalidConfig.
 	HTTPClient *http.Client
 	// Store persists records. Use one Client per store in a process: the lock that keeps two
 	// calls of one key from sending at once lives in the Client; across processes sharing a

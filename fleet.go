@@ -226,12 +226,14 @@ func (c *Client) renewDue() {
 	r.timer.Reset(max(time.Until(next), 0))
 }
 
-// stopRenewer stops the renewer's timer (Close).
+// stopRenewer stops the renewer's timer (Close) unless a call still runs: Do and Recover
+// work after Close, and their leases must be renewed; once the last ends, the timer's next
+// run finds none and stops.
 func (c *Client) stopRenewer() {
 	r := &c.renewer
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.timer != nil {
+	if r.timer != nil && len(r.calls) == 0 {
 		r.timer.Stop()
 		r.armed = false
 	}

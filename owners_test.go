@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,4 +86,37 @@ func TestOwnerHoldUnderConcurrentClose(t *testing.T) {
 		require.NoError(t, c.Close())
 		require.False(t, ownerLive("owner-race"), "closed and idle, round %d", round)
 	}
+}
+
+// Do works after Close, so a call running at Close keeps its lease renewed: the server
+// answers only once a renewal made after Close has arrived.
+func TestRenewalContinuesAfterClose(t *testing.T) {
+	store := &renewSignal{countingStore: countingStore{Store: openBolt(t)}, renewed: make(chan error, 1)}
+	arrived, closed := make(chan struct{}), make(chan struct{})
+	e := newEnv(t, idemtest.Config{OnPayment: func(*http.Request) {
+		close(arrived)
+		<-closed
+		for { // a renewal made after Close
+			select {
+			case err := <-store.renewed:
+				assert.NoError(t, err)
+				return
+			case <-time.After(3 * time.Second):
+				t.Error("no renewal after Close while the attempt was in flight")
+				return
+			}
+		}
+	}}, func(c *Config) { c.Store = store })
+	e.c.renewer.every = 50 * time.Millisecond // the first renewal falls after Close
+	go func() {
+		<-arrived
+		require.NoError(t, e.c.Close())
+		for len(store.renewed) > 0 { // drop one made before Close
+			<-store.renewed
+		}
+		close(closed)
+	}()
+	res, err := e.c.Do(context.Background(), payment(100, "ref-after-close"))
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Attempts)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"reflect"
 )
 
 // attemptTransport wraps the caller's transport; the client has one, and each request
@@ -31,16 +32,14 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	defer cl.endInterruptible(cancel)
 	// An error proves the request unsent only when net/http's connection pool was asked
 	// (GetConn) and handed no connection (no GotConn), GotConn being the last moment before
-	// request bytes may leave. A request that never reached the pool went elsewhere (a
-	// transport of another kind, an HTTP/3 client, a RoundTripper given to
-	// Transport.RegisterProtocol) and may have been written unseen: its error is an outcome
-	// unknown. Both hooks fire only inside this RoundTrip, so one trace serves every attempt
-	// of the call, set at the first and never written again (a dial that outlives its attempt
-	// may still read it). WithClientTrace composes a caller's trace into the one it is given:
-	// with a caller's trace, each attempt gets its own, or the caller's hooks would run twice
-	// at the second.
-	cl.written.Store(false)
-	cl.pooled.Store(false)
+	// request bytes may leave, and only through a Transport that reports GotConn on every
+	// connection (provesUnsent). A request that never reached the pool went elsewhere (an
+	// HTTP/3 client, a RoundTripper given to Transport.RegisterProtocol) and may have been
+	// written unseen: its error is an outcome unknown. Both hooks fire only inside this
+	// RoundTrip, so one trace serves every attempt of the call, set at the first and never
+	// written again (a dial that outlives its attempt may still read it). WithClientTrace
+	// composes a caller's trace into the one it is given: with a caller's trace, each attempt
+	// gets its own, or the caller's hooks would run twice at the second.
 	if cl.trace.GotConn == nil {
 		cl.trace.GetConn = func(string) { cl.pooled.Store(true) }
 		cl.trace.GotConn = func(httptrace.GotConnInfo) { cl.written.Store(true) }
@@ -72,6 +71,9 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		a = new(Attempt)
 	}
 	*a = Attempt{Number: cl.attempts}
+	// Reset here, after Credentials: a request it made with out's context fired the hooks too.
+	cl.written.Store(false)
+	cl.pooled.Store(false)
 	resp, err := t.base.RoundTrip(out)
 	if err == nil {
 		var body []byte
@@ -88,7 +90,8 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 	}
 	a.Err = err
-	a.Written = cl.written.Load() || a.Response != nil || (err != nil && !cl.pooled.Load())
+	a.Written = cl.written.Load() || a.Response != nil ||
+		(err != nil && !(cl.pooled.Load() && provesUnsent(t.base)))
 	if err != nil && !a.Written {
 		a.Err = &notSentError{err}
 	}
@@ -122,3 +125,33 @@ func readBody(r io.Reader, size, limit int64) ([]byte, error) {
 		}
 	}
 }
+
+// provesUnsent reports whether GetConn without GotConn proves that rt wrote nothing: rt is
+// net/http's Transport and every protocol handler it may hand a connection to
+// (TLSNextProto) is net/http's own HTTP/2, which reports GotConn itself. For any other
+// handler net/http skips GotConn, and a wrapping RoundTripper may hide such a Transport.
+// Called only after an error without GotConn: the happy path never pays for it.
+func provesUnsent(rt http.RoundTripper) bool {
+	t, ok := rt.(*http.Transport)
+	if !ok {
+		return false
+	}
+	for _, next := range t.TLSNextProto {
+		if !netHTTPNextProto[reflect.ValueOf(next).Pointer()] {
+			return false
+		}
+	}
+	return true
+}
+
+// netHTTPNextProto holds the code addresses of the TLSNextProto handlers net/http installs
+// for HTTP/2, read from a Transport that set its defaults.
+var netHTTPNextProto = func() map[uintptr]bool {
+	t := &http.Transport{ForceAttemptHTTP2: true}
+	t.CloseIdleConnections() // sets TLSNextProto's defaults
+	m := make(map[uintptr]bool, len(t.TLSNextProto))
+	for _, next := range t.TLSNextProto {
+		m[reflect.ValueOf(next).Pointer()] = true
+	}
+	return m
+}()

@@ -1,9 +1,13 @@
 package idem
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -90,9 +94,10 @@ func (w wrappingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return w.next.RoundTrip(r)
 }
 
-// Through a wrapper, net/http's pool still reports the refused dial: known unsent, no status
-// ask, the record "not executed".
-func TestWrappedTransportDialErrorIsNotSent(t *testing.T) {
+// A wrapper may hide a Transport whose protocol handlers skip GotConn, so through it even a
+// refused dial is asked about: one status ask per attempt, and only their not_found makes
+// the record "not executed".
+func TestWrappedTransportErrorIsAsked(t *testing.T) {
 	e := newEnv(t, idemtest.Config{}, func(c *Config) {
 		c.HTTPClient = &http.Client{Transport: wrappingTransport{http.DefaultTransport.(*http.Transport).Clone()}}
 	})
@@ -100,6 +105,80 @@ func TestWrappedTransportDialErrorIsNotSent(t *testing.T) {
 	oe := opErr(t, err)
 	assert.ErrorIs(t, err, ErrExhausted)
 	assert.False(t, oe.Unknown)
-	assert.Equal(t, 0, e.srv.Stats().KeyStatusChecks)
+	assert.Equal(t, 2, e.srv.Stats().KeyStatusChecks)
 	assert.True(t, e.record(oe.Key).NotExecuted)
+}
+
+// alpnConn is what a TLSNextProto handler returns (as x/net/http2's NewClientConn does): a
+// RoundTripper bound to the negotiated connection, which writes on it itself. net/http
+// reports no GotConn for such a connection.
+type alpnConn struct {
+	mu sync.Mutex
+	c  *tls.Conn
+	br *bufio.Reader
+}
+
+func (a *alpnConn) RoundTrip(r *http.Request) (*http.Response, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := r.Write(a.c); err != nil {
+		return nil, err
+	}
+	return http.ReadResponse(a.br, r)
+}
+
+// Through a Transport with a TLSNextProto handler of its own, GetConn fires and GotConn never
+// does: a dropped, executed attempt is still an outcome unknown, asked about, not recorded
+// "not executed". net/http's own HTTP/2 handlers keep the precise answer (provesUnsent).
+func TestCustomNextProtoErrorIsUnknown(t *testing.T) {
+	h := idemtest.NewHandler(idemtest.Config{})
+	srv := httptest.NewUnstartedServer(h)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	tr := srv.Client().Transport.(*http.Transport).Clone()
+	tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{
+		"http/1.1": func(_ string, c *tls.Conn) http.RoundTripper { return &alpnConn{c: c, br: bufio.NewReader(c)} },
+	}
+	e := newEnv(t, idemtest.Config{}, func(c *Config) {
+		c.BaseURL, c.HTTPClient = srv.URL, &http.Client{Transport: tr}
+	})
+	h.Script(idemtest.FaultDropAfterCommit)
+	// This handler keeps serving its dead connection, so the status asks fail too: the call
+	// ends unknown, and the record stays one a later call must ask about.
+	_, err := e.c.Do(context.Background(), payment(4200, "alpn"), CallMaxAttempts(1))
+	oe := opErr(t, err)
+	assert.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.False(t, e.record(oe.Key).NotExecuted)
+	assert.Equal(t, 1, h.Stats().Requests)
+	assert.Equal(t, 1, h.ExecutionsByReference("alpn"))
+
+	assert.True(t, provesUnsent(http.DefaultTransport), "net/http's own HTTP/2 handlers")
+	assert.True(t, provesUnsent(srv.Client().Transport))
+	assert.False(t, provesUnsent(tr))
+}
+
+// A Credentials function that makes a request of its own with the attempt's context fires
+// the attempt's hooks; they are reset after it, so its failed dial does not make the payment
+// that follows, written unseen through a registered protocol, look unsent.
+func TestCredentialsRequestDoesNotMarkUnsent(t *testing.T) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.RegisterProtocol("http", untracedTransport{})
+	e := newEnv(t, idemtest.Config{}, func(c *Config) {
+		c.HTTPClient = &http.Client{Transport: tr}
+		c.Credentials = func(r *http.Request) error {
+			refresh, err := http.NewRequestWithContext(r.Context(), http.MethodPost, "http://127.0.0.1:1/token", nil)
+			require.NoError(t, err)
+			if resp, err := http.DefaultTransport.RoundTrip(refresh); err == nil { // refused: nothing listens
+				resp.Body.Close()
+			}
+			r.Header.Set("Authorization", "Bearer cached")
+			return nil
+		}
+	})
+	e.srv.Script(idemtest.FaultDropAfterCommit)
+	res, err := e.c.Do(context.Background(), payment(4200, "cred"), CallMaxAttempts(1))
+	require.NoError(t, err)
+	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Equal(t, 1, e.srv.ExecutionsByReference("cred"))
 }
