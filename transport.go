@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"reflect"
+	"sync"
 )
 
 // attemptTransport wraps the caller's transport; the client has one, and each request
@@ -137,16 +138,17 @@ func provesUnsent(rt http.RoundTripper) bool {
 		return false
 	}
 	for _, next := range t.TLSNextProto {
-		if !netHTTPNextProto[reflect.ValueOf(next).Pointer()] {
+		if !netHTTPNextProto()[reflect.ValueOf(next).Pointer()] {
 			return false
 		}
 	}
 	return true
 }
 
-// netHTTPNextProto holds the code addresses of the TLSNextProto handlers net/http installs
-// for HTTP/2, read from a Transport that set its defaults.
-var netHTTPNextProto = func() map[uintptr]bool {
+// netHTTPNextProto returns the code addresses of the TLSNextProto handlers net/http installs
+// for HTTP/2, read once from a Transport that set its defaults (on the first error that
+// needs them, not at package load).
+var netHTTPNextProto = sync.OnceValue(func() map[uintptr]bool {
 	t := &http.Transport{ForceAttemptHTTP2: true}
 	t.CloseIdleConnections() // sets TLSNextProto's defaults
 	m := make(map[uintptr]bool, len(t.TLSNextProto))
@@ -154,4 +156,4 @@ var netHTTPNextProto = func() map[uintptr]bool {
 		m[reflect.ValueOf(next).Pointer()] = true
 	}
 	return m
-}()
+})
