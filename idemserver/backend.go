@@ -99,3 +99,21 @@ type Claim interface {
 	// (with pgserver, rolls back the transaction).
 	Release(ctx context.Context) error
 }
+
+// RollbackClaim is a Claim whose Release also undoes what the handler wrote since the last
+// checkpoint (pgserver: the transaction the handler's writes share with the claim). When a
+// handler panics after execution began, the middleware releases such a claim (the work is
+// gone, the key may run again); any other claim is completed with a stored 500
+// (ProblemHandlerFailed), because nothing undid what the handler did and running it again
+// could execute the operation twice.
+type RollbackClaim interface {
+	Claim
+	// RollsBack reports whether Release undoes the handler's writes of the current phase.
+	RollsBack() bool
+}
+
+// rollsBack reports whether releasing c undoes the handler's work (RollbackClaim).
+func rollsBack(c Claim) bool {
+	rc, ok := c.(RollbackClaim)
+	return ok && rc.RollsBack()
+}

@@ -2,6 +2,7 @@ package idemserver
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -145,9 +146,22 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	rec := newRecorder()
 	finished := false
 	defer func() {
-		if !finished { // next panicked: its transaction (if any) is rolled back, the key freed
-			_ = claim.Release(ctx)
+		if finished {
+			return
 		}
+		// next panicked (the panic goes on to net/http, which drops the connection).
+		if ex.stored() && !rollsBack(claim) {
+			// Execution began and nothing undoes it: freeing the key would let a retry run the
+			// operation again. The key keeps a 500 instead: execution began, effect unknown.
+			failed := newRecorder()
+			m.problem(failed, r, Problem{Type: ProblemHandlerFailed, Title: "The handler failed after execution began", Status: http.StatusInternalServerError,
+				Detail: "the operation's effect is unknown and this key will not run it again; find the operation by its reference"})
+			if _, err := m.complete(ctx, claim, failed); err == nil {
+				m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: http.StatusInternalServerError})
+				return
+			}
+		}
+		_ = claim.Release(ctx) // its transaction (if any) rolled back, the key freed
 	}()
 	next.ServeHTTP(rec, r.WithContext(ctx))
 	finished = true
@@ -161,6 +175,17 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		send(w, rec.header, resp.StatusCode, resp.Body)
 		return
 	}
+	if _, err := m.complete(ctx, claim, rec); err != nil {
+		m.unavailable(w, r, scope, err)
+		return
+	}
+	m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: resp.StatusCode})
+	send(w, rec.header, resp.StatusCode, resp.Body)
+}
+
+// complete stores rec's answer (its Config.StoredHeaders only) as the claim's key answer.
+func (m *Middleware) complete(ctx context.Context, claim Claim, rec *recorder) (*Response, error) {
+	resp := rec.response()
 	stored := &Response{StatusCode: resp.StatusCode, Header: http.Header{}, Body: resp.Body}
 	for _, h := range m.cfg.StoredHeaders {
 		if vs, ok := rec.header[h]; ok {
@@ -168,12 +193,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		}
 	}
 	now := m.cfg.Now()
-	if err := claim.Complete(ctx, stored, now, now.Add(m.cfg.Retention)); err != nil {
-		m.unavailable(w, r, scope, err)
-		return
-	}
-	m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: resp.StatusCode})
-	send(w, rec.header, resp.StatusCode, resp.Body)
+	return stored, claim.Complete(ctx, stored, now, now.Add(m.cfg.Retention))
 }
 
 func (m *Middleware) unavailable(w http.ResponseWriter, r *http.Request, scope Scope, err error) {

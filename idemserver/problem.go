@@ -29,6 +29,10 @@ const (
 	// such as its amount, is ambiguous; it is refused before the key is claimed, and the
 	// corrected request may use the same key.
 	ProblemBodyDuplicateMember = "https://idemkit.dev/problems/json-duplicate-member"
+	// ProblemHandlerFailed: 500, stored for the key, the handler panicked after execution
+	// began and no rollback undid its work (see RollbackClaim): its effect is unknown, and
+	// the key never runs again. Find the operation by its business reference.
+	ProblemHandlerFailed = "https://idemkit.dev/problems/handler-failed"
 	// ProblemUnavailable: 503, the backend failed; nothing was stored or executed.
 	ProblemUnavailable = "https://idemkit.dev/problems/idempotency-store-unavailable"
 )

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -79,6 +80,10 @@ type Config struct {
 	HTTPClient *http.Client
 	// Now is the clock for Retry-After dates; nil means time.Now.
 	Now func() time.Time
+	// Sleep waits d between a transient answer (a reset, 429, 5xx, 202 processing) and the
+	// next try: the answer's Retry-After, or 200 ms without one. It returns ctx.Err() if ctx
+	// ends first. nil means a real timer; tests inject one that returns at once.
+	Sleep func(ctx context.Context, d time.Duration) error
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -135,9 +140,24 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Sleep == nil {
+		c.Sleep = sleep
+	}
 	return c, nil
 }
 
 func paymentBody(amount int, ref string) []byte {
 	return fmt.Appendf(nil, `{"amount":%d,"currency":"EUR","customer":"cus_probe","reference":%q}`, amount, ref)
+}
+
+// sleep waits d on a real timer, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -126,33 +126,24 @@ func (s *sender) post(ctx context.Context, key string, body []byte) answer {
 }
 
 func (s *sender) postWith(ctx context.Context, client *http.Client, key string, body []byte) answer {
-	var a answer
-	for range 4 {
-		a = s.doWith(ctx, client, http.MethodPost, s.cfg.Path, key, body)
-		if a.err != nil || (a.status != http.StatusTooManyRequests && a.status != http.StatusServiceUnavailable) {
-			return a
-		}
-		if !s.pause(ctx, a) {
+	for i := 1; ; i++ {
+		a := s.doWith(ctx, client, http.MethodPost, s.cfg.Path, key, body)
+		if a.err != nil || (a.status != http.StatusTooManyRequests && a.status != http.StatusServiceUnavailable) ||
+			i >= 4 || !s.pause(ctx, a) { // no pause after the last try
 			return a
 		}
 	}
-	return a
 }
 
 // get asks a status or search path, waiting out 202 processing and transient answers
 // (resets, 429, 5xx; see transient), at most transientTries times.
 func (s *sender) get(ctx context.Context, path string) answer {
-	var a answer
-	for range transientTries {
-		a = s.do(ctx, http.MethodGet, path, "", nil)
-		if !transient(a) && a.status != http.StatusAccepted {
-			return a
-		}
-		if !s.pause(ctx, a) {
+	for i := 1; ; i++ {
+		a := s.do(ctx, http.MethodGet, path, "", nil)
+		if !transient(a) && a.status != http.StatusAccepted || i >= transientTries || !s.pause(ctx, a) { // no pause after the last try
 			return a
 		}
 	}
-	return a
 }
 
 // pause waits a's Retry-After (or 200 ms without one); false if it is too long or ctx ended.
@@ -164,14 +155,7 @@ func (s *sender) pause(ctx context.Context, a answer) bool {
 	if d > maxThrottleWait {
 		return false
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return s.cfg.Sleep(ctx, d) == nil
 }
 
 // statusPath is the status endpoint's path for key.

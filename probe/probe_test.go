@@ -48,9 +48,12 @@ func check(t *testing.T, rep *probe.Report, wantV map[string]probe.Result) {
 	}
 }
 
+// noWait is Config.Sleep for tests: the pauses between transient answers take no time.
+func noWait(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+
 func run(t *testing.T, base string, mod func(*probe.Config)) *probe.Report {
 	t.Helper()
-	cfg := probe.Config{BaseURL: base, Sandbox: true}
+	cfg := probe.Config{BaseURL: base, Sandbox: true, Sleep: noWait}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -282,7 +285,9 @@ func TestUnreachable(t *testing.T) {
 				sent.Add(1)
 				return nil, tc.err
 			})}
-			rep, err := probe.Run(context.Background(), probe.Config{BaseURL: "http://api.invalid", Sandbox: true, HTTPClient: client})
+			var pauses []time.Duration // Run is sequential here: no lock needed
+			pause := func(ctx context.Context, d time.Duration) error { pauses = append(pauses, d); return ctx.Err() }
+			rep, err := probe.Run(context.Background(), probe.Config{BaseURL: "http://api.invalid", Sandbox: true, HTTPClient: client, Sleep: pause})
 			if !errors.Is(err, probe.ErrUnreachable) || rep != nil {
 				t.Fatalf("Run = %v, %v; want ErrUnreachable", rep, err)
 			}
@@ -294,13 +299,17 @@ func TestUnreachable(t *testing.T) {
 			if n := sent.Load(); n != 10 {
 				t.Errorf("%d requests sent, want 10", n)
 			}
+			// Two checks of 5 tries each, 200 ms (no Retry-After) between tries.
+			if len(pauses) != 8 || slices.ContainsFunc(pauses, func(d time.Duration) bool { return d != 200*time.Millisecond }) {
+				t.Errorf("pauses %v, want 8 of 200ms", pauses)
+			}
 		})
 	}
 	// A real closed port, as idemctl meets it.
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	if _, err := probe.Run(context.Background(), probe.Config{BaseURL: url, Sandbox: true}); !errors.Is(err, probe.ErrUnreachable) {
+	if _, err := probe.Run(context.Background(), probe.Config{BaseURL: url, Sandbox: true, Sleep: noWait}); !errors.Is(err, probe.ErrUnreachable) {
 		t.Errorf("closed port: %v, want ErrUnreachable", err)
 	}
 }

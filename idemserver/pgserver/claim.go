@@ -138,6 +138,10 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 	return nil
 }
 
+// RollsBack reports true: Release rolls back the handler's writes of this phase with the
+// claim (idemserver.RollbackClaim), so a handler that panics leaves no work behind.
+func (c *claim) RollsBack() bool { return true }
+
 // Release rolls back: the claim (and the handler's writes of this phase) vanish; a row a
 // checkpoint committed stays processing until its lease passes.
 func (c *claim) Release(ctx context.Context) error {

@@ -2,6 +2,7 @@ package servertest
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -157,24 +158,58 @@ func httpRequest() *http.Request {
 	return r
 }
 
+// testPanic: a handler that panics after execution began must never run twice for its key.
+// A backend whose claims roll the handler's work back (idemserver.RollbackClaim) frees the
+// key: nothing was done. Any other keeps a 500 (ProblemHandlerFailed), replayed. A panic
+// before execution began (ExplicitBegin, no Begin) frees the key with any backend.
 func testPanic(t *testing.T, b idemserver.Backend) {
-	var calls int
-	s := newServer(t, b, nil, func(w http.ResponseWriter, r *http.Request) {
-		calls++
-		if calls == 1 {
-			panic(http.ErrAbortHandler) // net/http closes the connection without logging
+	for _, explicit := range []bool{false, true} {
+		var calls int
+		var mod func(*idemserver.Config)
+		if explicit {
+			mod = func(c *idemserver.Config) { c.ExplicitBegin = true }
 		}
-		w.WriteHeader(201)
-		w.Write([]byte("second"))
-	})
-	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/payments", strings.NewReader(`{}`))
-	req.Header.Set("Authorization", "Bearer acct_1")
-	req.Header.Set("Idempotency-Key", "k-panic")
-	if resp, err := s.Client().Do(req); err == nil {
-		resp.Body.Close()
-		t.Fatalf("panicking handler answered %d", resp.StatusCode)
+		s := newServer(t, b, mod, func(w http.ResponseWriter, r *http.Request) {
+			calls++
+			if calls == 1 {
+				panic(http.ErrAbortHandler) // net/http closes the connection without logging
+			}
+			_ = idemserver.Begin(r)
+			w.WriteHeader(201)
+			w.Write([]byte("second"))
+		})
+		key := fmt.Sprintf("k-panic-%v", explicit)
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/payments", strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer acct_1")
+		req.Header.Set("Idempotency-Key", key)
+		if resp, err := s.Client().Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatalf("panicking handler answered %d", resp.StatusCode)
+		}
+		a := s.post(t, "acct_1", key, `{}`)
+		if explicit || claimsRollBack(t, b) {
+			wantAnswer(t, fmt.Sprintf("after panic (explicit begin %v)", explicit), a, 201, "second")
+			continue
+		}
+		if a.status != 500 || problem(t, a).Type != idemserver.ProblemHandlerFailed || a.header.Get(idemserver.ReplayedHeader) != "true" || calls != 1 {
+			t.Fatalf("after a panic past execution's start: %d %s replayed %q, %d executions; want the stored 500 %s, 1 execution",
+				a.status, a.body, a.header.Get(idemserver.ReplayedHeader), calls, idemserver.ProblemHandlerFailed)
+		}
 	}
-	wantAnswer(t, "after panic", s.post(t, "acct_1", "k-panic", `{}`), 201, "second")
+}
+
+// claimsRollBack reports whether b's claims are idemserver.RollbackClaims that roll back.
+func claimsRollBack(t *testing.T, b idemserver.Backend) bool {
+	t.Helper()
+	ctx := context.Background()
+	c, _, err := b.Claim(ctx, idemserver.ClaimRequest{Scope: idemserver.Scope{Tenant: "probe", Operation: "probe", Key: "k-rollback"},
+		Fingerprint: []byte("f"), Now: time.Now(), Lease: time.Minute})
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v, %v", c, err)
+	}
+	defer c.Release(ctx)
+	rc, ok := c.(idemserver.RollbackClaim)
+	return ok && rc.RollsBack()
 }
 
 func testInProgress(t *testing.T, b idemserver.Backend) {

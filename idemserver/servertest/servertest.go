@@ -37,7 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) idemserver.Backend) {
 		{"KeyHeaderErrors", testKeyErrors},
 		{"PreExecutionNotStored", testPreExecution},
 		{"ExplicitBegin", testExplicitBegin},
-		{"PanicReleases", testPanic},
+		{"PanicNeverRunsTwice", testPanic},
 		{"InProgress409", testInProgress},
 		{"StatusEndpoint", testStatus},
 		{"TenantIsolationHTTP", testTenantIsolation},
