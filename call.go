@@ -95,6 +95,12 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 	cl.bind(ctx)
 	cl.startLease(ctx)
 	switch {
+	case resumed && cl.rec.NotExecuted && cl.keyExpired():
+		// "Not executed" may rest on a status check's "not found" while the request was still
+		// on its way; past KeyTTL the server may have run it and forgotten the key since, so
+		// a resend could execute it again. Never resend a key older than KeyTTL.
+		cl.expire()
+		return cl.finish(ctx)
 	case resumed && cl.rec.NotExecuted:
 		// The last call ended knowing nothing was executed: send without asking, but first
 		// record durably that a send may now happen, so a crash mid-flight is asked about.
@@ -134,8 +140,14 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 	if resp != nil {
 		resp.Body.Close()
 	}
-	if cl.result == nil && cl.stop == nil { // stopped outside our decisions (should not happen)
-		cl.halt(ErrOutcomeUnknown, err)
+	if cl.result == nil && cl.stop == nil {
+		if cerr := ctx.Err(); cerr != nil {
+			// retryablehttp's own wait before a resend saw the context end: the resend was
+			// decided (and recorded) but not made.
+			cl.halt(ErrCanceled, cerr)
+		} else { // stopped outside our decisions (should not happen)
+			cl.halt(ErrOutcomeUnknown, err)
+		}
 	}
 	return cl.finish(ctx)
 }

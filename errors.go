@@ -13,7 +13,8 @@ import (
 // ErrOutcomeUnknown). Invalid input (ErrInvalidOperation, ErrInvalidPolicy, ErrInvalidConfig)
 // is reported before anything is persisted, as a plain wrapped error; so is a keystore that
 // fails before the first send (reading or creating the record: the store's own error, such
-// as keystore.ErrClosed, wrapped), when nothing was sent and the call may simply be retried.
+// as keystore.ErrClosed, wrapped), when nothing was sent and the call may simply be retried
+// (see Do for a Create that reported an error but committed).
 var (
 	// ErrOutcomeUnknown: a request may have reached the server and idem could not learn
 	// whether it was executed. The record stays pending (Do again with the same operation, or

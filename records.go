@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemkit/idem/keystore"
 )
@@ -86,6 +87,9 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string, buf *key
 			return rec, true, nil
 		}
 		if !errors.Is(err, keystore.ErrExists) { // nothing was sent: the caller may simply retry
+			if werr := c.withdraw(ctx, rec); werr != nil {
+				return nil, false, fmt.Errorf("idem: persisting key %q before send: %w; nothing was sent, but the record may exist and could not be withdrawn (%v): continue with this Operation or its intent, not a new key, or Recover may send it later", op.key, err, werr)
+			}
 			return nil, false, fmt.Errorf("idem: persisting key before send: %w", err)
 		}
 		// Another process created it between our lookup and Create: look again.
@@ -145,4 +149,31 @@ func storedResponse(rec *keystore.Record) *Result {
 	}
 	return &Result{Key: rec.Key, StatusCode: rec.Response.StatusCode, Header: rec.Response.Header,
 		Body: rec.Response.Body, Source: SourceStore}
+}
+
+// withdrawTimeout bounds withdraw's keystore round trips (time.Duration).
+const withdrawTimeout = 5 * time.Second
+
+// withdraw settles a record whose Create reported an error: the write may have committed all
+// the same (a connection lost after COMMIT). Left pending, Recover would send it later, while
+// the caller, told that nothing was sent, pays again under a new key: twice. A record found
+// as Create wrote it is marked failed, not executed (ErrNotExecuted for a later Do of its
+// key or intent); none found is fine. It returns an error only when it cannot tell.
+func (c *Client) withdraw(ctx context.Context, rec *keystore.Record) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
+	defer cancel()
+	got, err := c.store.Get(ctx, rec.Scope, rec.Key)
+	if errors.Is(err, keystore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if got.State != keystore.StatePending || got.Attempts != 0 || got.Owner != rec.Owner || got.Fence != rec.Fence {
+		return nil // not the record Create wrote: someone else's, and theirs to settle
+	}
+	got.State, got.NotExecuted, got.Reason = keystore.StateFailed, true, ReasonNotExecuted
+	got.Note = "withdrawn: the keystore reported an error creating it, and nothing was sent"
+	got.UpdatedAt = c.cfg.Now()
+	return c.store.Update(ctx, got)
 }
