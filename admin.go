@@ -19,7 +19,10 @@ type AdminOptions struct {
 	// with 401 and the error's text as the problem's detail (so it must not echo a
 	// credential). Required: without it every request is refused with 403. It runs before
 	// anything else, for every path and method, so that an unauthorised caller learns nothing
-	// (not even which paths exist).
+	// (not even which paths exist). If it trusts a browser's cookies, it must also stop
+	// cross-site requests (a CSRF token, an Origin check): POST /recover has no body to
+	// guard it. POST /resolve takes only Content-Type: application/json (415 otherwise),
+	// which a cross-site form cannot send.
 	Authorize func(*http.Request) error
 	// OnReconciled is handed every outcome of a Recover run started with POST /recover (see
 	// Client.Recover's handle): set it to the function the service passes to Recover at
@@ -54,7 +57,8 @@ const maxAdminBody = 1 << 20
 //	     null when no record is in that state
 //
 // Errors are RFC 9457 problem documents (application/problem+json): 403 when there is no
-// Authorize function, 401 when it refuses, 400 for bad input (an unknown state, a bad
+// Authorize function, 401 when it refuses, 415 for a resolve body not sent as
+// application/json, 400 for bad input (an unknown state, a bad
 // duration or number, unknown JSON fields, a body over 1 MiB), 404 for an unknown path or
 // record, 405 with an Allow header for a wrong method, 409 when the record to resolve is not
 // manual or a Recover started here is still running, 500 when the keystore fails or c is nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"slices"
 	"strconv"
@@ -224,6 +225,12 @@ type AdminResponse struct {
 
 // resolve serves POST /resolve.
 func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
+	// A cross-site HTML form can POST text/plain whose body happens to be JSON, with the
+	// operator's cookies; it cannot send application/json without a CORS preflight.
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		problem(w, http.StatusUnsupportedMediaType, "the body must be sent as Content-Type: application/json")
+		return
+	}
 	var req AdminResolveRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
 	dec.DisallowUnknownFields()

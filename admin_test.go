@@ -63,6 +63,9 @@ func adminDo(t *testing.T, h http.Handler, method, target, body string, auth boo
 		rd = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, target, rd)
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if auth {
 		req.Header.Set("Authorization", adminToken)
 	}
@@ -299,6 +302,26 @@ func TestAdminResolveNotExecuted(t *testing.T) {
 	assert.Equal(t, "no charge in the dashboard", rec.Note)
 	_, err := e.c.Do(context.Background(), NewOperation(http.MethodPost, "/v1/payments", rec.Request.Body, WithIntent("order-2")))
 	assert.ErrorIs(t, err, ErrNotExecuted)
+}
+
+// A cross-site form can POST a JSON-looking text/plain body with the operator's cookies:
+// resolve takes only application/json, and the record stays manual.
+func TestAdminResolveNeedsJSONContentType(t *testing.T) {
+	e := adminEnv(t)
+	h := NewAdminHandler(e.c, AdminOptions{Authorize: tokenAuth})
+	for _, ct := range []string{"text/plain", "", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/jsonx"} {
+		req := httptest.NewRequest("POST", "/resolve", strings.NewReader(`{"key":"k-manual","verdict":"not_executed","note":"x`+"="+`y"}`))
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		req.Header.Set("Authorization", adminToken)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		assert.Equal(t, http.StatusUnsupportedMediaType, w.Code, "Content-Type %q", ct)
+	}
+	assert.Equal(t, keystore.StateManual, e.record("k-manual").State)
+	code, _, body := adminDo(t, h, "POST", "/resolve", `{"key":"k-manual","verdict":"not_executed","note":"checked"}`, true)
+	require.Equal(t, 200, code, body) // application/json (adminDo); a charset parameter is fine too
 }
 
 // The oldest ages are null when no record is in that state, and 0 for a record created now:

@@ -108,11 +108,17 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	fs := newFlags("purge", stderr, &c)
 	olderThan := fs.Duration("older-than", 0, "delete succeeded and failed records last updated at least this long ago (required)")
 	dryRun := fs.Bool("dry-run", false, "count what would be deleted, read-only")
+	keyTTL := fs.Duration("key-ttl", idem.DefaultKeyTTL, "the service's Config.KeyTTL: -older-than may not be shorter")
 	if _, err := parse(fs, &c, args, 0); err != nil {
 		return err
 	}
 	if *olderThan <= 0 {
 		return usageError{"-older-than DURATION (positive) is required, e.g. -older-than 72h"}
+	}
+	// NewClient's own rule for Retention: a record purged sooner lets a repeated intent mint
+	// a new key while the server still runs the old one's business, a second charge.
+	if *keyTTL <= 0 || *olderThan < *keyTTL {
+		return usageError{fmt.Sprintf("-older-than %s is shorter than -key-ttl %s: a later Do of a purged record's intent would get a new key and could be charged again; purge only records older than the service's KeyTTL", *olderThan, *keyTTL)}
 	}
 	cutoff := now().Add(-*olderThan)
 	b, err := open(ctx, &c, !*dryRun, now)

@@ -10,7 +10,7 @@
 //	idemctl resolve TARGET [-tenant T] (KEY | -intent INTENT) -verdict executed|not_executed
 //	                -note "who, evidence" [-status 201 -body '{"id":"ch_1"}'] [-json]
 //	idemctl recover TARGET [-base-url URL -status-path P -auth-env NAME -lookup P] [-json]
-//	idemctl purge   (-db FILE | -dsn DSN) -older-than 72h [-dry-run] [-json]
+//	idemctl purge   (-db FILE | -dsn DSN) -older-than 72h [-key-ttl 24h] [-dry-run] [-json]
 //	idemctl migrate -dsn DSN
 //
 // Targets. -db opens a bbolt keystore file: read-only (boltstore.OpenReadOnly) for ls, show and
@@ -70,7 +70,7 @@ commands:
   stats    records by state, oldest pending and manual
   resolve  settle a manual record: -verdict executed|not_executed -note "who, evidence"
   recover  run Recover now (-db/-dsn: -base-url, -status-path, -auth-env NAME)
-  purge    delete succeeded and failed records older than -older-than (-db, -dsn)
+  purge    delete succeeded and failed records older than -older-than, at least -key-ttl (24h) (-db, -dsn)
   migrate  create or upgrade the Postgres schema (-dsn)
   probe    grade a SANDBOX API against idem's contract: probe URL -sandbox (creates payments)
 

@@ -149,7 +149,7 @@ func TestLockedFile(t *testing.T) {
 	svc, err := boltstore.Open(db, nil)
 	require.NoError(t, err)
 	defer svc.Close()
-	for _, args := range [][]string{{"ls"}, {"show", "k-ok"}, {"stats"}, {"purge", "-older-than", "1h"},
+	for _, args := range [][]string{{"ls"}, {"show", "k-ok"}, {"stats"}, {"purge", "-older-than", "25h"},
 		{"resolve", "k-manual", "-verdict", "executed", "-note", "x"}, {"recover", "-base-url", "http://127.0.0.1:1"}} {
 		start := time.Now()
 		code, out, errs := runCmd(t, append([]string{args[0], "-db", db, "-timeout", "100ms"}, args[1:]...)...)
@@ -183,6 +183,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"ls", "-db", db, "-state", "done"}, `unknown state "done"`},
 		{[]string{"show", "-db", db}, "one KEY or -intent"},
 		{[]string{"purge", "-db", db}, "-older-than"},
+		{[]string{"purge", "-db", db, "-older-than", "1h"}, "shorter than -key-ttl 24h0m0s"},
+		{[]string{"purge", "-db", db, "-older-than", "2h", "-key-ttl", "3h"}, "shorter than -key-ttl 3h0m0s"},
 		{[]string{"frobnicate"}, "unknown command"},
 	}
 	for _, tt := range tests {
