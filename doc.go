@@ -7,7 +7,8 @@
 //
 //   - Each Operation (one user intent) gets an idempotency key, a UUIDv7 unless the
 //     caller supplies one, never derived from the payload. The key, the request fingerprint
-//     (SHA-256 of method, path and body) and the request itself are persisted in a
+//     (SHA-256 of method, normalised URL with its query, and body: see Fingerprint) and the
+//     request itself are persisted in a
 //     keystore.Store before the first byte is sent.
 //   - Every attempt carries the same key header and the byte-identical body. net/http's own
 //     hidden replays are turned off: the server sees exactly the attempts idem records.
@@ -30,7 +31,9 @@
 // Default classification (DefaultClassifiers; prepend your own Classifier to override):
 //
 //	2xx                                     success (Idempotent-Replayed: true marks a replay)
-//	transport error before the request      not sent: resend with the same key
+//	transport error before the request      not sent: resend with the same key (proven
+//	                                        only through net/http's own *http.Transport;
+//	                                        any other: outcome unknown, see Config.HTTPClient)
 //	transport error / timeout after write   outcome unknown: status check, then decide
 //	408, 425, 500, 502, 504, other 5xx      outcome unknown: status check, then decide
 //	429, 503                                not executed: wait Retry-After or backoff, resend

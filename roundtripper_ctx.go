@@ -21,7 +21,10 @@ func contextValues(ctx context.Context) ctxValues {
 
 // ContextWithIntent returns a context whose unsafe requests through a Transport belong to
 // intent (see WithIntent): a restarted process sending the same intent continues its
-// persisted key instead of minting a new one. An empty intent removes it.
+// persisted key instead of minting a new one. An empty intent removes it. Without an intent
+// (or a key header of the caller's) every request is a new intent under a new key, so after
+// ErrOutcomeUnknown neither the application nor any retrying layer above the Transport may
+// send it again: Recover or a business lookup settles the pending record.
 func ContextWithIntent(ctx context.Context, intent string) context.Context {
 	v := contextValues(ctx)
 	v.intent = intent

@@ -28,8 +28,10 @@ func pay(ctx context.Context, baseURL, dbPath, apiKey string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	defer c.Close() // stops the background purge and lease renewals
 
-	// After a restart: finish what a crash interrupted.
+	// After a restart: finish what a crash interrupted. (A service calls Recover once at
+	// start-up, not before every payment: it reads every pending record.)
 	if _, err := c.Recover(ctx, func(r idem.Reconciled) { markOrder(r.Record.Intent, r.Result, r.Err) }); err != nil {
 		return "", err // the keystore could not be read
 	}
@@ -68,9 +70,12 @@ func pay(ctx context.Context, baseURL, dbPath, apiKey string) (string, error) {
 
 // markOrder is where the application records a payment's outcome (here, a line on stdout).
 func markOrder(order string, res *idem.Result, err error) {
-	if err != nil {
-		fmt.Printf("order %s: not paid yet: %v\n", order, err)
-		return
+	switch {
+	case err == nil:
+		fmt.Printf("order %s: paid, HTTP %d %s\n", order, res.StatusCode, res.Body)
+	case errors.Is(err, idem.ErrPermanent), errors.Is(err, idem.ErrNotExecuted):
+		fmt.Printf("order %s: not paid: %v\n", order, err) // declined, or settled as never executed
+	default:
+		fmt.Printf("order %s: not settled yet: %v\n", order, err) // pending, unknown or manual
 	}
-	fmt.Printf("order %s: paid, HTTP %d %s\n", order, res.StatusCode, res.Body)
 }
