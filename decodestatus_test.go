@@ -78,6 +78,14 @@ func TestDecodeStatus(t *testing.T) {
 		{"empty object", 200, nil, `{}`, KeyStatus{}},
 		{"status null", 200, nil, `{"status":null,"response_status":201}`, KeyStatus{}},
 		{"status number", 202, nil, `{"status":1}`, KeyStatus{}},
+		// a member twice: parsers disagree on which counts (encoding/json keeps the last)
+		{"status twice", 404, nil, `{"status":"processing","status":"not_found"}`, KeyStatus{}},
+		{"status twice, other case", 404, nil, `{"Status":"processing","status":"not_found"}`, KeyStatus{}},
+		{"status twice, folded letter", 404, nil, `{"ſtatus":"processing","status":"not_found"}`, KeyStatus{}},
+		{"response_status twice", 200, nil, `{"status":"completed","response_status":500,"response_status":201}`, KeyStatus{}},
+		{"a name twice inside response_body is the body's business", 200, nil,
+			`{"status":"completed","response_status":201,"response_body":{"a":1,"a":2}}`,
+			KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 201, ResponseBody: []byte(`{"a":1,"a":2}`)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
