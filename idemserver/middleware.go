@@ -156,7 +156,8 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			failed := newRecorder()
 			m.problem(failed, r, Problem{Type: ProblemHandlerFailed, Title: "The handler failed after execution began", Status: http.StatusInternalServerError,
 				Detail: "the operation's effect is unknown and this key will not run it again; find the operation by its reference"})
-			if _, err := m.complete(ctx, claim, failed); err == nil {
+			// Detached: a panic often follows the client going away (http.ErrAbortHandler).
+			if _, err := m.complete(context.WithoutCancel(ctx), claim, failed); err == nil {
 				m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: http.StatusInternalServerError})
 				return
 			}
