@@ -87,7 +87,7 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string, buf *key
 			return rec, true, nil
 		}
 		if !errors.Is(err, keystore.ErrExists) { // nothing was sent: the caller may simply retry
-			if werr := c.withdraw(ctx, rec); werr != nil {
+			if werr := c.withdraw(ctx, rec, err); werr != nil {
 				return nil, false, fmt.Errorf("idem: persisting key %q before send: %w; nothing was sent, but the record may exist and could not be withdrawn (%v): continue with this Operation or its intent, not a new key, or Recover may send it later", op.key, err, werr)
 			}
 			return nil, false, fmt.Errorf("idem: persisting key before send: %w", err)
@@ -159,7 +159,10 @@ const withdrawTimeout = 5 * time.Second
 // the caller, told that nothing was sent, pays again under a new key: twice. A record found
 // as Create wrote it is marked failed, not executed (ErrNotExecuted for a later Do of its
 // key or intent); none found is fine. It returns an error only when it cannot tell.
-func (c *Client) withdraw(ctx context.Context, rec *keystore.Record) error {
+func (c *Client) withdraw(ctx context.Context, rec *keystore.Record, createErr error) error {
+	if errors.Is(createErr, keystore.ErrClosed) || errors.Is(createErr, keystore.ErrInvalid) {
+		return nil // refused before writing anything
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
 	defer cancel()
 	got, err := c.store.Get(ctx, rec.Scope, rec.Key)
