@@ -105,7 +105,13 @@ type Claim interface {
 // handler panics after execution began, the middleware releases such a claim (the work is
 // gone, the key may run again); any other claim is completed with a stored 500
 // (ProblemHandlerFailed), because nothing undid what the handler did and running it again
-// could execute the operation twice.
+// could execute the operation twice; if even that write fails (three tries), the claim is
+// kept, never released. Likewise, when a finished handler's answer cannot be stored, such a
+// claim's request gets 503 (nothing happened, retry), any other a 500 (effect unknown).
+//
+// A Backend that wraps another (metrics, tracing) must keep this method on the claims it
+// returns: a wrapper embedding only Claim hides it, and a pgserver claim would then be
+// completed after a panic, committing the handler's partial writes with the stored 500.
 type RollbackClaim interface {
 	Claim
 	// RollsBack reports whether Release undoes the handler's writes of the current phase.

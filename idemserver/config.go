@@ -93,9 +93,11 @@ type Config struct {
 	// byte-identical bodies. Two requests are the same when their fingerprints are equal.
 	Fingerprint func(method, operation string, body []byte) []byte
 	// WriteProblem, if set, writes the answers the middleware and the status endpoint give
-	// themselves (400, 401, 409, 413, 422, 503), so that they follow the API's own error
-	// format; nil means RFC 9457 application/problem+json (WriteProblemJSON). It must answer
-	// with status p.Status; headers such as Retry-After are already set on w. Clients
+	// themselves (400, 401, 409, 413, 422, 500 ProblemHandlerFailed, 503), so that they follow
+	// the API's own error format; nil means RFC 9457 application/problem+json
+	// (WriteProblemJSON). It must answer with status p.Status (a 500 it answers otherwise, or
+	// panics on, is rendered by WriteProblemJSON: a stored answer must never read as a
+	// success); headers such as Retry-After are already set on w. Clients
 	// recognise key reuse when the body names it (idem's client: a string member containing
 	// "idempotency", such as the code CodeKeyReused).
 	WriteProblem func(w http.ResponseWriter, r *http.Request, p Problem)

@@ -150,19 +150,22 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 		// next panicked (the panic goes on to net/http, which drops the connection).
-		if ex.stored() && !rollsBack(claim) {
-			// Execution began and nothing undoes it: freeing the key would let a retry run the
-			// operation again. The key keeps a 500 instead: execution began, effect unknown.
-			failed := newRecorder()
-			m.problem(failed, r, Problem{Type: ProblemHandlerFailed, Title: "The handler failed after execution began", Status: http.StatusInternalServerError,
-				Detail: "the operation's effect is unknown and this key will not run it again; find the operation by its reference"})
-			// Detached: a panic often follows the client going away (http.ErrAbortHandler).
-			if _, err := m.complete(context.WithoutCancel(ctx), claim, failed); err == nil {
-				m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: http.StatusInternalServerError})
+		if !ex.stored() || rollsBack(claim) {
+			_ = claim.Release(ctx) // nothing began, or its transaction rolled back: the key is free
+			return
+		}
+		// Execution began and nothing undoes it: freeing the key would let a retry run the
+		// operation again. The key keeps a 500 instead: execution began, effect unknown. If
+		// even that cannot be stored the claim is kept, never released.
+		failed := m.failedAnswer(r)
+		for range 3 { // detached: a panic often follows the client going away (http.ErrAbortHandler)
+			if _, err := m.complete(context.WithoutCancel(ctx), claim, failed); err == nil || errors.Is(err, ErrNotOwner) {
+				if err == nil {
+					m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: http.StatusInternalServerError})
+				}
 				return
 			}
 		}
-		_ = claim.Release(ctx) // its transaction (if any) rolled back, the key freed
 	}()
 	next.ServeHTTP(rec, r.WithContext(ctx))
 	finished = true
@@ -176,11 +179,41 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		send(w, rec.header, resp.StatusCode, resp.Body)
 		return
 	}
-	if _, err := m.complete(ctx, claim, rec); err != nil {
-		m.unavailable(w, r, scope, err)
+	// Detached: once the handler has run, its answer is stored even if the client went away.
+	if _, err := m.complete(context.WithoutCancel(ctx), claim, rec); err != nil {
+		if rollsBack(claim) { // the handler's work went with the transaction: nothing happened
+			m.unavailable(w, r, scope, err)
+			return
+		}
+		// The handler did its work and its answer could not be stored: the effect stands.
+		m.event(Event{Kind: EventStoreError, Scope: scope, StatusCode: http.StatusInternalServerError, Err: err})
+		answer(w, m.failedAnswer(r))
 		return
 	}
 	m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: resp.StatusCode})
+	send(w, rec.header, resp.StatusCode, resp.Body)
+}
+
+// failedAnswer is the 500 of a handler whose effect is unknown (ProblemHandlerFailed),
+// rendered by Config.WriteProblem, or by WriteProblemJSON when that panics or answers
+// with another status: an answer stored for a key must never read as a success.
+func (m *Middleware) failedAnswer(r *http.Request) (rec *recorder) {
+	p := Problem{Type: ProblemHandlerFailed, Title: "The handler failed after execution began", Status: http.StatusInternalServerError,
+		Detail: "the operation's effect is unknown and this key will not run it again; find the operation by its reference"}
+	defer func() {
+		if recover() != nil || rec.response().StatusCode != p.Status {
+			rec = newRecorder()
+			writeProblem(rec, p)
+		}
+	}()
+	rec = newRecorder()
+	m.problem(rec, r, p)
+	return rec
+}
+
+// answer sends rec's answer as recorded.
+func answer(w http.ResponseWriter, rec *recorder) {
+	resp := rec.response()
 	send(w, rec.header, resp.StatusCode, resp.Body)
 }
 
