@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // Middleware executes each keyed request once per (tenant, operation, key) and replays the
@@ -158,8 +159,8 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		// operation again. The key keeps a 500 instead: execution began, effect unknown. If
 		// even that cannot be stored the claim is kept, never released.
 		failed := m.failedAnswer(r)
-		for range 3 { // detached: a panic often follows the client going away (http.ErrAbortHandler)
-			if _, err := m.complete(context.WithoutCancel(ctx), claim, failed); err == nil || errors.Is(err, ErrNotOwner) {
+		for range 3 {
+			if _, err := m.complete(ctx, claim, failed); err == nil || errors.Is(err, ErrNotOwner) {
 				if err == nil {
 					m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: http.StatusInternalServerError})
 				}
@@ -179,8 +180,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		send(w, rec.header, resp.StatusCode, resp.Body)
 		return
 	}
-	// Detached: once the handler has run, its answer is stored even if the client went away.
-	if _, err := m.complete(context.WithoutCancel(ctx), claim, rec); err != nil {
+	if _, err := m.complete(ctx, claim, rec); err != nil {
 		if rollsBack(claim) { // the handler's work went with the transaction: nothing happened
 			m.unavailable(w, r, scope, err)
 			return
@@ -217,8 +217,16 @@ func answer(w http.ResponseWriter, rec *recorder) {
 	send(w, rec.header, resp.StatusCode, resp.Body)
 }
 
-// complete stores rec's answer (its Config.StoredHeaders only) as the claim's key answer.
+// completeTimeout bounds the store's write of an answer (time.Duration): that write no longer
+// ends with the request's context.
+const completeTimeout = 30 * time.Second
+
+// complete stores rec's answer (its Config.StoredHeaders only) as the claim's key answer,
+// with ctx detached from the request: once the handler ran, its answer is stored even if the
+// client went away (a panic often follows that, http.ErrAbortHandler).
 func (m *Middleware) complete(ctx context.Context, claim Claim, rec *recorder) (*Response, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
+	defer cancel()
 	resp := rec.response()
 	stored := &Response{StatusCode: resp.StatusCode, Header: http.Header{}, Body: resp.Body}
 	for _, h := range m.cfg.StoredHeaders {
