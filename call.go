@@ -95,10 +95,11 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 	cl.bind(ctx)
 	cl.startLease(ctx)
 	switch {
-	case resumed && cl.rec.NotExecuted && cl.keyExpired():
-		// "Not executed" may rest on a status check's "not found" while the request was still
+	case resumed && cl.rec.NotExecuted && cl.rec.Attempts > 0 && cl.keyExpired():
+		// "Not executed" may rest on a status check's "not found" while a request was still
 		// on its way; past KeyTTL the server may have run it and forgotten the key since, so
-		// a resend could execute it again. Never resend a key older than KeyTTL.
+		// a resend could execute it again. Never resend a key older than KeyTTL that was ever
+		// sent (a record no attempt ever left, Credentials failing, goes out as new).
 		cl.expire()
 		return cl.finish(ctx)
 	case resumed && cl.rec.NotExecuted:

@@ -366,10 +366,11 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // ErrLeaseLost, ErrClockSkew or ErrCanceled; invalid input gives ErrInvalidOperation (also a nil ctx),
 // ErrInvalidPolicy or ErrInvalidConfig (also a nil or zero *Client), and a keystore failure
 // before the first send is the store's error wrapped (nothing sent; retry the call). A Create
-// that reported an error may have committed all the same: Do then marks that record failed,
-// not executed, so that no Recover sends it later; when it cannot even read it back, the
-// error names the key and says so, and the caller should continue with the same operation
-// (or intent) rather than a new key.
+// that reported an error may have committed, or may still: Do then marks that record failed,
+// not executed, or takes its key with such a tombstone, so that no Recover sends it later;
+// when it cannot settle the key (the store still failing, another instance holding the
+// record), the error names the key and says so, and the caller should continue with the same
+// operation (or intent) rather than a new key.
 // Only ErrPermanent and ErrKeyConflict are failures, and ErrNotExecuted the one answer after
 // which the application may pay again under a new intent. After ErrStoredServerError and
 // ErrKeyExpired the record is manual (never resent; Config.Lookup or Client.Resolve settles

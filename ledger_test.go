@@ -104,17 +104,28 @@ func unavailable503(retryAfter string) func(*ledgerAPI, http.ResponseWriter, str
 	}
 }
 
-// slowStore runs hook after the n-th Update (1-based) and can make Create fail after it
-// committed, as a connection lost after COMMIT does.
+// slowStore runs hook after the n-th Update (1-based) and can make the next Create fail: with
+// the record committed (a connection lost after COMMIT), or not yet (an INSERT still waiting,
+// which the test may land later), or committed and then taken over by another instance.
 type slowStore struct {
 	*keystore.Memory
-	updates        atomic.Int64
-	afterUpdate    func(n int64)
-	createCommits  atomic.Bool // Create writes the record, then reports failCreate
-	failCreate     error
-	failGetOnce    atomic.Bool // the next Get fails (the store is still down)
-	createAttempts atomic.Int64
+	updates     atomic.Int64
+	afterUpdate func(n int64)
+	failCreate  createFailure
+	failGetOnce atomic.Bool // the next Get fails (the store is still down)
+	late        *keystore.Record
 }
+
+type createFailure int
+
+const (
+	createOK createFailure = iota
+	createLost
+	createCommittedLost
+	createCommittedTakenOver
+)
+
+var errCreateLost = fmt.Errorf("pgstore: create: %w", context.DeadlineExceeded)
 
 func (s *slowStore) Update(ctx context.Context, r *keystore.Record) error {
 	err := s.Memory.Update(ctx, r)
@@ -125,16 +136,32 @@ func (s *slowStore) Update(ctx context.Context, r *keystore.Record) error {
 }
 
 func (s *slowStore) Create(ctx context.Context, r *keystore.Record) error {
-	s.createAttempts.Add(1)
-	if s.failCreate == nil {
-		return s.Memory.Create(ctx, r)
-	}
-	if s.createCommits.Load() {
+	f := s.failCreate
+	s.failCreate = createOK // once
+	switch f {
+	case createLost:
+		cp := *r
+		s.late = &cp // may still land: the test decides
+		return errCreateLost
+	case createCommittedLost, createCommittedTakenOver:
 		if err := s.Memory.Create(ctx, r); err != nil {
 			return err
 		}
+		if f == createCommittedTakenOver { // another instance claimed it past the lease and sent it
+			_, err := s.Memory.Claim(ctx, r.Scope, r.Key, keystore.Lease{Owner: "instance-b",
+				Now: r.LeaseUntil.Add(time.Second), Until: r.LeaseUntil.Add(time.Minute)})
+			if err != nil {
+				return err
+			}
+			got, _ := s.Memory.Get(ctx, r.Scope, r.Key)
+			got.Attempts = 1
+			if err := s.Memory.Update(ctx, got); err != nil {
+				return err
+			}
+		}
+		return errCreateLost
 	}
-	return s.failCreate
+	return s.Memory.Create(ctx, r)
 }
 
 func (s *slowStore) Get(ctx context.Context, scope, key string) (*keystore.Record, error) {
@@ -182,7 +209,8 @@ func TestCancelAfterRetryDecidedIsCanceled(t *testing.T) {
 
 // A record left pending "not executed" (a 503 whose Retry-After was too long) is resumed
 // past KeyTTL: the key is never resent (Config.KeyTTL), the call ends ErrKeyExpired.
-// Within KeyTTL it is resent without a status check and charged once.
+// Within KeyTTL it is resent without a status check and charged once. A record that was
+// never sent at all (Credentials failed) goes out past KeyTTL too: the server never saw it.
 func TestNotExecutedKeyIsNotResentPastKeyTTL(t *testing.T) {
 	for _, late := range []bool{false, true} {
 		t.Run(fmt.Sprintf("late=%v", late), func(t *testing.T) {
@@ -217,52 +245,77 @@ func TestNotExecutedKeyIsNotResentPastKeyTTL(t *testing.T) {
 	}
 }
 
-// Create commits but reports an error (the connection lost after COMMIT). Do reports that
-// nothing was sent, and the caller pays again under a new key: Recover must not later send
-// the first key too. Do withdraws it (failed, not executed); a Create that committed nothing
-// leaves nothing; one whose record cannot be read back says so and names the key.
+func TestNeverSentKeyIsSentPastKeyTTL(t *testing.T) {
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, _ int64) { a.charge(w, key, ref) })
+	var credFail atomic.Bool
+	credFail.Store(true)
+	c, clk := ledgerClient(t, a, func(cfg *Config) {
+		cfg.Credentials = func(r *http.Request) error {
+			if credFail.Load() {
+				return errors.New("vault unreachable")
+			}
+			r.Header.Set("Authorization", "Bearer k")
+			return nil
+		}
+	})
+	op := payment(1, "order-cred", WithIntent("order-cred"))
+	_, err := c.Do(context.Background(), op)
+	require.ErrorIs(t, err, ErrInvalidOperation)
+	assert.EqualValues(t, 0, a.posts.Load())
+	credFail.Store(false)
+	clk.Advance(DefaultKeyTTL + time.Hour)
+	res, err := c.Do(context.Background(), op)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusCreated, res.StatusCode)
+	assert.Equal(t, 1, a.charges("order-cred"))
+}
+
+// Create reports an error, having committed or not (yet). Do reports that nothing was sent,
+// and the caller pays again under a new key: Recover must never send the first key too. Do
+// withdraws it: a committed record is marked failed, not executed; where none is found yet, a
+// tombstone takes the key, so that a late commit fails. When it cannot settle the key (the
+// store still down, another instance took the record over), the error names the key and says
+// to continue with it rather than pay again.
 func TestCreateErrorWithdrawsTheRecord(t *testing.T) {
-	lost := fmt.Errorf("pgstore: create: %w", context.DeadlineExceeded)
 	for _, tc := range []struct {
-		name      string
-		committed bool
-		getFails  bool
+		name     string
+		fail     createFailure
+		getFails bool
+		settled  bool // withdrawn: the caller may pay again under a new key
 	}{
-		{"committed", true, false},
-		{"not committed", false, false},
-		{"committed, unreadable", true, true},
+		{"committed", createCommittedLost, false, true},
+		{"not committed yet, lands late", createLost, false, true},
+		{"committed, unreadable", createCommittedLost, true, false},
+		{"committed, taken over and sent by another instance", createCommittedTakenOver, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, _ int64) { a.charge(w, key, ref) })
-			store := &slowStore{Memory: keystore.NewMemory(), failCreate: lost}
-			store.createCommits.Store(tc.committed)
+			store := &slowStore{Memory: keystore.NewMemory(), failCreate: tc.fail}
 			store.failGetOnce.Store(tc.getFails)
 			c, clk := ledgerClient(t, a, func(cfg *Config) { cfg.Store = store })
 			op := payment(1, "order-9")
 			_, err := c.Do(context.Background(), op)
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			assert.EqualValues(t, 0, a.posts.Load(), "nothing sent")
-			rec, gerr := store.Memory.Get(context.Background(), "", op.Key())
-			switch {
-			case !tc.committed:
-				assert.ErrorIs(t, gerr, keystore.ErrNotFound)
-			case tc.getFails:
-				require.NoError(t, gerr)
-				assert.Equal(t, keystore.StatePending, rec.State)
+			if !tc.settled {
 				assert.Contains(t, err.Error(), op.Key())
 				assert.Contains(t, err.Error(), "could not be withdrawn")
-				return // the error told the caller to continue this key, not mint a new one
-			default:
-				require.NoError(t, gerr)
-				assert.Equal(t, keystore.StateFailed, rec.State)
-				assert.True(t, rec.NotExecuted)
-				assert.Equal(t, ReasonNotExecuted, rec.Reason)
-				// The same key again: not executed, nothing sent.
-				_, err = c.Do(context.Background(), op)
-				assert.ErrorIs(t, err, ErrNotExecuted)
+				return // the caller continues this key (same operation or intent), never a new one
 			}
+			assert.NotContains(t, err.Error(), "could not be withdrawn")
+			if store.late != nil { // the INSERT that was still waiting lands now: the tombstone wins
+				assert.ErrorIs(t, store.Memory.Create(context.Background(), store.late), keystore.ErrExists)
+			}
+			rec, gerr := store.Memory.Get(context.Background(), "", op.Key())
+			require.NoError(t, gerr)
+			assert.Equal(t, keystore.StateFailed, rec.State)
+			assert.True(t, rec.NotExecuted)
+			assert.Equal(t, ReasonNotExecuted, rec.Reason)
+			assert.Zero(t, rec.Attempts)
+			// The same key again: not executed, nothing sent.
+			_, err = c.Do(context.Background(), op)
+			assert.ErrorIs(t, err, ErrNotExecuted)
 			// The caller pays again under a new key, and a later Recover sends nothing more.
-			store.failCreate = nil
 			_, err = c.Do(context.Background(), payment(1, "order-9"))
 			require.NoError(t, err)
 			clk.Advance(DefaultLeaseTTL + time.Second)

@@ -155,28 +155,50 @@ func storedResponse(rec *keystore.Record) *Result {
 const withdrawTimeout = 5 * time.Second
 
 // withdraw settles a record whose Create reported an error: the write may have committed all
-// the same (a connection lost after COMMIT). Left pending, Recover would send it later, while
-// the caller, told that nothing was sent, pays again under a new key: twice. A record found
-// as Create wrote it is marked failed, not executed (ErrNotExecuted for a later Do of its
-// key or intent); none found is fine. It returns an error only when it cannot tell.
+// the same (a connection lost after COMMIT), or may still commit (an INSERT waiting on a
+// lock). Left pending, Recover would send it later, while the caller, told that nothing was
+// sent, pays again under a new key: twice. A record found as Create wrote it is marked
+// failed, not executed (ErrNotExecuted for a later Do of its key or intent); where none is
+// found, a tombstone takes its key (failed, not executed), so that a late commit fails
+// instead. It returns an error when it cannot settle the key: the store fails, or another
+// instance holds the record and may have sent it.
 func (c *Client) withdraw(ctx context.Context, rec *keystore.Record, createErr error) error {
 	if errors.Is(createErr, keystore.ErrClosed) || errors.Is(createErr, keystore.ErrInvalid) {
 		return nil // refused before writing anything
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
 	defer cancel()
-	got, err := c.store.Get(ctx, rec.Scope, rec.Key)
-	if errors.Is(err, keystore.ErrNotFound) {
-		return nil
+	for range 2 {
+		got, err := c.store.Get(ctx, rec.Scope, rec.Key)
+		if errors.Is(err, keystore.ErrNotFound) {
+			// Not found proves nothing yet: the Create may still land. Take the key first.
+			t := *rec
+			t.Owner, t.LeaseUntil = "", time.Time{}
+			withdrawn(&t, c.cfg.Now())
+			if err = c.store.Create(ctx, &t); errors.Is(err, keystore.ErrExists) {
+				continue // it landed meanwhile (or the intent is taken): look again
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case got.State.Terminal() && got.NotExecuted && got.Attempts == 0:
+			return nil // already withdrawn
+		case got.State == keystore.StatePending && got.Attempts == 0 && got.Owner == rec.Owner && got.Fence == rec.Fence:
+			withdrawn(got, c.cfg.Now())
+			return c.store.Update(ctx, got)
+		default:
+			return fmt.Errorf("it is %s, held by %q (fence %d) after %d attempt(s): another instance took it over and may have sent it", got.State, got.Owner, got.Fence, got.Attempts)
+		}
 	}
-	if err != nil {
-		return err
-	}
-	if got.State != keystore.StatePending || got.Attempts != 0 || got.Owner != rec.Owner || got.Fence != rec.Fence {
-		return nil // not the record Create wrote: someone else's, and theirs to settle
-	}
-	got.State, got.NotExecuted, got.Reason = keystore.StateFailed, true, ReasonNotExecuted
-	got.Note = "withdrawn: the keystore reported an error creating it, and nothing was sent"
-	got.UpdatedAt = c.cfg.Now()
-	return c.store.Update(ctx, got)
+	return errors.New("the key's record kept changing")
+}
+
+// withdrawn marks rec failed, not executed: nothing of it was sent.
+func withdrawn(rec *keystore.Record, now time.Time) {
+	rec.State, rec.NotExecuted, rec.Reason = keystore.StateFailed, true, ReasonNotExecuted
+	rec.Note = "withdrawn: the keystore reported an error creating it, and nothing was sent"
+	rec.UpdatedAt = now
 }
