@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-cleanhttp"
 	"github.com/hashicorp/go-retryablehttp"
 
+	"github.com/idemkit/idem/internal/wait"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -263,7 +264,7 @@ func NewClient(cfg Config) (*Client, error) {
 		c.cfg.Now = time.Now
 	}
 	if cfg.Sleep == nil {
-		c.cfg.Sleep = sleepCtx
+		c.cfg.Sleep = wait.Sleep
 	}
 	if err := c.purgeDefaults(); err != nil {
 		return nil, err
@@ -548,18 +549,4 @@ func (c *Client) resolveParsed(ref string, u *url.URL) (string, error) {
 		return "", fmt.Errorf("%w: URL %q is not http(s) with a host", ErrInvalidOperation, full)
 	}
 	return full, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/wait"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -43,7 +44,7 @@ func (f *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	real := f.realSleep
 	f.mu.Unlock()
 	if real > 0 {
-		return sleepCtx(ctx, real)
+		return wait.Sleep(ctx, real)
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/internal/wait"
 )
 
 // Defaults of Config.
@@ -141,23 +143,11 @@ func (c Config) withDefaults() (Config, error) {
 		c.Now = time.Now
 	}
 	if c.Sleep == nil {
-		c.Sleep = sleep
+		c.Sleep = wait.Sleep
 	}
 	return c, nil
 }
 
 func paymentBody(amount int, ref string) []byte {
 	return fmt.Appendf(nil, `{"amount":%d,"currency":"EUR","customer":"cus_probe","reference":%q}`, amount, ref)
-}
-
-// sleep waits d on a real timer, or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
