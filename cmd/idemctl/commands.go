@@ -115,8 +115,8 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	if *olderThan <= 0 {
 		return usageError{"-older-than DURATION (positive) is required, e.g. -older-than 72h"}
 	}
-	// NewClient's own rule for Retention: a record purged sooner lets a repeated intent mint
-	// a new key while the server still runs the old one's business, a second charge.
+	// NewClient's own rule for Retention: purged sooner, a repeated intent mints a new key
+	// (a second charge) where the old one would still have been replayed by the server.
 	if *keyTTL <= 0 || *olderThan < *keyTTL {
 		return usageError{fmt.Sprintf("-older-than %s is shorter than -key-ttl %s: a later Do of a purged record's intent would get a new key and could be charged again; purge only records older than the service's KeyTTL", *olderThan, *keyTTL)}
 	}
