@@ -91,14 +91,23 @@ func run(w io.Writer) error {
 	}
 	select {
 	case <-arrived:
-		// The request reached the server, so its key is on disk: idem persists it before
-		// the first byte. The server now holds the request. Kill the child right here.
-		cmd.kill() // SIGKILL: no deferred code, no final write
 	case <-time.After(10 * time.Second):
 		cmd.kill()
 		_ = cmd.wait()
 		return errors.New("the payment never reached the server")
 	}
+	// The request reached the server, so its key is on disk: idem persists it before the
+	// first byte. Wait until the server holds it (the key claimed, the slow bank at work; a
+	// fault counts once the request is past the claim), then kill the child right there.
+	for deadline := time.Now().Add(10 * time.Second); srv.Stats().Faults[idemtest.FaultSlow] == 0; {
+		if time.Now().After(deadline) {
+			cmd.kill()
+			_ = cmd.wait()
+			return errors.New("the server never held the payment")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cmd.kill()     // SIGKILL: no deferred code, no final write
 	_ = cmd.wait() // "signal: killed"; also drains the child's output before we write again
 	step(w, 3, "The request reached the server, so the key was already on disk (idem persists it\n"+
 		"   before the first byte). While the server held the request, child 1 was SIGKILLed.")
