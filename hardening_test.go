@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -114,6 +115,36 @@ func TestStatusFuncGarbageIsUnknown(t *testing.T) {
 		}))
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	require.NotErrorIs(t, err, ErrPermanent)
+}
+
+// "Completed" with a status that never ends an operation (409 in progress, 408, 425, 429)
+// is no final answer: the call ends outcome unknown, the record pending, never a failure
+// after which the application would pay again. A completed 4xx that is final still fails.
+func TestStatusCompletedNotFinalIsUnknown(t *testing.T) {
+	for _, code := range []int{409, 408, 425, 429, 402} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			e := newEnv(t, idemtest.Config{}, nil)
+			e.srv.Script(idemtest.FaultDropAfterCommit)
+			op := payment(1, fmt.Sprintf("nf-%d", code))
+			asked := 0
+			_, err := e.c.Do(context.Background(), op, CallMaxKeyStatusChecks(3),
+				CallKeyStatusFunc(func(context.Context, KeyStatusRequest) (KeyStatus, error) {
+					asked++
+					return KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: code}, nil
+				}))
+			if code == 402 {
+				require.ErrorIs(t, err, ErrPermanent)
+				assert.Equal(t, 1, asked)
+				assert.Equal(t, keystore.StateFailed, e.record(op.Key()).State)
+				return
+			}
+			require.ErrorIs(t, err, ErrOutcomeUnknown)
+			require.NotErrorIs(t, err, ErrPermanent)
+			assert.Equal(t, 3, asked)
+			assert.Equal(t, keystore.StatePending, e.record(op.Key()).State)
+			assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()), "never resent")
+		})
+	}
 }
 
 // A KeyStatusFunc may add headers to the request it is given, for an operation created

@@ -17,7 +17,8 @@ const (
 	// (bounded by Policy.MaxKeyStatusChecks).
 	KeyStatusUnknown KeyStatusState = iota
 	// KeyStatusCompleted: the server has a final answer for the key; KeyStatus.ResponseStatusCode and
-	// ResponseBody hold it. No resend.
+	// ResponseBody hold it. No resend. A "final answer" of 408, 409, 425 or 429 (statuses that
+	// never end an operation) is read as no answer (KeyStatusUnknown), never as a failure.
 	KeyStatusCompleted
 	// KeyStatusProcessing: the server is still executing the key. Wait, then ask again.
 	KeyStatusProcessing

@@ -43,8 +43,8 @@ func (cl *call) resolve(ctx context.Context) bool {
 		st, err := cl.s.status(sctx, req)
 		cancel()
 		cl.statusChecks++
-		if err != nil || st.State == KeyStatusCompleted && (st.ResponseStatusCode < 200 || st.ResponseStatusCode > 599) {
-			st = KeyStatus{State: KeyStatusUnknown} // garbage, or a 1xx (never final): proves nothing
+		if err != nil || st.State == KeyStatusCompleted && (st.ResponseStatusCode < 200 || st.ResponseStatusCode > 599 || notFinal(st.ResponseStatusCode)) {
+			st = KeyStatus{State: KeyStatusUnknown} // garbage, a 1xx, or a "come back later": proves nothing
 		}
 		cl.c.onStatusCheck(cl, st, err)
 		if ctx.Err() != nil {
@@ -82,6 +82,18 @@ func (cl *call) resolve(ctx context.Context) bool {
 		wait, fromRA = cl.floorDelay(st.RetryAfter, st.HasRetryAfter)
 	}
 	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks", cl.s.policy.MaxKeyStatusChecks))
+	return false
+}
+
+// notFinal reports the statuses that never end an operation, even reported as its stored
+// answer: 409 in progress, 408 and 425 (outcome unknown), 429 (come back later). A status
+// endpoint that says "completed with 409" while the first request still runs must not turn
+// into a failure, after which the application would pay again.
+func notFinal(code int) bool {
+	switch code {
+	case http.StatusConflict, http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
 	return false
 }
 
