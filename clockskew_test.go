@@ -358,6 +358,38 @@ func TestWriteRefusedWhenClockOff(t *testing.T) {
 	}
 }
 
+// A verdict on a manual record is written with this clock too (UpdatedAt): far behind, the
+// record would look past Retention to every other instance, be purged, and its intent be paid
+// again under a new key. Resolve and the business lookup refuse it; the record stays manual.
+func TestSettleRefusedWhenClockOff(t *testing.T) {
+	for _, path := range []string{"Resolve", "lookup"} {
+		t.Run(path, func(t *testing.T) {
+			se := newSkewEnv(t, -80*time.Hour, func(c *Config) {
+				c.Lookup = func(context.Context, LookupRequest) (Resolution, error) {
+					return Resolution{Verdict: VerdictExecuted, Response: &keystore.Response{StatusCode: 201}}, nil
+				}
+			})
+			ctx := context.Background()
+			rec := newPendingRecord("k-manual", 100, "order-m", se.store.now.Add(-time.Hour))
+			rec.Intent, rec.State, rec.Reason, rec.LastStatusCode = "order-m", keystore.StateManual, ReasonStoredServerError, 500
+			require.NoError(t, se.store.Create(ctx, rec))
+			var err error
+			if path == "Resolve" {
+				_, err = se.c.Resolve(ctx, "", "k-manual", Resolution{Verdict: VerdictExecuted, Note: "ops"})
+				require.ErrorIs(t, err, ErrClockSkew)
+			} else {
+				_, err = se.c.Do(ctx, payment(100, "order-m", WithIntent("order-m")))
+				require.ErrorIs(t, err, ErrStoredServerError, "the record stays manual, the lookup's verdict unwritten")
+			}
+			got, gerr := se.store.Get(ctx, "", "k-manual")
+			require.NoError(t, gerr)
+			assert.Equal(t, keystore.StateManual, got.State)
+			assert.True(t, got.UpdatedAt.Equal(rec.UpdatedAt), "UpdatedAt unchanged")
+			assert.Equal(t, 0, se.srv.Stats().Requests)
+		})
+	}
+}
+
 // A negative MaxClockSkew turns the check off (tests with injected clocks); a store whose
 // clock cannot be read refuses the operation with the store's error.
 func TestClockCheckOffAndStoreError(t *testing.T) {

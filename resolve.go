@@ -149,7 +149,14 @@ var errSettledElsewhere = errors.New("idem: the record was settled meanwhile")
 // new intent, and a search by reference run after that payment would find it and call the
 // old key executed. A verdict formed before the re-read saw only what preceded the first
 // verdict's write, so the window that remains (re-read to write) cannot hold that payment.
+// Two writes in that window at once (two verdicts past their re-reads) are not ordered: the
+// later stands. Closing it needs a compare-and-set in the store, which Store does not have.
 func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution) error {
+	// The verdict's UpdatedAt is this clock's: far behind, the record would look older than
+	// Retention to every other instance and be purged, and its intent paid again.
+	if err := c.checkWriteClock(ctx, rec); errors.Is(err, ErrClockSkew) {
+		return err
+	}
 	cur, err := c.store.Get(context.WithoutCancel(ctx), rec.Scope, rec.Key)
 	if err != nil {
 		return fmt.Errorf("idem: re-reading key %q before persisting its resolution: %w", rec.Key, err)
