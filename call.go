@@ -94,6 +94,16 @@ func (cl *call) expBackoff() *backoff.ExponentialBackOff {
 func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 	cl.bind(ctx)
 	cl.startLease(ctx)
+	defer func() {
+		// Every return has ended the lease (finish); only a panic gets here with it held (a
+		// hook, a KeyStatusFunc, a Classifier of the application's). Left registered, the
+		// renewer would hold the record for the life of the process and no instance could
+		// finish it. Released, the record stays pending: the next Do or Recover asks first.
+		if cl.lease.registered {
+			cl.endLease()
+			cl.release(cl.detached())
+		}
+	}()
 	switch {
 	case resumed && cl.rec.NotExecuted && cl.rec.Attempts > 0 && cl.keyExpired():
 		// "Not executed" may rest on a status check's "not found" while a request was still

@@ -326,3 +326,44 @@ func TestCreateErrorWithdrawsTheRecord(t *testing.T) {
 		})
 	}
 }
+
+// A panic inside a call (here the application's KeyStatusFunc, recovered by the caller as
+// net/http does) gives up the record's lease: not renewed for the life of the process, the
+// record can be finished at once by the next Do, which asks first and sends nothing more.
+func TestPanicInCallReleasesTheLease(t *testing.T) {
+	var dropped atomic.Bool
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, _ int64) {
+		if dropped.CompareAndSwap(false, true) { // charge, then lose the answer
+			a.charge(httptest.NewRecorder(), key, ref)
+			panic(http.ErrAbortHandler)
+		}
+		a.charge(w, key, ref)
+	})
+	var panicked atomic.Bool
+	var c *Client
+	c, _ = ledgerClient(t, a, func(cfg *Config) {
+		cfg.KeyStatusFunc = func(ctx context.Context, req KeyStatusRequest) (KeyStatus, error) {
+			if panicked.CompareAndSwap(false, true) {
+				panic("status function bug")
+			}
+			return c.defaultStatus(statusPath)(ctx, req)
+		}
+	})
+	op := payment(1, "order-p", WithIntent("order-p"))
+	func() {
+		defer func() { require.Equal(t, "status function bug", recover()) }()
+		_, _ = c.Do(context.Background(), op)
+	}()
+	rec, err := c.store.GetByIntent(context.Background(), "", "order-p")
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StatePending, rec.State)
+	assert.Empty(t, rec.Owner, "the lease is released")
+	c.renewer.mu.Lock()
+	assert.Empty(t, c.renewer.calls, "nothing left to renew")
+	c.renewer.mu.Unlock()
+	res, err := c.Do(context.Background(), op)
+	require.NoError(t, err)
+	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Equal(t, 1, a.charges("order-p"))
+	assert.EqualValues(t, 1, a.posts.Load())
+}
