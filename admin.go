@@ -51,7 +51,9 @@ const maxAdminBody = 1 << 20
 //	POST /resolve  {"tenant":"","key":"K" or "intent":"I","verdict":"executed"|"not_executed",
 //	                "note":"who and why (required)","response":{"status":200,"header":{},"body":"text"}}
 //	     settles a manual record through Client.Resolve; answers the record as persisted
-//	POST /recover  runs Client.Recover now; answers {"report":{...},"records":[...]}
+//	POST /recover  runs Client.Recover now; answers {"report":{...},"records":[...],
+//	     "damaged":[{"scope":S,"key":K,"error":E}...]}: records it could not decode are
+//	     skipped and listed there (200), every other one reconciled
 //	GET  /stats    {"client":{...Client.Stats},"records":{"total":N,"by_state":{...},...}}
 //	     records is AdminRecordStats: oldest_pending_seconds and oldest_manual_seconds are
 //	     null when no record is in that state

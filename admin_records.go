@@ -312,18 +312,27 @@ func (h *adminHandler) recoverNow(w http.ResponseWriter, r *http.Request) {
 			h.opts.OnReconciled(rc)
 		}
 	})
-	if err != nil {
+	// Damaged records were skipped and every other one reconciled: the outcomes stand, and
+	// the skipped keys are listed beside them rather than losing the run to a 500.
+	var damaged *DamagedRecordsError
+	if err != nil && !errors.As(err, &damaged) {
 		problem(w, http.StatusInternalServerError, "recover: "+err.Error())
 		return
 	}
 	if outcomes == nil {
 		outcomes = []map[string]any{}
 	}
+	skipped := []map[string]string{}
+	if damaged != nil {
+		for _, d := range damaged.Records {
+			skipped = append(skipped, map[string]string{"scope": d.Scope, "key": d.Key, "error": fmt.Sprint(d.Err)})
+		}
+	}
 	slices.SortFunc(outcomes, func(a, b map[string]any) int {
 		ra, rb := a["record"].(AdminRecord), b["record"].(AdminRecord)
 		return strings.Compare(ra.Scope+"\x00"+ra.Key, rb.Scope+"\x00"+rb.Key)
 	})
-	writeAdminJSON(w, map[string]any{"report": snakeFields(rep), "records": outcomes})
+	writeAdminJSON(w, map[string]any{"report": snakeFields(rep), "records": outcomes, "damaged": skipped})
 }
 
 // stats serves GET /stats.

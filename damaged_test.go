@@ -2,8 +2,10 @@ package idem
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -90,4 +92,48 @@ func TestRecoverSkipsDamagedRecord(t *testing.T) {
 		assert.Equal(t, garbage, tx.Bucket([]byte("records")).Get(damagedKey))
 		return nil
 	}))
+}
+
+// POST /recover on the admin handler, with one damaged record among five pending: 200 with
+// the report and the four outcomes, the damaged key listed under "damaged", not a 500 that
+// drops what the run just reconciled.
+func TestAdminRecoverListsDamagedRecords(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "keys.db")
+	store, err := boltstore.Open(path, nil)
+	require.NoError(t, err)
+	for i, k := range []string{"k-1", "k-2", "k-3", "k-4", "k-5"} {
+		require.NoError(t, store.Create(ctx, newPendingRecord(k, 100+i, "ref-"+k, time.Now())))
+	}
+	require.NoError(t, store.Close())
+	db, err := bbolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket([]byte("records")).Put(append([]byte{0}, "k-3"...), []byte(`{"key":`))
+	}))
+	require.NoError(t, db.Close())
+	store, err = boltstore.Open(path, nil)
+	require.NoError(t, err)
+	defer store.Close()
+	srv := idemtest.NewServer(idemtest.Config{})
+	defer srv.Close()
+	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, KeyStatusURL: statusPath})
+	require.NoError(t, err)
+	defer c.Close()
+
+	h := NewAdminHandler(c, AdminOptions{Authorize: func(*http.Request) error { return nil }})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/recover", nil))
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	var out struct {
+		Report  map[string]int      `json:"report"`
+		Records []map[string]any    `json:"records"`
+		Damaged []map[string]string `json:"damaged"`
+	}
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &out))
+	assert.Equal(t, 4, out.Report["succeeded"])
+	assert.Len(t, out.Records, 4)
+	require.Len(t, out.Damaged, 1)
+	assert.Equal(t, "k-3", out.Damaged[0]["key"])
+	assert.NotEmpty(t, out.Damaged[0]["error"])
 }

@@ -367,3 +367,28 @@ func TestPanicInCallReleasesTheLease(t *testing.T) {
 	assert.Equal(t, 1, a.charges("order-p"))
 	assert.EqualValues(t, 1, a.posts.Load())
 }
+
+// A status answer carries the stored response whole: one over the old 4 MiB bound, with a
+// body the API could have sent itself (under MaxResponseSize), is read, not cut into an
+// outcome unknown that no later call could settle.
+func TestStatusAnswerWithALargeBody(t *testing.T) {
+	big := strings.Repeat("x", 5<<20)
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			posts.Add(1)
+			panic(http.ErrAbortHandler) // charged, the answer lost
+		}
+		fmt.Fprintf(w, `{"status":"completed","response_status":201,"response_body":%q}`, big)
+	}))
+	defer srv.Close()
+	clk := newFakeClock()
+	c, err := NewClient(Config{BaseURL: srv.URL, KeyStatusURL: statusPath, Store: keystore.NewMemory(), Now: clk.Now, Sleep: clk.Sleep})
+	require.NoError(t, err)
+	defer c.Close()
+	res, err := c.Do(context.Background(), payment(1, "order-big"))
+	require.NoError(t, err)
+	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Len(t, res.Body, len(big)+2) // the JSON string, quotes included
+	assert.EqualValues(t, 1, posts.Load())
+}

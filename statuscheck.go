@@ -97,8 +97,13 @@ func notFinal(code int) bool {
 	return false
 }
 
-// maxStatusBody bounds a status answer read into memory, in bytes.
+// maxStatusBody bounds a status answer (or a lookup's) read into memory, in bytes, beyond
+// twice the client's Policy.MaxResponseSize: the answer carries the stored response whole,
+// and one the API itself would have been allowed to send must never be cut into "unknown".
 const maxStatusBody = 4 << 20
+
+// statusBodyLimit is the bound on one status or lookup answer, in bytes.
+func (c *Client) statusBodyLimit() int64 { return maxStatusBody + 2*c.policy.MaxResponseSize }
 
 // defaultStatus asks GET BaseURL+path (with "{key}" replaced by the escaped key) in the
 // default JSON convention, with the key header, the operation's headers and credentials.
@@ -134,7 +139,7 @@ func (c *Client) defaultStatus(path string) KeyStatusFunc {
 			return KeyStatus{}, err
 		}
 		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, maxStatusBody))
+		body, err := io.ReadAll(io.LimitReader(resp.Body, c.statusBodyLimit()))
 		if err != nil {
 			return KeyStatus{}, err
 		}
