@@ -372,8 +372,10 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // when it cannot settle the key (the store still failing, another instance holding the
 // record), the error names the key and says so, and the caller should continue with the same
 // operation (or intent) rather than a new key.
-// Only ErrPermanent and ErrKeyConflict are failures, and ErrNotExecuted the one answer after
-// which the application may pay again under a new intent. After ErrStoredServerError and
+// Only ErrPermanent is a failure of the payment, and ErrNotExecuted the one answer after
+// which the application may pay again under a new intent. ErrKeyConflict refuses this
+// request without saying what became of the one that holds the key or intent (it may have
+// been charged): fix the request, never pay again because of it. After ErrStoredServerError and
 // ErrKeyExpired the record is manual (never resent; Config.Lookup or Client.Resolve settles
 // it); after the others it stays pending, and a later Do of the same operation or Recover
 // finishes it. A second Do of

@@ -43,9 +43,14 @@ var (
 	ErrExhausted = errors.New("idem: retries exhausted")
 	// ErrKeyConflict: the idempotency key is already bound to another request (method, path or
 	// body differ): refused locally before sending, or answered by the server with 422 (IETF
-	// Idempotency-Key draft §2.7) or a 400 naming key reuse (Stripe's idempotency_error); the
-	// request was not executed under this payload. A programming error. Refused locally,
-	// nothing is written; answered by the server, the record is failed.
+	// Idempotency-Key draft §2.7) or a 400 naming key reuse (Stripe's idempotency_error);
+	// this request was not executed under this payload. It is not the outcome of the
+	// payment: the request that holds the key or intent (an earlier one of the same intent,
+	// sent with other bytes after a deploy changed their encoding, or an SDK's own key) may
+	// have been charged. Never pay again under a new intent because of it: send the intent's
+	// original bytes, or look at its record. Refused locally, nothing is written; answered
+	// by the server to a fresh key's first attempt, the record is failed (a conflict after
+	// an attempt whose outcome is unknown is ErrOutcomeUnknown instead).
 	ErrKeyConflict = errors.New("idem: idempotency key reused with another payload")
 	// ErrPermanent: the server gave a final answer that must not be retried (a 4xx
 	// validation or auth error, any 400 or 422 that does not name key reuse, a stored or replayed

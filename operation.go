@@ -66,8 +66,11 @@ func withBoundKey(key string) OperationOption {
 
 // WithIntent names the caller's intent (an order id, a booking reference). If a record for
 // this intent already exists in the scope (for instance persisted by a process that crashed),
-// Do continues that operation with its persisted key instead of the one minted here. At most
-// MaxIntentLength bytes of UTF-8 for a new record, else Do returns ErrInvalidOperation.
+// Do continues that operation with its persisted key instead of the one minted here, and a
+// finished one answers from the store, sending nothing. The intent is remembered as long as
+// its record: until Config.Retention (72 h by default) after it finished; a Do of the same
+// intent after that is a new payment under a new key. At most MaxIntentLength bytes of UTF-8
+// for a new record, else Do returns ErrInvalidOperation.
 func WithIntent(intent string) OperationOption {
 	return func(o *Operation) { o.intent = intent }
 }

@@ -16,7 +16,8 @@ type Reconciled struct {
 	Record *keystore.Record
 	// Result is the successful answer, when the operation succeeded.
 	Result *Result
-	// Err is the *OperationError when it did not: ErrPermanent or ErrKeyConflict (failed),
+	// Err is the *OperationError when it did not: ErrPermanent (failed) or ErrKeyConflict
+	// (refused: see its doc, never a reason to pay again),
 	// ErrNotExecuted (settled as not executed by Config.Lookup: the application may pay
 	// again under a new intent), ErrKeyExpired or ErrStoredServerError (manual: a lookup or
 	// a person must settle it), or a still-pending stop such as ErrOutcomeUnknown, which a

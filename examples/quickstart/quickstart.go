@@ -60,7 +60,7 @@ func pay(ctx context.Context, baseURL, dbPath, apiKey string) (string, error) {
 		return "pay again", err
 	case errors.Is(err, idem.ErrPermanent): // declined / invalid (4xx, any 422 that is not key reuse): never retried
 		return "declined", err
-	case errors.Is(err, idem.ErrKeyConflict): // a bug: the key was reused with another payload
+	case errors.Is(err, idem.ErrKeyConflict): // a bug: the intent's key holds other bytes (maybe paid): never pay again
 		return "bug", err
 	default: // not executed yet (exhausted, throttled, deadline, budget, canceled):
 		// the record stays pending; Do again later or let Recover finish it
