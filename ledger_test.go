@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -391,4 +392,30 @@ func TestStatusAnswerWithALargeBody(t *testing.T) {
 	assert.Equal(t, SourceKeyStatus, res.Source)
 	assert.Len(t, res.Body, len(big)+2) // the JSON string, quotes included
 	assert.EqualValues(t, 1, posts.Load())
+}
+
+// A handle that panics runs on Recover's workers: the panic comes back on the caller's
+// goroutine, where it can be recovered, after every other record was reconciled and handed
+// over; it does not end the process.
+func TestRecoverHandlePanicReachesTheCaller(t *testing.T) {
+	e := newEnv(t, idemtest.Config{}, nil)
+	ctx := context.Background()
+	for i, k := range []string{"k-1", "k-2", "k-3", "k-4"} {
+		require.NoError(t, e.store.Create(ctx, newPendingRecord(k, 100+i, "ref-"+k, e.clock.Now())))
+	}
+	var handled atomic.Int32
+	func() {
+		defer func() { assert.Equal(t, "handler bug", recover()) }()
+		_, _ = e.c.Recover(ctx, func(Reconciled) {
+			if handled.Add(1) == 2 {
+				panic("handler bug")
+			}
+		})
+		t.Fatal("Recover returned without raising the handler's panic")
+	}()
+	assert.EqualValues(t, 4, handled.Load())
+	for _, k := range []string{"k-1", "k-2", "k-3", "k-4"} {
+		assert.Equal(t, keystore.StateSucceeded, e.record(k).State, k)
+		assert.Equal(t, 1, e.srv.ExecutionsByReference("ref-"+k), k)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/idemkit/idem/keystore"
 )
@@ -39,13 +40,19 @@ type RecoverReport struct {
 	Resolved int
 }
 
+// handlePanic is a panic of Recover's handle, raised again on the caller's goroutine.
+type handlePanic struct{ value any }
+
 // Recover reconciles every pending record, typically at start-up after a crash: status
 // endpoint first, resend with the same key only when that is safe (the server says it never
 // executed the key, or there is no status endpoint and the key is younger than KeyTTL). A key
 // older than KeyTTL whose outcome cannot be learned is never resent: it becomes manual and is
 // reported. Each outcome is persisted, then handed to handle (which may be nil) so that the
 // application can, say, mark its order paid; handle is called from several goroutines at once
-// (Config.RecoverConcurrency), so it must be safe for that.
+// (Config.RecoverConcurrency), so it must be safe for that. Recover returns only after every
+// handle call has returned, even when ctx ends. If handle panics, the other records are
+// still reconciled and handed to it, and Recover then panics with the first value on the
+// caller's goroutine (where a deferred recover can catch it) instead of a worker's.
 //
 // Recover is safe to run while Do calls are in flight, here or in other instances sharing
 // the Store: it first takes the orphans (pending records with no live lease: never claimed,
@@ -79,6 +86,24 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 	s, err := c.settings(opts)
 	if err != nil {
 		return rep, err
+	}
+	// handle runs on Recover's workers, where a panic would end the process whatever the
+	// caller defers: the first is kept and raised again here once every worker is done.
+	if h := handle; h != nil {
+		var panicked atomic.Pointer[handlePanic]
+		handle = func(out Reconciled) {
+			defer func() {
+				if p := recover(); p != nil {
+					panicked.CompareAndSwap(nil, &handlePanic{p})
+				}
+			}()
+			h(out)
+		}
+		defer func() {
+			if p := panicked.Load(); p != nil {
+				panic(p.value)
+			}
+		}()
 	}
 	// The purge and the claims below act on other instances' records by this clock.
 	if err := c.checkClock(ctx, opPurge, nil); err != nil {
