@@ -7,7 +7,8 @@ import (
 
 // Optional capabilities a Store may implement. The client uses each one when the store has it
 // and falls back to the plain Store methods otherwise, so an adapter written against Store
-// alone keeps working. Memory and the bbolt file store implement all of them but Clock.
+// alone keeps working. Memory and the bbolt file store implement all of them but Clock;
+// pgstore implements Pager and Clock.
 
 // DeferredUpdater is implemented by a store that can accept a write without waiting for it
 // to be durable. The client uses it for a call's final-state write only: losing that write in

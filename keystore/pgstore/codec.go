@@ -150,13 +150,22 @@ func (r *row) args() []any {
 // scanRecord reads one row selected with columns.
 func scanRecord(s pgx.Row) (*keystore.Record, error) {
 	var r row
-	err := s.Scan(&r.tenant, &r.key, &r.intent, &r.fingerprint, &r.method, &r.url, &r.reqHeader, &r.reqBody,
+	if err := r.scan(s); err != nil {
+		return nil, err
+	}
+	return r.record()
+}
+
+// scan reads one row selected with columns, without decoding it.
+func (r *row) scan(s pgx.Row) error {
+	return s.Scan(&r.tenant, &r.key, &r.intent, &r.fingerprint, &r.method, &r.url, &r.reqHeader, &r.reqBody,
 		&r.state, &r.attempts, &r.lastStatus, &r.reason, &r.notExecuted, &r.errText,
 		&r.respStatus, &r.respHeader, &r.respBody, &r.createdNs, &r.updatedNs,
 		&r.owner, &r.leaseUntilNs, &r.fence, &r.note)
-	if err != nil {
-		return nil, err
-	}
+}
+
+// record decodes a scanned row: ErrCorrupt when it does not decode.
+func (r *row) record() (*keystore.Record, error) {
 	rec := &keystore.Record{
 		Scope: string(r.tenant), Key: string(r.key), Intent: string(r.intent),
 		Fingerprint: r.fingerprint,

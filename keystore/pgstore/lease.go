@@ -121,8 +121,8 @@ func (s *Store) notHolder(ctx context.Context, scope, key, owner string, fence i
 // l.Now, oldest CreatedAt first, and returns them. The orphans are selected FOR UPDATE SKIP
 // LOCKED and claimed by the same statement: a row another reclaimer is claiming is skipped,
 // not waited for, and never handed out twice. It may return fewer than limit while others
-// reclaim too. Errors: keystore.ErrInvalid (bad lease, limit < 1), keystore.ErrClosed, or the
-// database's error.
+// reclaim too. Rows that do not decode are skipped (ListPage reports them). Errors:
+// keystore.ErrInvalid (bad lease, limit < 1), keystore.ErrClosed, or the database's error.
 func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) ([]*keystore.Record, error) {
 	if err := keystore.CheckClaimExpired(l, limit); err != nil {
 		return nil, err
@@ -134,7 +134,10 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.query(ctx, `WITH orphans AS (
+	// A row that does not decode is claimed with the others but not returned: its lease
+	// lapses unused, and ListPage reports it. Failing on it would strand the good rows this
+	// statement has already claimed, and every reclaim pass would fail the same way.
+	out, err := s.queryRows(ctx, true, `WITH orphans AS (
 			SELECT tenant, key FROM idem_records
 			WHERE state = 'pending' AND (owner IS NULL OR lease_until_ns IS NULL OR lease_until_ns <= $1)
 			ORDER BY created_ns, key, tenant

@@ -204,6 +204,12 @@ func (s *Store) List(ctx context.Context, states ...keystore.State) ([]*keystore
 
 // query runs a statement that returns records, in the order it returns them.
 func (s *Store) query(ctx context.Context, sql string, args ...any) ([]*keystore.Record, error) {
+	return s.queryRows(ctx, false, sql, args...)
+}
+
+// queryRows is query that, with skipCorrupt, leaves out the rows that do not decode
+// (ErrCorrupt) instead of failing on them.
+func (s *Store) queryRows(ctx context.Context, skipCorrupt bool, sql string, args ...any) ([]*keystore.Record, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, dbErr(ctx, "query", err)
@@ -214,6 +220,9 @@ func (s *Store) query(ctx context.Context, sql string, args ...any) ([]*keystore
 		rec, err := scanRecord(rows)
 		if err != nil {
 			if errors.Is(err, ErrCorrupt) {
+				if skipCorrupt {
+					continue
+				}
 				return nil, err
 			}
 			return nil, dbErr(ctx, "scan", err)
