@@ -237,9 +237,9 @@ func TestAdminResolve(t *testing.T) {
 		detail string
 	}{
 		{`{"key":"k-pending","verdict":"executed","note":"ticket 7"}`, 409,
-			`key "k-pending" is pending, not manual: only a manual record can be resolved`},
+			`key "k-pending": record is pending; only a manual record can be resolved`},
 		{`{"intent":"order-3","verdict":"not_executed","note":"ticket 7"}`, 409,
-			`key "k-ok" is succeeded, not manual: only a manual record can be resolved`},
+			`key "k-ok": record is succeeded; only a manual record can be resolved`},
 		{`{"key":"k-manual","verdict":"maybe","note":"x"}`, 400, `verdict "maybe": want "executed" or "not_executed"`},
 		{`{"key":"k-manual","verdict":"executed","note":" "}`, 400, "a note is required: who decided, and on what evidence"},
 		{`{"key":"k-manual","verdict":"not_executed","note":"x","response":{"status":200}}`, 400,
@@ -288,7 +288,7 @@ func TestAdminResolve(t *testing.T) {
 
 	code, _, body = adminDo(t, h, "POST", "/resolve", `{"key":"k-manual","verdict":"not_executed","note":"again"}`, true)
 	assert.Equal(t, 409, code)
-	assert.JSONEq(t, problemJSON(409, `key "k-manual" is succeeded, not manual: only a manual record can be resolved`), body)
+	assert.JSONEq(t, problemJSON(409, `key "k-manual": record is succeeded; only a manual record can be resolved`), body)
 }
 
 func TestAdminResolveNotExecuted(t *testing.T) {

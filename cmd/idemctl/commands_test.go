@@ -55,7 +55,7 @@ func TestResolveFile(t *testing.T) {
 	for _, key := range []string{"k-manual", "k-pending"} {
 		code, _, errs = runCmd(t, "resolve", "-db", db, key, "-verdict", "not_executed", "-note", "again")
 		assert.Equal(t, 1, code)
-		assert.Contains(t, errs, `not manual: only a manual record can be resolved`)
+		assert.Contains(t, errs, `only a manual record can be resolved`)
 	}
 	assert.Equal(t, keystore.StatePending, readRecord(t, db, "", "k-pending").State)
 	code, _, errs = runCmd(t, "resolve", "-db", db, "nope", "-verdict", "executed", "-note", "x")
