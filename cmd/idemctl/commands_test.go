@@ -199,7 +199,7 @@ func TestAdminURL(t *testing.T) {
 	code, _, errs = cmd("resolve", "k-manual", "-verdict", "executed", "-note", "again")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errs, "409 Conflict")
-	assert.Contains(t, errs, "not manual")
+	assert.Contains(t, errs, "only a manual record can be resolved")
 
 	code, out, errs = cmd("recover", "-json")
 	require.Equal(t, 0, code, errs)
