@@ -34,7 +34,10 @@ var (
 	// ErrNotExecuted: the record was resolved as not executed (Config.Lookup found no trace
 	// of the intent, or Client.Resolve was told so). Only now may the application start a new
 	// intent for the same business payment (a new intent name, hence a new key). The record is
-	// failed with Reason ReasonNotExecuted.
+	// failed with Reason ReasonNotExecuted. The verdict reaches the application more than once
+	// (from Do, from Recover's handle, from every later Do of the intent): derive the new
+	// intent's name from the old one and a try number ("order-42#2"), so that each copy of the
+	// verdict starts the same new intent, never two.
 	ErrNotExecuted = errors.New("idem: intent resolved as not executed")
 	// ErrNotManual: Client.Resolve was asked to settle a record that is not waiting for
 	// reconciliation (not StateManual). Nothing is written.

@@ -31,15 +31,15 @@ const (
 // options (CallMaxAttempts, ...) override single fields for one call only.
 type Policy struct {
 	// MaxAttempts is the most requests sent per call, the first included (1 = no retry).
-	// Default DefaultMaxAttempts; at most 100.
+	// Default DefaultMaxAttempts (5); at most 100.
 	MaxAttempts int
 	// MaxElapsed bounds a call's total time, waits included. A retry or backoff wait that would
 	// end after it is not started (ErrExhausted; a Retry-After longer than the time left stops
 	// the call with ErrRetryAfterTooLong); an attempt or status check already under way runs
-	// to its own AttemptTimeout. Default DefaultMaxElapsed.
+	// to its own AttemptTimeout. Default DefaultMaxElapsed (60 s).
 	MaxElapsed time.Duration
 	// AttemptTimeout bounds one request from send to the last body byte. A timeout after the
-	// request was written is an unknown outcome. Default DefaultAttemptTimeout. It must be
+	// request was written is an unknown outcome. Default DefaultAttemptTimeout (10 s). It must be
 	// shorter than Config.LeaseTTL (default DefaultLeaseTTL, 30s), whatever the store, so
 	// that no attempt outlives the record's lease: NewClient refuses a longer one
 	// (ErrInvalidConfig), as Do refuses a per-call one (ErrInvalidPolicy); raise LeaseTTL
@@ -53,15 +53,15 @@ type Policy struct {
 	Jitter       float64       // randomization factor in (0, 1]; 0 means DefaultJitter (0.5); NoJitter (-1) none
 	MaxDelay     time.Duration // hard ceiling of one delay, after jitter; default DefaultMaxDelay (10s)
 	// MaxRetryAfter is the longest server-requested wait (Retry-After) idem honours; a longer
-	// one stops the call with ErrRetryAfterTooLong. Default DefaultMaxRetryAfter.
+	// one stops the call with ErrRetryAfterTooLong. Default DefaultMaxRetryAfter (30 s).
 	MaxRetryAfter time.Duration
 	// MaxKeyStatusChecks bounds the status-endpoint asks made to resolve one unknown outcome.
-	// Default DefaultMaxKeyStatusChecks.
+	// Default DefaultMaxKeyStatusChecks (5).
 	MaxKeyStatusChecks int
 	// MaxResponseSize bounds the bytes of one response body read into memory. A larger
 	// answer is not read past the bound: the attempt's outcome is unknown (the request may
 	// have executed), so the status endpoint is asked, and its report of the stored answer
-	// (read up to 4 MiB plus twice this bound) is the result. Default DefaultMaxResponseSize;
+	// (read up to 4 MiB plus twice this bound) is the result. Default DefaultMaxResponseSize (16 MiB);
 	// at most 1 GiB.
 	MaxResponseSize int64
 }

@@ -53,6 +53,9 @@ type handlePanic struct{ value any }
 // handle call has returned, even when ctx ends. If handle panics, the other records are
 // still reconciled and handed to it, and Recover then panics with the first value on the
 // caller's goroutine (where a deferred recover can catch it) instead of a worker's.
+// A record the server still processes is asked about up to Policy.MaxKeyStatusChecks times,
+// waiting its Retry-After between asks: run Recover on its own goroutine if start-up must
+// not wait for that.
 //
 // Recover is safe to run while Do calls are in flight, here or in other instances sharing
 // the Store: it first takes the orphans (pending records with no live lease: never claimed,
