@@ -123,7 +123,8 @@ func age(d time.Duration) string {
 }
 
 // writeRecord prints show and resolve: a label column of 14 and values clipped to 84 runes.
-// The lease is printed only while it is held at now: an expired one claims nothing.
+// The lease is printed only on a pending record while it is held at now: an expired one
+// claims nothing, and a finished record's only lapses.
 func writeRecord(w io.Writer, r *keystore.Record, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k string, v any) {
@@ -142,7 +143,11 @@ func writeRecord(w io.Writer, r *keystore.Record, now time.Time) error {
 	row("  body", string(r.Request.Body))
 	row("fingerprint", r.Fingerprint)
 	row("attempts", r.Attempts)
-	row("last status", r.LastStatusCode)
+	if resolved(r) {
+		row("last status", fmt.Sprintf("%d (before the resolution)", r.LastStatusCode))
+	} else {
+		row("last status", r.LastStatusCode)
+	}
 	row("reason", dash(r.Reason))
 	if resolved(r) {
 		// The error is what the record said before the resolution (such as "execution
@@ -160,7 +165,7 @@ func writeRecord(w io.Writer, r *keystore.Record, now time.Time) error {
 	}
 	row("created", r.CreatedAt.UTC().Format(time.RFC3339Nano))
 	row("updated", r.UpdatedAt.UTC().Format(time.RFC3339Nano))
-	if r.Live(now) {
+	if r.State == keystore.StatePending && r.Live(now) { // a finished record's lapses unused
 		row("lease", fmt.Sprintf("%s until %s, fence %d", r.Owner, r.LeaseUntil.UTC().Format(time.RFC3339), r.Fence))
 	}
 	if r.Response != nil {
