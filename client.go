@@ -455,9 +455,9 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 		if waited && op.intent == "" {
 			c.stats.sameKey.Add(1)
 		}
+		held = unlock // released by the deferred Unlock, also when a store or clock panics
 		rec, created, err := c.open(ctx, op, scope, &cl.own.rec)
-		if err != nil {
-			unlock.Unlock()
+		if err != nil { // the deferred Unlock releases the key
 			if errors.Is(err, ErrKeyConflict) {
 				c.onLocalKeyConflict(err)
 			}
@@ -467,11 +467,11 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 			return nil, err
 		}
 		if rec.Key != key && try < 3 { // another process bound the intent to its key meanwhile
+			held = heldLock{}
 			unlock.Unlock()
 			key = rec.Key
 			continue
 		}
-		held = unlock
 		if !created && rec.State == keystore.StatePending {
 			// Resuming writes this clock's times on the record, as creating does (see open).
 			if err := c.checkWriteClock(ctx, rec); errors.Is(err, ErrClockSkew) {

@@ -201,8 +201,14 @@ func (c *Client) renewDue() {
 	var wg sync.WaitGroup
 	for _, cl := range due {
 		wg.Go(func() {
-			if err := cl.renew(context.WithoutCancel(cl.lease.ctx)); err != nil && cl.leaseLost() == nil {
-				cl.c.warn("renewing lease", cl.rec, err) // retried when it is due again
+			var g panicGuard // a store's Renew or Hooks.OnClaimLost: no caller to raise it on
+			g.run(func() {
+				if err := cl.renew(context.WithoutCancel(cl.lease.ctx)); err != nil && cl.leaseLost() == nil {
+					cl.c.warn("renewing lease", cl.rec, err) // retried when it is due again
+				}
+			})
+			if err := g.err(); err != nil {
+				cl.c.warn("renewing lease: the application's code panicked", cl.rec, err)
 			}
 			r.mu.Lock()
 			cl.lease.renewing = false // its endLease need not wait for the others' renewals

@@ -102,9 +102,12 @@ type ResolvedEvent struct {
 }
 
 // Hooks receive events as they happen, synchronously: on the calling goroutine, except
-// OnClaimLost and OnClockSkew (and any hook fired by a background purge or reclaim pass),
-// which may run on the client's own goroutines. Keep them fast, never block, and make them
-// safe for concurrent use. Nil fields are skipped.
+// OnClaimLost and OnClockSkew (and any hook fired by a background purge or reclaim pass, or
+// by one of Recover's workers), which may run on the client's own goroutines. Keep them
+// fast, never block, and make them safe for concurrent use. Nil fields are skipped. A hook
+// (or a KeyStatusFunc, classifier, store) that panics on one of Recover's workers has its
+// panic raised again by Recover on the caller's goroutine after the run; on a background
+// pass or the lease renewer, where no caller waits, the panic is logged (Config.Logger).
 type Hooks struct {
 	OnAttempt        func(AttemptEvent)        // after every request, classified
 	OnRetry          func(RetryEvent)          // a resend was scheduled, with its delay and reason

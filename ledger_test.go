@@ -419,3 +419,82 @@ func TestRecoverHandlePanicReachesTheCaller(t *testing.T) {
 		assert.Equal(t, 1, e.srv.ExecutionsByReference("ref-"+k), k)
 	}
 }
+
+// panicStore panics in its next Create (after committing) or Get, as a buggy store wrapper
+// would.
+type panicStore struct {
+	*keystore.Memory
+	createPanics, getPanics atomic.Bool
+}
+
+func (s *panicStore) Create(ctx context.Context, r *keystore.Record) error {
+	err := s.Memory.Create(ctx, r)
+	if s.createPanics.CompareAndSwap(true, false) {
+		panic("store bug in Create")
+	}
+	return err
+}
+
+func (s *panicStore) Get(ctx context.Context, scope, key string) (*keystore.Record, error) {
+	if s.getPanics.CompareAndSwap(true, false) {
+		panic("store bug in Get")
+	}
+	return s.Memory.Get(ctx, scope, key)
+}
+
+// A store that panics while Do holds the key's lock (here in Create, after committing):
+// the lock is released as the panic unwinds, and the next Do of the key finishes it (the
+// record found pending, asked about first) instead of waiting forever.
+func TestStorePanicReleasesTheKeyLock(t *testing.T) {
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, _ int64) { a.charge(w, key, ref) })
+	store := &panicStore{Memory: keystore.NewMemory()}
+	store.createPanics.Store(true)
+	c, _ := ledgerClient(t, a, func(cfg *Config) { cfg.Store = store })
+	op := payment(1, "order-sp")
+	func() {
+		defer func() { assert.Equal(t, "store bug in Create", recover()) }()
+		_, _ = c.Do(context.Background(), op)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := c.Do(ctx, op)
+	require.NoError(t, err, "the key's lock was left held")
+	assert.Equal(t, http.StatusCreated, res.StatusCode)
+	assert.Equal(t, 1, a.charges("order-sp"))
+}
+
+// The application's code panicking on one of Recover's workers (here the store, in the
+// reclaim pass and in the listing) reaches the caller after the run, not the process's end;
+// the other records are reconciled.
+func TestRecoverWorkerPanicReachesTheCaller(t *testing.T) {
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, _ int64) { a.charge(w, key, ref) })
+	var c *Client
+	var panicked atomic.Bool
+	c, clk := ledgerClient(t, a, func(cfg *Config) {
+		cfg.KeyStatusFunc = func(ctx context.Context, req KeyStatusRequest) (KeyStatus, error) {
+			if panicked.CompareAndSwap(false, true) {
+				panic("status function bug")
+			}
+			return c.defaultStatus(statusPath)(ctx, req)
+		}
+	})
+	ctx := context.Background()
+	for i, k := range []string{"k-1", "k-2", "k-3"} {
+		require.NoError(t, c.store.Create(ctx, newPendingRecord(k, 100+i, "ref-"+k, clk.Now())))
+	}
+	func() {
+		defer func() { assert.Equal(t, "status function bug", recover()) }()
+		_, _ = c.Recover(ctx, nil)
+		t.Fatal("Recover returned without raising the worker's panic")
+	}()
+	sent := 0
+	for _, k := range []string{"k-1", "k-2", "k-3"} {
+		sent += a.charges("ref-" + k)
+	}
+	assert.Equal(t, 2, sent, "the two other records were reconciled")
+	_, err := c.Recover(ctx, nil) // the one whose call panicked is finished by the next run
+	require.NoError(t, err)
+	for _, k := range []string{"k-1", "k-2", "k-3"} {
+		assert.Equal(t, 1, a.charges("ref-"+k), k)
+	}
+}

@@ -34,8 +34,9 @@ const reclaimAhead = 8
 // reclaimPass claims orphans in batches of up to reclaimAhead per worker and reconciles each
 // with a resumed call. out gets every record handled (ran false: a call of this process holds
 // its key, so it was skipped). It returns the records it claimed, and the first ClaimExpired
-// error.
-func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Reconciled, bool)) (map[scopedKey]bool, error) {
+// error. A panic of a record's call (the application's code) is kept in g, and the workers
+// go on with the other records.
+func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Reconciled, bool), g *panicGuard) (map[scopedKey]bool, error) {
 	workers := c.cfg.RecoverConcurrency
 	claimed := make(map[scopedKey]bool)
 	var (
@@ -61,11 +62,13 @@ func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Recon
 					hold(rec)
 					continue
 				}
-				r, ran, pending := c.reclaimOne(ctx, s, rec)
-				if pending {
-					hold(rec)
-				}
-				out(r, ran)
+				g.run(func() {
+					r, ran, pending := c.reclaimOne(ctx, s, rec)
+					if pending {
+						hold(rec)
+					}
+					out(r, ran)
+				})
 			}
 		})
 	}
@@ -197,8 +200,12 @@ func (c *Client) reclaimNow(ctx context.Context) {
 		c.warnf("background reclaim", err)
 		return
 	}
-	if _, err := c.reclaimPass(ctx, s, func(Reconciled, bool) {}); err != nil && !errors.Is(err, ErrClockSkew) {
+	var g panicGuard // no caller to raise it on: logged, and the pass went on without it
+	if _, err := c.reclaimPass(ctx, s, func(Reconciled, bool) {}, &g); err != nil && !errors.Is(err, ErrClockSkew) {
 		c.warnf("background reclaim", err) // a skew is reported already
+	}
+	if err := g.err(); err != nil {
+		c.warnf("background reclaim: the application's code panicked reconciling a record", err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/idemkit/idem/keystore"
 )
@@ -39,9 +38,6 @@ type RecoverReport struct {
 	// Config.Lookup settled in this run, as executed or not executed.
 	Resolved int
 }
-
-// handlePanic is a panic of Recover's handle, raised again on the caller's goroutine.
-type handlePanic struct{ value any }
 
 // Recover reconciles every pending record, typically at start-up after a crash: status
 // endpoint first, resend with the same key only when that is safe (the server says it never
@@ -90,23 +86,13 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 	if err != nil {
 		return rep, err
 	}
-	// handle runs on Recover's workers, where a panic would end the process whatever the
-	// caller defers: the first is kept and raised again here once every worker is done.
+	// handle and the application's code in each call (a KeyStatusFunc, a hook, the store)
+	// run on Recover's workers, where a panic would end the process whatever the caller
+	// defers: the first is kept and raised again here once every worker is done.
+	var guard panicGuard
+	defer guard.raise()
 	if h := handle; h != nil {
-		var panicked atomic.Pointer[handlePanic]
-		handle = func(out Reconciled) {
-			defer func() {
-				if p := recover(); p != nil {
-					panicked.CompareAndSwap(nil, &handlePanic{p})
-				}
-			}()
-			h(out)
-		}
-		defer func() {
-			if p := panicked.Load(); p != nil {
-				panic(p.value)
-			}
-		}()
+		handle = func(out Reconciled) { guard.run(func() { h(out) }) }
 	}
 	// The purge and the claims below act on other instances' records by this clock.
 	if err := c.checkClock(ctx, opPurge, nil); err != nil {
@@ -127,7 +113,7 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 		}
 	}
 	// First the orphans, claimed in batches: records other instances hold are left to them.
-	claimed, claimErr := c.reclaimPass(ctx, s, record)
+	claimed, claimErr := c.reclaimPass(ctx, s, record, &guard)
 	if errors.Is(claimErr, ErrClockSkew) { // the clock stepped since the purge's check
 		return rep, claimErr
 	}
@@ -151,25 +137,7 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 		go func() {
 			defer wg.Done()
 			for rec := range work {
-				if rec.State == keystore.StateManual {
-					out, ran := c.resolveOne(ctx, rec)
-					if ran {
-						mu.Lock()
-						rep.Resolved++
-						mu.Unlock()
-						if handle != nil {
-							handle(out)
-						}
-					}
-					continue
-				}
-				out, ran, err := c.recoverOne(ctx, s, rec)
-				if err != nil {
-					mu.Lock()
-					takeoverErr = cmp.Or(takeoverErr, err)
-					mu.Unlock()
-				}
-				record(out, ran)
+				guard.run(func() { c.recoverListed(ctx, s, rec, &mu, &rep, &takeoverErr, handle, record) })
 			}
 		}()
 	}
@@ -324,4 +292,29 @@ func (c *Client) resolveOne(ctx context.Context, rec *keystore.Record) (Reconcil
 		return Reconciled{}, false
 	}
 	return Reconciled{Record: fresh.Clone(), Result: res, Err: err}, true
+}
+
+// recoverListed reconciles one record of Recover's listing: a manual one through the
+// business lookup, a pending one through a resumed call. It runs on a worker.
+func (c *Client) recoverListed(ctx context.Context, s callSettings, rec *keystore.Record, mu *sync.Mutex, rep *RecoverReport,
+	takeoverErr *error, handle func(Reconciled), record func(Reconciled, bool)) {
+	if rec.State == keystore.StateManual {
+		out, ran := c.resolveOne(ctx, rec)
+		if ran {
+			mu.Lock()
+			rep.Resolved++
+			mu.Unlock()
+			if handle != nil {
+				handle(out)
+			}
+		}
+		return
+	}
+	out, ran, err := c.recoverOne(ctx, s, rec)
+	if err != nil {
+		mu.Lock()
+		*takeoverErr = cmp.Or(*takeoverErr, err)
+		mu.Unlock()
+	}
+	record(out, ran)
 }
