@@ -63,7 +63,8 @@ const maxAdminBody = 1 << 20
 // application/json, 400 for bad input (an unknown state, a bad
 // duration or number, unknown JSON fields, a body over 1 MiB), 404 for an unknown path or
 // record, 405 with an Allow header for a wrong method, 409 when the record to resolve is not
-// manual or a Recover started here is still running, 500 when the keystore fails or c is nil
+// manual or a Recover started here is still running, 503 when this host's clock is too far
+// off the store's to write a verdict (ErrClockSkew), 500 when the keystore fails or c is nil
 // or zero (not made by NewClient).
 //
 // Records never hold credentials (idem strips Authorization, Cookie, Proxy-Authorization,

@@ -283,6 +283,8 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, fmt.Sprintf("key %q is gone", rec.Key))
 	case errors.Is(err, ErrInvalidOperation):
 		problem(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, ErrClockSkew): // this host's clock: fix it, or resolve from another
+		problem(w, http.StatusServiceUnavailable, err.Error())
 	case err != nil:
 		problem(w, http.StatusInternalServerError, err.Error())
 	default:

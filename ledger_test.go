@@ -370,28 +370,47 @@ func TestPanicInCallReleasesTheLease(t *testing.T) {
 }
 
 // A status answer carries the stored response whole: one over the old 4 MiB bound, with a
-// body the API could have sent itself (under MaxResponseSize), is read, not cut into an
+// body the API could have sent itself (under the call's MaxResponseSize, which may exceed
+// the client's), even escaped in a JSON string at six bytes a byte, is read, not cut into an
 // outcome unknown that no later call could settle.
 func TestStatusAnswerWithALargeBody(t *testing.T) {
-	big := strings.Repeat("x", 5<<20)
-	var posts atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			posts.Add(1)
-			panic(http.ErrAbortHandler) // charged, the answer lost
-		}
-		fmt.Fprintf(w, `{"status":"completed","response_status":201,"response_body":%q}`, big)
-	}))
-	defer srv.Close()
-	clk := newFakeClock()
-	c, err := NewClient(Config{BaseURL: srv.URL, KeyStatusURL: statusPath, Store: keystore.NewMemory(), Now: clk.Now, Sleep: clk.Sleep})
-	require.NoError(t, err)
-	defer c.Close()
-	res, err := c.Do(context.Background(), payment(1, "order-big"))
-	require.NoError(t, err)
-	assert.Equal(t, SourceKeyStatus, res.Source)
-	assert.Len(t, res.Body, len(big)+2) // the JSON string, quotes included
-	assert.EqualValues(t, 1, posts.Load())
+	for _, tc := range []struct {
+		name           string
+		body           string
+		client, call   int64 // MaxResponseSize; 0: the default
+		wantBodyLength int
+	}{
+		{"5 MiB under the default bound", strings.Repeat("x", 5<<20), 0, 0, 5<<20 + 2},
+		{"7 MiB under the call's bound", strings.Repeat("x", 7<<20), 1 << 20, 64 << 20, 7<<20 + 2},
+		{"1 MiB escaped sixfold", strings.Repeat("<", 1<<20), 1 << 20, 0, 6<<20 + 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stored, _ := json.Marshal(tc.body) // "<" becomes \u003c, as encoding/json writes it
+			var posts atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost {
+					posts.Add(1)
+					panic(http.ErrAbortHandler) // charged, the answer lost
+				}
+				fmt.Fprintf(w, `{"status":"completed","response_status":201,"response_body":%s}`, stored)
+			}))
+			defer srv.Close()
+			clk := newFakeClock()
+			c, err := NewClient(Config{BaseURL: srv.URL, KeyStatusURL: statusPath, Store: keystore.NewMemory(), Now: clk.Now, Sleep: clk.Sleep,
+				Policy: Policy{MaxResponseSize: tc.client}})
+			require.NoError(t, err)
+			defer c.Close()
+			var opts []CallOption
+			if tc.call > 0 {
+				opts = append(opts, CallPolicy(Policy{MaxResponseSize: tc.call}))
+			}
+			res, err := c.Do(context.Background(), payment(1, "order-big"), opts...)
+			require.NoError(t, err)
+			assert.Equal(t, SourceKeyStatus, res.Source)
+			assert.Len(t, res.Body, tc.wantBodyLength)
+			assert.EqualValues(t, 1, posts.Load())
+		})
+	}
 }
 
 // A handle that panics runs on Recover's workers: the panic comes back on the caller's

@@ -48,7 +48,7 @@ func (c *Client) getter(rec *keystore.Record, header http.Header) func(context.C
 			return 0, nil, err
 		}
 		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, c.statusBodyLimit()))
+		body, err := io.ReadAll(io.LimitReader(resp.Body, c.statusBodyLimit(ctx)))
 		return resp.StatusCode, body, err
 	}
 }

@@ -61,7 +61,7 @@ type Policy struct {
 	// MaxResponseSize bounds the bytes of one response body read into memory. A larger
 	// answer is not read past the bound: the attempt's outcome is unknown (the request may
 	// have executed), so the status endpoint is asked, and its report of the stored answer
-	// (read up to 4 MiB plus twice this bound) is the result. Default DefaultMaxResponseSize (16 MiB);
+	// (read up to 4 MiB plus six times this bound) is the result. Default DefaultMaxResponseSize (16 MiB);
 	// at most 1 GiB.
 	MaxResponseSize int64
 }

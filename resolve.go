@@ -64,7 +64,8 @@ type LookupRequest struct {
 	Record *keystore.Record
 	// Get sends GET path (relative to Config.BaseURL, or absolute) with the operation's
 	// headers, Config.Credentials and "Accept: application/json", never following redirects,
-	// bounded by Policy.AttemptTimeout, and returns the status and up to 4 MiB of body.
+	// bounded by Policy.AttemptTimeout, and returns the status and the body, read up to
+	// 4 MiB plus six times the client's Policy.MaxResponseSize.
 	Get func(ctx context.Context, path string) (status int, body []byte, err error)
 }
 
@@ -86,7 +87,10 @@ type LookupFunc func(ctx context.Context, req LookupRequest) (Resolution, error)
 // that is not a 2xx (the record would become succeeded with an error answer);
 // keystore.ErrNotFound when there is no such record; an *OperationError matching
 // ErrNotManual when the record is not manual (pending, succeeded or failed: nothing is
-// written); ErrCanceled when ctx ends while waiting; a keystore error when the write fails.
+// written); ErrCanceled when ctx ends while waiting; a *ClockSkewError (ErrClockSkew) when
+// the store has a clock and Config.Now is off it by more than Config.MaxClockSkew (the
+// verdict's time would be wrong for every other instance; nothing is written); a keystore
+// error when the write fails.
 func (c *Client) Resolve(ctx context.Context, scope, key string, r Resolution) (*keystore.Record, error) {
 	if err := checkEntry(c, ctx); err != nil {
 		return nil, err

@@ -39,7 +39,7 @@ func (cl *call) resolve(ctx context.Context) bool {
 		if i > 0 && !cl.wait(ctx, wait, fromRA) {
 			return false
 		}
-		sctx, cancel := context.WithTimeout(ctx, cl.s.policy.AttemptTimeout)
+		sctx, cancel := context.WithTimeout(context.WithValue(ctx, responseSizeKey{}, cl.s.policy.MaxResponseSize), cl.s.policy.AttemptTimeout)
 		st, err := cl.s.status(sctx, req)
 		cancel()
 		cl.statusChecks++
@@ -98,12 +98,23 @@ func notFinal(code int) bool {
 }
 
 // maxStatusBody bounds a status answer (or a lookup's) read into memory, in bytes, beyond
-// twice the client's Policy.MaxResponseSize: the answer carries the stored response whole,
-// and one the API itself would have been allowed to send must never be cut into "unknown".
+// six times the call's Policy.MaxResponseSize: the answer carries the stored response whole,
+// possibly as a JSON string where a byte such as "<" takes six ("\u003c"), and one the API
+// itself would have been allowed to send must never be cut into "unknown".
 const maxStatusBody = 4 << 20
 
-// statusBodyLimit is the bound on one status or lookup answer, in bytes.
-func (c *Client) statusBodyLimit() int64 { return maxStatusBody + 2*c.policy.MaxResponseSize }
+// responseSizeKey is the context key of the asking call's Policy.MaxResponseSize (int64).
+type responseSizeKey struct{}
+
+// statusBodyLimit is the bound on one status or lookup answer, in bytes: from the asking
+// call's policy when ctx carries it, else the client's.
+func (c *Client) statusBodyLimit(ctx context.Context) int64 {
+	size, ok := ctx.Value(responseSizeKey{}).(int64)
+	if !ok {
+		size = c.policy.MaxResponseSize
+	}
+	return maxStatusBody + 6*size
+}
 
 // defaultStatus asks GET BaseURL+path (with "{key}" replaced by the escaped key) in the
 // default JSON convention, with the key header, the operation's headers and credentials.
@@ -139,7 +150,7 @@ func (c *Client) defaultStatus(path string) KeyStatusFunc {
 			return KeyStatus{}, err
 		}
 		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, c.statusBodyLimit()))
+		body, err := io.ReadAll(io.LimitReader(resp.Body, c.statusBodyLimit(ctx)))
 		if err != nil {
 			return KeyStatus{}, err
 		}

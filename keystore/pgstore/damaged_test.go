@@ -73,3 +73,34 @@ func TestRecoverSkipsDamagedRow(t *testing.T) {
 		t.Fatalf("damaged row now holds %q (%v); want it untouched", header, err)
 	}
 }
+
+// A whole batch of damaged orphans ahead of good ones: one ClaimExpired still returns the
+// good ones (another round fills the batch), so a reclaim pass is never stopped by them.
+func TestClaimExpiredPastABatchOfDamagedRows(t *testing.T) {
+	pool := testSchema(t)
+	p := pool()
+	s := openStore(t, p, nil)
+	ctx := context.Background()
+	at := time.Now().Add(-time.Minute)
+	for i := range 11 {
+		k := fmt.Sprintf("k-%02d", i)
+		if err := s.Create(ctx, pendingPayment(k, "ref-"+k, at.Add(time.Duration(i)*time.Millisecond))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.Exec(ctx, `UPDATE idem_records SET request_header = '\x7b6e6f'::bytea WHERE key < 'k-08'`); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	recs, err := s.ClaimExpired(ctx, keystore.Lease{Owner: "inst-a", Now: now, Until: now.Add(time.Minute)}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, r := range recs {
+		keys = append(keys, r.Key)
+	}
+	if fmt.Sprint(keys) != "[k-08 k-09 k-10]" {
+		t.Fatalf("claimed %v; want the three good orphans behind the eight damaged ones", keys)
+	}
+}

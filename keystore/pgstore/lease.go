@@ -136,18 +136,30 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 	}
 	// A row that does not decode is claimed with the others but not returned: its lease
 	// lapses unused, and ListPage reports it. Failing on it would strand the good rows this
-	// statement has already claimed, and every reclaim pass would fail the same way.
-	out, err := s.queryRows(ctx, true, `WITH orphans AS (
-			SELECT tenant, key FROM idem_records
-			WHERE state = 'pending' AND (owner IS NULL OR lease_until_ns IS NULL OR lease_until_ns <= $1)
-			ORDER BY created_ns, key, tenant
-			LIMIT $4
-			FOR UPDATE SKIP LOCKED)
-		UPDATE idem_records r SET owner = $2, lease_until_ns = $3, fence = r.fence + 1
-		FROM orphans o WHERE r.tenant = o.tenant AND r.key = o.key
-		RETURNING `+qualified, now, l.Owner, until, limit)
-	if err != nil {
-		return nil, err
+	// statement has already claimed, and every reclaim pass would fail the same way. Claimed,
+	// it is not an orphan again before its lease lapses, so another round fills the batch
+	// with the rows behind it: a batch of damaged rows alone must not end a reclaim pass.
+	out := []*keystore.Record{}
+	for len(out) < limit {
+		recs, n, err := s.queryRows(ctx, true, `WITH orphans AS (
+				SELECT tenant, key FROM idem_records
+				WHERE state = 'pending' AND (owner IS NULL OR lease_until_ns IS NULL OR lease_until_ns <= $1)
+				ORDER BY created_ns, key, tenant
+				LIMIT $4
+				FOR UPDATE SKIP LOCKED)
+			UPDATE idem_records r SET owner = $2, lease_until_ns = $3, fence = r.fence + 1
+			FROM orphans o WHERE r.tenant = o.tenant AND r.key = o.key
+			RETURNING `+qualified, now, l.Owner, until, limit-len(out))
+		if err != nil {
+			if len(out) > 0 { // claimed already: hand them out, the next call reports the error
+				break
+			}
+			return nil, err
+		}
+		out = append(out, recs...)
+		if n == len(recs) || n == 0 { // nothing skipped, or no orphan left
+			break
+		}
 	}
 	keystore.SortRecords(out)
 	return out, nil

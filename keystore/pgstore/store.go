@@ -204,35 +204,37 @@ func (s *Store) List(ctx context.Context, states ...keystore.State) ([]*keystore
 
 // query runs a statement that returns records, in the order it returns them.
 func (s *Store) query(ctx context.Context, sql string, args ...any) ([]*keystore.Record, error) {
-	return s.queryRows(ctx, false, sql, args...)
+	out, _, err := s.queryRows(ctx, false, sql, args...)
+	return out, err
 }
 
 // queryRows is query that, with skipCorrupt, leaves out the rows that do not decode
-// (ErrCorrupt) instead of failing on them.
-func (s *Store) queryRows(ctx context.Context, skipCorrupt bool, sql string, args ...any) ([]*keystore.Record, error) {
+// (ErrCorrupt) instead of failing on them; n counts every row, skipped ones included.
+func (s *Store) queryRows(ctx context.Context, skipCorrupt bool, sql string, args ...any) (out []*keystore.Record, n int, err error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, dbErr(ctx, "query", err)
+		return nil, 0, dbErr(ctx, "query", err)
 	}
 	defer rows.Close()
-	out := []*keystore.Record{}
+	out = []*keystore.Record{}
 	for rows.Next() {
+		n++
 		rec, err := scanRecord(rows)
 		if err != nil {
 			if errors.Is(err, ErrCorrupt) {
 				if skipCorrupt {
 					continue
 				}
-				return nil, err
+				return nil, n, err
 			}
-			return nil, dbErr(ctx, "scan", err)
+			return nil, n, dbErr(ctx, "scan", err)
 		}
 		out = append(out, rec)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, dbErr(ctx, "query", err)
+		return nil, n, dbErr(ctx, "query", err)
 	}
-	return out, nil
+	return out, n, nil
 }
 
 // Purge deletes the terminal records (succeeded, failed) whose UpdatedAt is before cutoff,
