@@ -95,5 +95,9 @@ func parseCursor(c keystore.Cursor) (created int64, key, tenant []byte, err erro
 	if err1 != nil || err2 != nil || n < 0 || n > len(rest) {
 		return 0, nil, nil, bad
 	}
-	return created, []byte(rest[:n]), []byte(rest[n:]), nil
+	key, tenant = []byte(rest[:n]), []byte(rest[n:])
+	if makeCursor(created, key, tenant) != c { // "+1", "01": not a cursor ListPage made
+		return 0, nil, nil, bad
+	}
+	return created, key, tenant, nil
 }
