@@ -15,6 +15,9 @@ import (
 	"github.com/idemkit/idem/idemserver"
 )
 
+// cancelKey carries a request's own cancel function to the handler (TestPanicAfterExecutionBeganStoresA500).
+type cancelKey struct{}
+
 // wrapMemory is NewMemory whose claims' Complete fails as fail says (nil: never), as a
 // backend over a network store fails: a cancelled context, a reset connection.
 type wrapMemory struct {
@@ -84,19 +87,17 @@ func TestPanicAfterExecutionBeganStoresA500(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var cancel context.CancelFunc
 			h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				runs.Add(1) // the charge
 				if tc.cancel {
-					cancel() // as when the client goes away
+					r.Context().Value(cancelKey{}).(context.CancelFunc)() // as when the client goes away
 				}
 				panic(http.ErrAbortHandler)
 			}))
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				var ctx context.Context
-				ctx, cancel = context.WithCancel(r.Context())
+				ctx, cancel := context.WithCancel(r.Context())
 				defer cancel()
-				h.ServeHTTP(w, r.WithContext(ctx))
+				h.ServeHTTP(w, r.WithContext(context.WithValue(ctx, cancelKey{}, cancel)))
 			}))
 			defer srv.Close()
 			post := func() (*http.Response, string, error) {
