@@ -137,7 +137,27 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 		go func() {
 			defer wg.Done()
 			for rec := range work {
-				guard.run(func() { c.recoverListed(ctx, s, rec, &mu, &rep, &takeoverErr, handle, record) })
+				guard.run(func() {
+					if rec.State == keystore.StateManual {
+						out, ran := c.resolveOne(ctx, rec)
+						if ran {
+							mu.Lock()
+							rep.Resolved++
+							mu.Unlock()
+							if handle != nil {
+								handle(out)
+							}
+						}
+						return
+					}
+					out, ran, err := c.recoverOne(ctx, s, rec)
+					if err != nil {
+						mu.Lock()
+						takeoverErr = cmp.Or(takeoverErr, err)
+						mu.Unlock()
+					}
+					record(out, ran)
+				})
 			}
 		}()
 	}
@@ -292,29 +312,4 @@ func (c *Client) resolveOne(ctx context.Context, rec *keystore.Record) (Reconcil
 		return Reconciled{}, false
 	}
 	return Reconciled{Record: fresh.Clone(), Result: res, Err: err}, true
-}
-
-// recoverListed reconciles one record of Recover's listing: a manual one through the
-// business lookup, a pending one through a resumed call. It runs on a worker.
-func (c *Client) recoverListed(ctx context.Context, s callSettings, rec *keystore.Record, mu *sync.Mutex, rep *RecoverReport,
-	takeoverErr *error, handle func(Reconciled), record func(Reconciled, bool)) {
-	if rec.State == keystore.StateManual {
-		out, ran := c.resolveOne(ctx, rec)
-		if ran {
-			mu.Lock()
-			rep.Resolved++
-			mu.Unlock()
-			if handle != nil {
-				handle(out)
-			}
-		}
-		return
-	}
-	out, ran, err := c.recoverOne(ctx, s, rec)
-	if err != nil {
-		mu.Lock()
-		*takeoverErr = cmp.Or(*takeoverErr, err)
-		mu.Unlock()
-	}
-	record(out, ran)
 }
