@@ -35,6 +35,7 @@ type call struct {
 	attempts     int // requests sent in this call
 	statusChecks int
 	unknown      bool // an attempt may have executed and no answer resolved it yet
+	mayLand      bool // a status check said "not found" after an unknown outcome: that request may still arrive
 	last         *Attempt
 	delay        time.Duration         // wait before the next attempt, decided in checkRetry
 	spent        int                   // retry-budget tokens this call took
@@ -208,7 +209,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		class = ClassStoredServerError // "do not retry" on a 5xx: the effect is still unknown
 	}
 	cl.c.onAttempt(cl, a, class)
-	if (class == ClassPermanent || class == ClassKeyConflict) && cl.unknown && !a.replayed() {
+	if (class == ClassPermanent || class == ClassKeyConflict) && (cl.unknown || cl.mayLand) && !a.replayed() {
 		// A resend after an attempt whose outcome is unknown met a refusal that is not the
 		// key's stored answer: an auth layer's 401, a WAF's 403, a key reuse judged on a
 		// header that changed, or (a classifier of the caller's) no answer at all. It says

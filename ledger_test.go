@@ -4,13 +4,16 @@ package idem
 // a payments API whose every answer the test scripts: found by adversarial runs.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -516,4 +519,130 @@ func TestRecoverWorkerPanicReachesTheCaller(t *testing.T) {
 	for _, k := range []string{"k-1", "k-2", "k-3"} {
 		assert.Equal(t, 1, a.charges("ref-"+k), k)
 	}
+}
+
+// A status check's "not found" after an unknown outcome does not prove that request will
+// never arrive (queued in a load balancer): a WAF's 403 to the resend is no answer for the
+// payment, which stays pending (ErrOutcomeUnknown), never a failure after which the
+// application would pay again while the first request lands.
+func TestRefusalAfterNotFoundIsUnknown(t *testing.T) {
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
+		switch n {
+		case 1: // queued somewhere: the client times out, the server has not seen the key
+			panic(http.ErrAbortHandler)
+		case 2:
+			w.WriteHeader(http.StatusForbidden) // a WAF in front of the API
+		default:
+			a.charge(w, key, ref)
+		}
+	})
+	c, _ := ledgerClient(t, a, nil)
+	op := payment(1, "order-w", WithIntent("order-w"))
+	_, err := c.Do(context.Background(), op)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.NotErrorIs(t, err, ErrPermanent)
+	rec, gerr := c.store.GetByIntent(context.Background(), "", "order-w")
+	require.NoError(t, gerr)
+	assert.Equal(t, keystore.StatePending, rec.State)
+	res, err := c.Do(context.Background(), op) // the same intent again: asked, then sent once
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusCreated, res.StatusCode)
+	assert.Equal(t, 1, a.charges("order-w"))
+}
+
+// A record a reclaim pass claimed waits in its queue while a Do of this process (same
+// owner) takes the key and finishes it: the worker, getting the key lock afterwards, does
+// nothing with its stale copy (it re-reads the record under its claim): no status check, no
+// send, whatever the copy said.
+func TestReclaimWorkerSkipsARecordDoFinished(t *testing.T) {
+	hold := make(chan struct{})
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) { a.charge(w, key, ref) })
+	var c *Client
+	var asksR atomic.Int32
+	c, clk := ledgerClient(t, a, func(cfg *Config) {
+		cfg.RecoverConcurrency, cfg.PurgeInterval = 1, -1
+		cfg.KeyStatusFunc = func(ctx context.Context, req KeyStatusRequest) (KeyStatus, error) {
+			switch req.Key {
+			case "k-b0":
+				<-hold // the one worker is busy with k-b0; k-r waits in the queue
+			case "k-r":
+				asksR.Add(1)
+			}
+			return c.defaultStatus(statusPath)(ctx, req)
+		}
+	})
+	ctx := context.Background()
+	b0 := newPendingRecord("k-b0", 100, "ref-b0", clk.Now())
+	r := newPendingRecord("k-r", 200, "ref-r", clk.Now().Add(time.Millisecond))
+	r.Intent = "order-r"
+	require.NoError(t, c.store.Create(ctx, b0))
+	require.NoError(t, c.store.Create(ctx, r))
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = c.Recover(ctx, nil) }()
+	require.Eventually(t, func() bool {
+		got, _ := c.store.Get(ctx, "", "k-r")
+		return got.Owner == c.Owner()
+	}, 5*time.Second, time.Millisecond, "the pass claims k-r")
+	res, err := c.Do(ctx, NewOperation(http.MethodPost, "/v1/payments", paymentBody(200, "ref-r"), WithIntent("order-r"), WithKey("k-r")))
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusCreated, res.StatusCode)
+	close(hold)
+	<-done
+	got, err := c.store.Get(ctx, "", "k-r")
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StateSucceeded, got.State)
+	assert.Equal(t, 1, a.charges("ref-r"))
+	assert.Equal(t, 1, a.charges("ref-b0"))
+	assert.EqualValues(t, 2, a.posts.Load(), "k-r sent once, by Do; k-b0 once")
+	assert.EqualValues(t, 1, asksR.Load(), "k-r asked about by Do only")
+}
+
+// purgePanicStore's PurgeBatch panics, as a buggy store wrapper would.
+type purgePanicStore struct{ *keystore.Memory }
+
+func (purgePanicStore) PurgeBatch(context.Context, time.Time, keystore.Cursor, int) (int, keystore.Cursor, error) {
+	panic("store bug in PurgeBatch")
+}
+
+// The background purge runs on a goroutine of the client's own, where no caller waits: a
+// panic of the application's code there is logged, and the process goes on.
+func TestBackgroundPurgePanicIsLogged(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, _ int64) { a.charge(w, key, ref) })
+	c, clk := ledgerClient(t, a, func(cfg *Config) {
+		cfg.Store = purgePanicStore{keystore.NewMemory()}
+		cfg.PurgeInterval = time.Minute
+		cfg.Logger = slog.New(slog.NewTextHandler(lockedWriter{&buf, &mu}, nil))
+	})
+	clk.Advance(2 * time.Minute) // a pass is due at the next Do
+	_, err := c.Do(context.Background(), payment(1, "order-bp"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(buf.String(), "store bug in PurgeBatch")
+	}, 5*time.Second, time.Millisecond)
+}
+
+// pageStore is Memory whose ListPage panics, as a buggy Pager would.
+type pageStore struct{ *keystore.Memory }
+
+func (pageStore) ListPage(context.Context, []keystore.State, keystore.Cursor, int) (keystore.Page, error) {
+	panic("store bug in ListPage")
+}
+
+// A panic on Recover's own goroutine (here in the store's ListPage) reaches the caller only
+// once Recover's workers have ended: none is left to send after the caller moved on.
+func TestRecoverPanicEndsItsWorkers(t *testing.T) {
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, _ int64) { a.charge(w, key, ref) })
+	c, _ := ledgerClient(t, a, func(cfg *Config) {
+		cfg.Store, cfg.RecoverConcurrency, cfg.PurgeInterval = pageStore{keystore.NewMemory()}, 8, -1
+	})
+	before := runtime.NumGoroutine()
+	func() {
+		defer func() { assert.Equal(t, "store bug in ListPage", recover()) }()
+		_, _ = c.Recover(context.Background(), nil)
+	}()
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before, "Recover's workers outlived it")
 }

@@ -69,16 +69,22 @@ func (c *Client) maybePurge() {
 	go func() {
 		defer p.wg.Done()
 		defer p.running.Store(false)
-		if err := c.checkClock(p.ctx, opPurge, nil); err != nil {
-			if p.ctx.Err() == nil && !errors.Is(err, ErrClockSkew) { // a skew is reported already
+		var g panicGuard // the store or a hook (OnClockSkew): no caller to raise it on
+		g.run(func() {
+			if err := c.checkClock(p.ctx, opPurge, nil); err != nil {
+				if p.ctx.Err() == nil && !errors.Is(err, ErrClockSkew) { // a skew is reported already
+					c.warnf("background retention purge", err)
+				}
+				return
+			}
+			n, err := c.purgeOld(p.ctx, now.Add(-c.cfg.Retention))
+			p.purged.Add(int64(n))
+			if err != nil && p.ctx.Err() == nil {
 				c.warnf("background retention purge", err)
 			}
-			return
-		}
-		n, err := c.purgeOld(p.ctx, now.Add(-c.cfg.Retention))
-		p.purged.Add(int64(n))
-		if err != nil && p.ctx.Err() == nil {
-			c.warnf("background retention purge", err)
+		})
+		if err := g.err(); err != nil {
+			c.warnf("background retention purge: the application's code panicked", err)
 		}
 	}()
 }

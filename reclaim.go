@@ -137,7 +137,14 @@ func (c *Client) reclaimOne(ctx context.Context, s callSettings, rec *keystore.R
 		return Reconciled{}, false, true
 	}
 	defer unlock()
-	return c.reconcileClaimed(ctx, s, rec, true)
+	// rec was claimed when its batch was; a Do of this process may have taken the key since
+	// (a lease of its own owner) and finished it while rec waited in the queue. Only the
+	// record as it is now, still under this claim, may be sent.
+	fresh, err := c.get(ctx, rec.Scope, rec.Key)
+	if err != nil || fresh.State != keystore.StatePending || fresh.Owner != rec.Owner || fresh.Fence != rec.Fence {
+		return Reconciled{}, false, false
+	}
+	return c.reconcileClaimed(ctx, s, fresh, true)
 }
 
 // reconcileClaimed runs a resumed call on rec, claimed by this client, with its key locked.
@@ -201,9 +208,11 @@ func (c *Client) reclaimNow(ctx context.Context) {
 		return
 	}
 	var g panicGuard // no caller to raise it on: logged, and the pass went on without it
-	if _, err := c.reclaimPass(ctx, s, func(Reconciled, bool) {}, &g); err != nil && !errors.Is(err, ErrClockSkew) {
-		c.warnf("background reclaim", err) // a skew is reported already
-	}
+	g.run(func() {   // the pass's own store calls and hooks too (ClaimExpired, OnClockSkew)
+		if _, err := c.reclaimPass(ctx, s, func(Reconciled, bool) {}, &g); err != nil && !errors.Is(err, ErrClockSkew) {
+			c.warnf("background reclaim", err) // a skew is reported already
+		}
+	})
 	if err := g.err(); err != nil {
 		c.warnf("background reclaim: the application's code panicked reconciling a record", err)
 	}

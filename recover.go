@@ -132,6 +132,10 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 	work := make(chan *keystore.Record)
 	var takeoverErr error // a takeover the clock check refused (the clock stepped during the run)
 	var wg sync.WaitGroup
+	// The workers end before Recover returns, a panic on this goroutine included (a Pager,
+	// Hooks.OnDamagedRecord): none may send after the caller has moved on.
+	stopWorkers := sync.OnceFunc(func() { close(work); wg.Wait() })
+	defer stopWorkers()
 	for range c.cfg.RecoverConcurrency {
 		wg.Add(1)
 		go func() {
@@ -187,8 +191,7 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 		}
 		return nil
 	})
-	close(work)
-	wg.Wait()
+	stopWorkers()
 	if err != nil && ctx.Err() == nil {
 		return rep, fmt.Errorf("idem: listing pending records: %w", err)
 	}

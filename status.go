@@ -40,7 +40,7 @@ func (s KeyStatusState) String() string {
 type KeyStatus struct {
 	State              KeyStatusState // KeyStatusCompleted, KeyStatusProcessing, KeyStatusNotFound, or KeyStatusUnknown
 	ResponseStatusCode int            // the stored HTTP status of the operation, when completed
-	ResponseBody       []byte         // the stored response body, when completed
+	ResponseBody       []byte         // the stored response body, when completed: response_body's JSON value as sent, not the original bytes (idemserver compacts JSON and sends any other body as a JSON string)
 	RetryAfter         time.Duration  // the server's Retry-After on this answer, if HasRetryAfter
 	HasRetryAfter      bool           // the answer carried a valid Retry-After
 }

@@ -75,7 +75,10 @@ func (cl *call) resolve(ctx context.Context) bool {
 				return false
 			}
 			cl.c.stats.unknownResolved.Add(1)
-			cl.unknown = false
+			// Not found says the server has not seen the key yet, not that the earlier
+			// request will never arrive (queued in a load balancer, say): mayLand keeps a
+			// refusal of the resend from passing for the payment's answer.
+			cl.unknown, cl.mayLand = false, true
 			return true
 		}
 		// Processing, or no usable answer: back off, or wait longer if the server asks.

@@ -23,7 +23,9 @@ type statusHandler struct {
 // e.g. "POST /v1/payments"), in the convention of idem's client (DecodeKeyStatus):
 // 200 {"status":"completed","response_status":N,"response_body":B},
 // 202 {"status":"processing"} with Retry-After, 404 {"status":"not_found"}. B is the stored
-// body when it is JSON, else the body as a JSON string; an empty body has no response_body. The tenant comes from Config.Tenant
+// body when it is JSON (compacted and HTML-escaped by encoding/json, so not byte for byte:
+// the replay to a request with the key is), else the body as a JSON string (invalid UTF-8
+// replaced); an empty body has no response_body. The tenant comes from Config.Tenant
 // (401 when it fails), so one tenant never learns of another's keys. key extracts the raw key
 // (sf-string or token) from the request; nil means the path value "key" (a ServeMux pattern
 // such as "GET /v1/payments/operations/{key}"), else the key header. A missing or invalid key
