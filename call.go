@@ -35,7 +35,7 @@ type call struct {
 	attempts     int // requests sent in this call
 	statusChecks int
 	unknown      bool // an attempt may have executed and no answer resolved it yet
-	mayLand      bool // a status check said "not found" after an unknown outcome: that request may still arrive
+	mayLand      bool // a status check said "not found" after an attempt of this call: it may still arrive
 	last         *Attempt
 	delay        time.Duration         // wait before the next attempt, decided in checkRetry
 	spent        int                   // retry-budget tokens this call took

@@ -75,10 +75,11 @@ func (cl *call) resolve(ctx context.Context) bool {
 				return false
 			}
 			cl.c.stats.unknownResolved.Add(1)
-			// Not found says the server has not seen the key yet, not that the earlier
-			// request will never arrive (queued in a load balancer, say): mayLand keeps a
-			// refusal of the resend from passing for the payment's answer.
-			cl.unknown, cl.mayLand = false, true
+			// Not found says the server has not seen the key yet, not that a request this
+			// call sent moments ago will never arrive (queued in a load balancer, say):
+			// mayLand keeps a refusal of the resend from passing for the payment's answer.
+			// A record resumed from an earlier process has no such request in flight.
+			cl.unknown, cl.mayLand = false, cl.mayLand || cl.attempts > 0
 			return true
 		}
 		// Processing, or no usable answer: back off, or wait longer if the server asks.
