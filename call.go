@@ -35,7 +35,7 @@ type call struct {
 	attempts     int // requests sent in this call
 	statusChecks int
 	unknown      bool // an attempt may have executed and no answer resolved it yet
-	mayLand      bool // a status check said "not found" after an attempt of this call: it may still arrive
+	mayLand      bool // a status check said "not found" for a key sent before: that request may still arrive
 	last         *Attempt
 	delay        time.Duration         // wait before the next attempt, decided in checkRetry
 	spent        int                   // retry-budget tokens this call took
@@ -209,7 +209,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		class = ClassStoredServerError // "do not retry" on a 5xx: the effect is still unknown
 	}
 	cl.c.onAttempt(cl, a, class)
-	if (class == ClassPermanent || class == ClassKeyConflict) && (cl.unknown || cl.mayLand) && !a.replayed() {
+	if (class == ClassPermanent || class == ClassKeyConflict) && (cl.unknown || cl.mayLand && !judgesBytes(a.StatusCode())) && !a.replayed() {
 		// A resend after an attempt whose outcome is unknown met a refusal that is not the
 		// key's stored answer: an auth layer's 401, a WAF's 403, a key reuse judged on a
 		// header that changed, or (a classifier of the caller's) no answer at all. It says
@@ -266,6 +266,14 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		return cl.retry(ctx, a, class, false)
 	}
 	return cl.retry(ctx, a, ClassRetry, false)
+}
+
+// judgesBytes reports the refusals that judge the request's bytes (400, 422: validation):
+// after a status check's "not found", an earlier request still on its way carries the same
+// bytes and will be refused alike, so such an answer is the payment's. Any other 4xx (an
+// auth layer's 401, a WAF's 403, a proxy's 404) says nothing of that earlier request.
+func judgesBytes(code int) bool {
+	return code == http.StatusBadRequest || code == http.StatusUnprocessableEntity
 }
 
 // retry decides whether a resend may happen: attempts left, a wait that fits the policy,

@@ -84,8 +84,8 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		case ErrKeyExpired:
 			rec.State = keystore.StateManual
 		default:
-			rec.State = keystore.StatePending // reconcilable: Do again or Recover
-			rec.NotExecuted = !e.Unknown
+			rec.State = keystore.StatePending           // reconcilable: Do again or Recover
+			rec.NotExecuted = !e.Unknown && !cl.mayLand // a request that may still land: ask first next time
 			if e.Unknown {
 				cl.c.stats.stillUnknown.Add(1)
 			}

@@ -646,3 +646,80 @@ func TestRecoverPanicEndsItsWorkers(t *testing.T) {
 	}()
 	assert.LessOrEqual(t, runtime.NumGoroutine(), before, "Recover's workers outlived it")
 }
+
+// queuedAPI is a payments API whose first POST is queued in front of it (the client gets a
+// reset, the server has not seen the key; land delivers it later), and whose every resend of
+// that key meets a WAF's 403. A new key charges.
+func queuedAPI(t *testing.T) (a *ledgerAPI, land func()) {
+	var mu sync.Mutex
+	var firstKey, firstRef string
+	a = newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case n == 1:
+			firstKey, firstRef = key, ref
+			panic(http.ErrAbortHandler)
+		case key == firstKey:
+			w.WriteHeader(http.StatusForbidden)
+		default:
+			a.charge(w, key, ref)
+		}
+	})
+	return a, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		a.charge(httptest.NewRecorder(), firstKey, firstRef)
+	}
+}
+
+// The 403 stays no answer across calls: a second Do of the same operation moments later
+// (asked first: still "not found"), or one resuming a record the first call left pending
+// after its attempts ran out, never reads it as a failure while the first request may
+// still land. Told "failed", the application would pay again as it lands.
+func TestRefusalAfterNotFoundAcrossCalls(t *testing.T) {
+	for _, name := range []string{"Do again", "Do again after attempts ran out"} {
+		t.Run(name, func(t *testing.T) {
+			a, land := queuedAPI(t)
+			c, _ := ledgerClient(t, a, nil)
+			op := payment(1, "order-q")
+			var opts []CallOption
+			if name != "Do again" {
+				opts = append(opts, CallMaxAttempts(1))
+			}
+			_, err := c.Do(context.Background(), op, opts...)
+			require.Error(t, err)
+			require.NotErrorIs(t, err, ErrPermanent)
+			_, err = c.Do(context.Background(), op)
+			require.ErrorIs(t, err, ErrOutcomeUnknown)
+			require.NotErrorIs(t, err, ErrPermanent)
+			land()
+			res, err := c.Do(context.Background(), op) // asked: completed
+			require.NoError(t, err)
+			assert.Equal(t, SourceKeyStatus, res.Source)
+			assert.Equal(t, 1, a.charges("order-q"))
+		})
+	}
+}
+
+// A re-read that fails in a reclaim pass holds the claimed record, released when the pass
+// ends, so another instance (or the next Recover) need not wait out its lease.
+func TestReclaimReReadErrorReleasesTheClaim(t *testing.T) {
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) { a.charge(w, key, ref) })
+	store := &slowStore{Memory: keystore.NewMemory()}
+	c, clk := ledgerClient(t, a, func(cfg *Config) { cfg.Store, cfg.PurgeInterval = store, -1 })
+	ctx := context.Background()
+	r := newPendingRecord("k-x", 100, "ref-x", clk.Now())
+	r.Attempts = 1
+	require.NoError(t, store.Create(ctx, r))
+	store.failGetOnce.Store(true)
+	_, err := c.Recover(ctx, nil)
+	require.NoError(t, err)
+	got, err := store.Memory.Get(ctx, "", "k-x")
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StatePending, got.State)
+	assert.Empty(t, got.Owner, "released when the pass ended")
+	_, err = c.Recover(ctx, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, a.charges("ref-x"))
+}

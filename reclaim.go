@@ -141,7 +141,10 @@ func (c *Client) reclaimOne(ctx context.Context, s callSettings, rec *keystore.R
 	// (a lease of its own owner) and finished it while rec waited in the queue. Only the
 	// record as it is now, still under this claim, may be sent.
 	fresh, err := c.get(ctx, rec.Scope, rec.Key)
-	if err != nil || fresh.State != keystore.StatePending || fresh.Owner != rec.Owner || fresh.Fence != rec.Fence {
+	if err != nil { // unreadable now: held, and released (fenced) when the pass ends
+		return Reconciled{}, false, true
+	}
+	if fresh.State != keystore.StatePending || fresh.Owner != rec.Owner || fresh.Fence != rec.Fence {
 		return Reconciled{}, false, false
 	}
 	return c.reconcileClaimed(ctx, s, fresh, true)

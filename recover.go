@@ -90,7 +90,12 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 	// run on Recover's workers, where a panic would end the process whatever the caller
 	// defers: the first is kept and raised again here once every worker is done.
 	var guard panicGuard
-	defer guard.raise()
+	defer func() {
+		if p := recover(); p != nil { // Recover's own panic goes first, a worker's after
+			panic(p)
+		}
+		guard.raise()
+	}()
 	if h := handle; h != nil {
 		handle = func(out Reconciled) { guard.run(func() { h(out) }) }
 	}

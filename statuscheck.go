@@ -75,11 +75,11 @@ func (cl *call) resolve(ctx context.Context) bool {
 				return false
 			}
 			cl.c.stats.unknownResolved.Add(1)
-			// Not found says the server has not seen the key yet, not that a request this
-			// call sent moments ago will never arrive (queued in a load balancer, say):
-			// mayLand keeps a refusal of the resend from passing for the payment's answer.
-			// A record resumed from an earlier process has no such request in flight.
-			cl.unknown, cl.mayLand = false, cl.mayLand || cl.attempts > 0
+			// Not found says the server has not seen the key yet, not that a request sent
+			// before (by this call, or by an earlier one moments ago) will never arrive: it
+			// may be queued in a load balancer. mayLand keeps a refusal of the resend from
+			// passing for the payment's answer. Only a key never sent is free of it.
+			cl.unknown, cl.mayLand = false, cl.mayLand || cl.attempts > 0 || cl.baseAttempts > 0
 			return true
 		}
 		// Processing, or no usable answer: back off, or wait longer if the server asks.

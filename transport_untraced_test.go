@@ -45,7 +45,8 @@ func TestUntracedTransportErrorIsUnknown(t *testing.T) {
 }
 
 // An untraced transport that fails before sending is still asked about: idem cannot tell.
-// Only the status endpoint's not_found makes the record "not executed".
+// The status endpoint's not_found does not make the record "not executed" either: a request
+// idem cannot prove unsent may still arrive, so the next call asks again before sending.
 func TestUntracedTransportUnsentIsAsked(t *testing.T) {
 	e := newEnv(t, idemtest.Config{}, func(c *Config) {
 		c.HTTPClient = &http.Client{Transport: untracedTransport{failBeforeSend: true}}
@@ -57,7 +58,7 @@ func TestUntracedTransportUnsentIsAsked(t *testing.T) {
 	assert.Equal(t, 3, oe.Attempts)
 	assert.Equal(t, 3, e.srv.Stats().KeyStatusChecks, "a status ask after each attempt")
 	assert.Equal(t, 0, e.srv.Stats().Requests)
-	assert.True(t, e.record(oe.Key).NotExecuted)
+	assert.False(t, e.record(oe.Key).NotExecuted, "the next call asks first")
 }
 
 // net/http's Transport reports GotConn, so an error before a connection (a refused dial) is
@@ -95,8 +96,8 @@ func (w wrappingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // A wrapper may hide a Transport whose protocol handlers skip GotConn, so through it even a
-// refused dial is asked about: one status ask per attempt, and only their not_found makes
-// the record "not executed".
+// refused dial is asked about: one status ask per attempt; their not_found does not make
+// the record "not executed" (the request may still arrive), so the next call asks first.
 func TestWrappedTransportErrorIsAsked(t *testing.T) {
 	e := newEnv(t, idemtest.Config{}, func(c *Config) {
 		c.HTTPClient = &http.Client{Transport: wrappingTransport{http.DefaultTransport.(*http.Transport).Clone()}}
@@ -106,7 +107,7 @@ func TestWrappedTransportErrorIsAsked(t *testing.T) {
 	assert.ErrorIs(t, err, ErrExhausted)
 	assert.False(t, oe.Unknown)
 	assert.Equal(t, 2, e.srv.Stats().KeyStatusChecks)
-	assert.True(t, e.record(oe.Key).NotExecuted)
+	assert.False(t, e.record(oe.Key).NotExecuted, "the next call asks first")
 }
 
 // alpnConn is what a TLSNextProto handler returns (as x/net/http2's NewClientConn does): a
