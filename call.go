@@ -35,7 +35,7 @@ type call struct {
 	attempts     int // requests sent in this call
 	statusChecks int
 	unknown      bool // an attempt may have executed and no answer resolved it yet
-	mayLand      bool // a status check said "not found" for a key sent before: that request may still arrive
+	mayLand      bool // the key may have been sent before (this call, or a resumed record): a request that may still arrive after a "not found"
 	last         *Attempt
 	delay        time.Duration         // wait before the next attempt, decided in checkRetry
 	spent        int                   // retry-budget tokens this call took
@@ -130,6 +130,7 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		}
 	case resumed:
 		cl.unknown = true // an earlier call or process may have sent it
+		cl.mayLand = true // and that request may still arrive after a "not found"
 		cl.c.stats.unknown.Add(1)
 		if !cl.resolve(ctx) {
 			return cl.finish(ctx)

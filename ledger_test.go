@@ -723,3 +723,34 @@ func TestReclaimReReadErrorReleasesTheClaim(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, a.charges("ref-x"))
 }
+
+// A process that crashed during its first attempt leaves the record pending with no attempt
+// counted, while that request may sit queued in front of the API. Resumed (Recover, or a Do
+// of the intent elsewhere), a "not found" then a WAF's 403 to the resend is no answer: the
+// record stays pending, and once the queued request lands the next run learns it.
+func TestResumedRecordRefusalAfterNotFoundIsUnknown(t *testing.T) {
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
+		w.WriteHeader(http.StatusForbidden) // every resend meets the WAF
+	})
+	c, clk := ledgerClient(t, a, nil)
+	ctx := context.Background()
+	rec := newPendingRecord("k-crash", 100, "order-crash", clk.Now()) // Attempts 0, not "not executed"
+	require.NoError(t, c.store.Create(ctx, rec))
+	var got []error
+	_, err := c.Recover(ctx, func(r Reconciled) { got = append(got, r.Err) })
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.ErrorIs(t, got[0], ErrOutcomeUnknown)
+	assert.NotErrorIs(t, got[0], ErrPermanent)
+	after, err := c.store.Get(ctx, "", "k-crash")
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StatePending, after.State)
+	assert.False(t, after.NotExecuted, "the next run asks first")
+	a.charge(httptest.NewRecorder(), "k-crash", "order-crash") // the queued request lands
+	_, err = c.Recover(ctx, nil)
+	require.NoError(t, err)
+	after, err = c.store.Get(ctx, "", "k-crash")
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StateSucceeded, after.State)
+	assert.Equal(t, 1, a.charges("order-crash"))
+}

@@ -78,8 +78,9 @@ func (cl *call) resolve(ctx context.Context) bool {
 			// Not found says the server has not seen the key yet, not that a request sent
 			// before (by this call, or by an earlier one moments ago) will never arrive: it
 			// may be queued in a load balancer. mayLand keeps a refusal of the resend from
-			// passing for the payment's answer. Only a key never sent is free of it.
-			cl.unknown, cl.mayLand = false, cl.mayLand || cl.attempts > 0 || cl.baseAttempts > 0
+			// passing for the payment's answer. A resumed record set it already (run): a
+			// crash during its first attempt leaves no count of that request on disk.
+			cl.unknown, cl.mayLand = false, cl.mayLand || cl.attempts > 0
 			return true
 		}
 		// Processing, or no usable answer: back off, or wait longer if the server asks.
