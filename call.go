@@ -210,12 +210,14 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		class = ClassStoredServerError // "do not retry" on a 5xx: the effect is still unknown
 	}
 	cl.c.onAttempt(cl, a, class)
-	if (class == ClassPermanent || class == ClassKeyConflict) && (cl.unknown || cl.mayLand && !judgesBytes(a.StatusCode())) && !a.replayed() {
-		// A resend after an attempt whose outcome is unknown met a refusal that is not the
-		// key's stored answer: an auth layer's 401, a WAF's 403, a key reuse judged on a
-		// header that changed, or (a classifier of the caller's) no answer at all. It says
-		// nothing of the earlier attempt, which may have executed: never a failure. The
-		// record stays pending for a later Do or Recover.
+	if (class == ClassPermanent || class == ClassKeyConflict) && (cl.unknown || cl.mayLand) && !a.replayed() {
+		// A resend after an attempt whose outcome is unknown, or after a "not found" that a
+		// request still on its way (or a lagging status endpoint) may contradict, met a
+		// refusal that is not the key's stored answer: an auth layer's 401, a WAF's 403, a
+		// 422 "reference already used" from a check that ran before the key's, a key reuse
+		// judged on a header that changed, or (a classifier of the caller's) no answer at
+		// all. It says nothing of the earlier attempt, which may have executed: never a
+		// failure. The record stays pending for a later Do or Recover.
 		what := fmt.Sprintf("HTTP %d", a.StatusCode())
 		if a.Response == nil {
 			what = fmt.Sprintf("a transport error (%v)", a.Err)
@@ -267,14 +269,6 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		return cl.retry(ctx, a, class, false)
 	}
 	return cl.retry(ctx, a, ClassRetry, false)
-}
-
-// judgesBytes reports the refusals that judge the request's bytes (400, 422: validation):
-// after a status check's "not found", an earlier request still on its way carries the same
-// bytes and will be refused alike, so such an answer is the payment's. Any other 4xx (an
-// auth layer's 401, a WAF's 403, a proxy's 404) says nothing of that earlier request.
-func judgesBytes(code int) bool {
-	return code == http.StatusBadRequest || code == http.StatusUnprocessableEntity
 }
 
 // retry decides whether a resend may happen: attempts left, a wait that fits the policy,

@@ -526,28 +526,34 @@ func TestRecoverWorkerPanicReachesTheCaller(t *testing.T) {
 // payment, which stays pending (ErrOutcomeUnknown), never a failure after which the
 // application would pay again while the first request lands.
 func TestRefusalAfterNotFoundIsUnknown(t *testing.T) {
-	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
-		switch n {
-		case 1: // queued somewhere: the client times out, the server has not seen the key
-			panic(http.ErrAbortHandler)
-		case 2:
-			w.WriteHeader(http.StatusForbidden) // a WAF in front of the API
-		default:
-			a.charge(w, key, ref)
-		}
-	})
-	c, _ := ledgerClient(t, a, nil)
-	op := payment(1, "order-w", WithIntent("order-w"))
-	_, err := c.Do(context.Background(), op)
-	require.ErrorIs(t, err, ErrOutcomeUnknown)
-	require.NotErrorIs(t, err, ErrPermanent)
-	rec, gerr := c.store.GetByIntent(context.Background(), "", "order-w")
-	require.NoError(t, gerr)
-	assert.Equal(t, keystore.StatePending, rec.State)
-	res, err := c.Do(context.Background(), op) // the same intent again: asked, then sent once
-	require.NoError(t, err)
-	assert.Equal(t, http.StatusCreated, res.StatusCode)
-	assert.Equal(t, 1, a.charges("order-w"))
+	// 403: a WAF. 422: a duplicate-reference check that ran before the key's, against a
+	// replica the first request had not reached yet.
+	for _, code := range []int{http.StatusForbidden, http.StatusUnprocessableEntity} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
+				switch n {
+				case 1: // queued somewhere: the client times out, the server has not seen the key
+					panic(http.ErrAbortHandler)
+				case 2:
+					w.WriteHeader(code)
+				default:
+					a.charge(w, key, ref)
+				}
+			})
+			c, _ := ledgerClient(t, a, nil)
+			op := payment(1, "order-w", WithIntent("order-w"))
+			_, err := c.Do(context.Background(), op)
+			require.ErrorIs(t, err, ErrOutcomeUnknown)
+			require.NotErrorIs(t, err, ErrPermanent)
+			rec, gerr := c.store.GetByIntent(context.Background(), "", "order-w")
+			require.NoError(t, gerr)
+			assert.Equal(t, keystore.StatePending, rec.State)
+			res, err := c.Do(context.Background(), op) // the same intent again: asked, then sent once
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusCreated, res.StatusCode)
+			assert.Equal(t, 1, a.charges("order-w"))
+		})
+	}
 }
 
 // A record a reclaim pass claimed waits in its queue while a Do of this process (same
