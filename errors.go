@@ -59,10 +59,11 @@ var (
 	// validation or auth error, any 400 or 422 that does not name key reuse, a stored or replayed
 	// 4xx, or a hint header saying "do not retry" on a 4xx). OperationError.Response holds
 	// that answer. The record is failed. A stored 5xx is never ErrPermanent: see
-	// ErrStoredServerError. Nor is a 4xx to a resend after an unknown outcome, or after a
-	// status "not found" for a key that may have been sent before (this call's, or a resumed
-	// record's), unless marked as the key's replay: it says nothing of the earlier request,
-	// which may still arrive, so the call ends with ErrOutcomeUnknown.
+	// ErrStoredServerError. Nor is a 4xx to a resend after an unknown outcome, or (a 400
+	// aside, judged on the bytes the earlier request shares) after a status "not found" for
+	// a key that may have been sent before (this call's, or a resumed record's), unless
+	// marked as the key's replay: it says nothing of the earlier request, which may still
+	// arrive, so the call ends with ErrOutcomeUnknown.
 	ErrPermanent = errors.New("idem: permanent failure")
 	// ErrRetryAfterTooLong: the server asked to wait (Retry-After, RFC 9110 §10.2.3) longer
 	// than Policy.MaxRetryAfter or than the time left; idem stops at once instead of sleeping.
