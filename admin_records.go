@@ -276,9 +276,11 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 	out, err := h.c.Resolve(r.Context(), rec.Scope, rec.Key, res)
 	switch {
 	case errors.Is(err, ErrNotManual): // the state Resolve found, which may have changed since find
-		var oe *OperationError
-		errors.As(err, &oe)
-		problem(w, http.StatusConflict, fmt.Sprintf("key %q: %v; only a manual record can be resolved", rec.Key, oe.Cause))
+		cause := err
+		if oe, ok := errors.AsType[*OperationError](err); ok && oe.Cause != nil {
+			cause = oe.Cause
+		}
+		problem(w, http.StatusConflict, fmt.Sprintf("key %q: %v; only a manual record can be resolved", rec.Key, cause))
 	case errors.Is(err, keystore.ErrNotFound):
 		problem(w, http.StatusNotFound, fmt.Sprintf("key %q is gone", rec.Key))
 	case errors.Is(err, ErrInvalidOperation):

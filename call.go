@@ -57,9 +57,9 @@ type call struct {
 		attempt  Attempt           // the first attempt
 		resp     keystore.Response // the persisted response
 		respUsed bool
-		body     requestBody // the body's reader until the first attempt (requestBody)
+		body     requestBody // the body's reader until the first attempt (nextBody)
 	}
-	bodyReads int // requestBody calls so far
+	bodyReads int // nextBody calls so far
 }
 
 func (c *Client) newCall(s callSettings, rec *keystore.Record, header http.Header, target string) *call {
@@ -138,7 +138,7 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 	}
 	// The client's one retryablehttp.Client finds this call through the request context.
 	ctx = &cl.bound
-	req, err := retryablehttp.NewRequestWithContext(ctx, cl.rec.Request.Method, cl.target, retryablehttp.ReaderFunc(cl.requestBody))
+	req, err := retryablehttp.NewRequestWithContext(ctx, cl.rec.Request.Method, cl.target, retryablehttp.ReaderFunc(cl.nextBody))
 	if err != nil {
 		cl.halt(ErrInvalidOperation, err)
 		return cl.finish(ctx)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/wait"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -54,14 +55,7 @@ func (c *Clock) Advance(d time.Duration) {
 
 // Sleep waits a millisecond of real time, or until ctx ends.
 func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return wait.Sleep(ctx, time.Millisecond)
 }
 
 // Instance builds a Client named owner on store against srv with clock.
