@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
@@ -90,4 +91,47 @@ func TestRequestBodyOnEveryAttempt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bodyTypes answers 503 then 201 and keeps the type of every attempt's request body.
+type bodyTypes struct {
+	mu    sync.Mutex
+	types []string // reflect type names
+}
+
+func (b *bodyTypes) RoundTrip(r *http.Request) (*http.Response, error) {
+	b.mu.Lock()
+	b.types = append(b.types, reflect.TypeOf(r.Body).String())
+	n := len(b.types)
+	b.mu.Unlock()
+	_, _ = io.Copy(io.Discard, r.Body)
+	_ = r.Body.Close()
+	code := http.StatusCreated
+	hdr := http.Header{}
+	if n == 1 {
+		code = http.StatusServiceUnavailable
+		hdr.Set("Retry-After", "0")
+	}
+	return &http.Response{StatusCode: code, Header: hdr, Body: http.NoBody, Request: r}, nil
+}
+
+// TestRequestBodyIsKnownInMemory: every attempt's body reaches the transport as
+// io.NopCloser(*bytes.Reader), a type net/http knows to be in memory, so it writes headers and
+// body in one write; for any other type it flushes the headers alone first, a second write
+// syscall on every request.
+func TestRequestBodyIsKnownInMemory(t *testing.T) {
+	rt := &bodyTypes{}
+	clock := newFakeClock()
+	c, err := NewClient(Config{BaseURL: "http://api.example", HTTPClient: &http.Client{Transport: rt},
+		Store: keystore.NewMemory(), Now: clock.Now, Sleep: clock.Sleep, Budget: BudgetConfig{Disabled: true}})
+	require.NoError(t, err)
+	defer c.Close()
+
+	res, err := c.Do(context.Background(), NewOperation(http.MethodPost, "/v1/payments", paymentBody(1250, "order-b2")))
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Attempts)
+	want := reflect.TypeOf(io.NopCloser(bytes.NewReader(nil))).String() // io.nopCloserWriterTo
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	assert.Equal(t, []string{want, want}, rt.types)
 }

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +58,7 @@ type call struct {
 		attempt  Attempt           // the first attempt
 		resp     keystore.Response // the persisted response
 		respUsed bool
-		body     requestBody // the body's reader until the first attempt (nextBody)
+		body     bytes.Reader // the body's reader until the first attempt (nextBody)
 	}
 	bodyReads int // nextBody calls so far
 }
