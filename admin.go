@@ -45,7 +45,9 @@ const maxAdminBody = 1 << 20
 //
 //	GET  /records?state=pending,manual&min_age=10m&tenant=T&limit=100&offset=0
 //	     records oldest first, without bodies; "tenant" absent means every tenant.
-//	     {"records":[...],"total":N,"next_offset":N} (next_offset only when more follow)
+//	     {"records":[...],"total":N,"next_offset":N,"damaged":[{"scope":S,"key":K,"error":E}...]}
+//	     (next_offset only when more follow); records the store cannot decode are skipped,
+//	     left untouched and listed under "damaged" (boltstore, pgstore)
 //	GET  /record?tenant=T&key=K   or   /record?tenant=T&intent=I
 //	     one record as keystore.Record's JSON (bodies base64, as encoding/json writes []byte)
 //	POST /resolve  {"tenant":"","key":"K" or "intent":"I","verdict":"executed"|"not_executed",
@@ -56,7 +58,7 @@ const maxAdminBody = 1 << 20
 //	     skipped and listed there (200), every other one reconciled
 //	GET  /stats    {"client":{...Client.Stats},"records":{"total":N,"by_state":{...},...}}
 //	     records is AdminRecordStats: oldest_pending_seconds and oldest_manual_seconds are
-//	     null when no record is in that state
+//	     null when no record is in that state; damaged counts the records skipped as above
 //
 // Errors are RFC 9457 problem documents (application/problem+json): 403 when there is no
 // Authorize function, 401 when it refuses, 415 for a resolve body not sent as

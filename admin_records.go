@@ -51,27 +51,52 @@ type AdminRecordStats struct {
 	OldestManualSeconds *int64 `json:"oldest_manual_seconds"`
 	// Tenants is the number of distinct tenants (Record.Scope) among the records.
 	Tenants int `json:"tenants"`
+	// Damaged is the number of stored records that cannot be decoded: skipped, left
+	// untouched, not counted in Total, and listed by GET /records. Only a store that reports
+	// them (keystore.Pager: boltstore, pgstore) can count them; ComputeAdminRecordStats
+	// leaves it 0.
+	Damaged int `json:"damaged"`
 }
 
 // ComputeAdminRecordStats counts recs by state and finds the oldest pending and manual ones,
 // ages measured at now.
 func ComputeAdminRecordStats(recs []*keystore.Record, now time.Time) AdminRecordStats {
-	s := AdminRecordStats{Total: len(recs), ByState: map[keystore.State]int{
-		keystore.StatePending: 0, keystore.StateSucceeded: 0, keystore.StateFailed: 0, keystore.StateManual: 0}}
-	tenants := map[string]bool{}
+	a := newRecordStats(now)
 	for _, r := range recs {
-		s.ByState[r.State]++
-		tenants[r.Scope] = true
-		a := int64(now.Sub(r.CreatedAt) / time.Second)
-		switch r.State {
-		case keystore.StatePending:
-			s.OldestPendingSeconds = oldestOf(s.OldestPendingSeconds, a)
-		case keystore.StateManual:
-			s.OldestManualSeconds = oldestOf(s.OldestManualSeconds, a)
-		}
+		a.add(r)
 	}
-	s.Tenants = len(tenants)
-	return s
+	return a.result()
+}
+
+// recordStats builds AdminRecordStats one record at a time, so that GET /stats reads the
+// keystore page by page instead of holding every record.
+type recordStats struct {
+	s       AdminRecordStats
+	tenants map[string]bool
+	now     time.Time
+}
+
+func newRecordStats(now time.Time) *recordStats {
+	return &recordStats{now: now, tenants: map[string]bool{}, s: AdminRecordStats{ByState: map[keystore.State]int{
+		keystore.StatePending: 0, keystore.StateSucceeded: 0, keystore.StateFailed: 0, keystore.StateManual: 0}}}
+}
+
+func (a *recordStats) add(r *keystore.Record) {
+	a.s.Total++
+	a.s.ByState[r.State]++
+	a.tenants[r.Scope] = true
+	age := int64(a.now.Sub(r.CreatedAt) / time.Second)
+	switch r.State {
+	case keystore.StatePending:
+		a.s.OldestPendingSeconds = oldestOf(a.s.OldestPendingSeconds, age)
+	case keystore.StateManual:
+		a.s.OldestManualSeconds = oldestOf(a.s.OldestManualSeconds, age)
+	}
+}
+
+func (a *recordStats) result() AdminRecordStats {
+	a.s.Tenants = len(a.tenants)
+	return a.s
 }
 
 // oldestOf is the larger of *cur and a, a when cur is nil (no record yet).
@@ -120,29 +145,60 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	recs, err := h.c.store.List(r.Context(), states...)
+	now := h.c.cfg.Now()
+	_, oneTenant := q["tenant"]
+	tenant := q.Get("tenant")
+	// Read page by page (keystore.ListAll), keeping only the summaries: a record that cannot
+	// be decoded is listed under "damaged" instead of failing the whole listing.
+	var rows []AdminRecord
+	damaged := []adminDamaged{}
+	err := keystore.ListAll(r.Context(), h.c.store, states, 0, func(p keystore.Page) error {
+		damaged = appendDamaged(damaged, p.Damaged)
+		for _, rec := range p.Records {
+			if now.Sub(rec.CreatedAt) >= minAge && (!oneTenant || rec.Scope == tenant) {
+				rows = append(rows, adminSummary(rec, now))
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		problem(w, http.StatusInternalServerError, "listing records: "+err.Error())
 		return
 	}
-	now := h.c.cfg.Now()
-	_, oneTenant := q["tenant"]
-	tenant := q.Get("tenant")
-	recs = slices.DeleteFunc(recs, func(rec *keystore.Record) bool {
-		return now.Sub(rec.CreatedAt) < minAge || (oneTenant && rec.Scope != tenant)
+	// Oldest first whatever the store's page order (bbolt pages in key order).
+	slices.SortStableFunc(rows, func(a, b AdminRecord) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Scope+"\x00"+a.Key, b.Scope+"\x00"+b.Key)
 	})
 	page := struct {
-		Records    []AdminRecord `json:"records"`
-		Total      int           `json:"total"`
-		NextOffset int           `json:"next_offset,omitempty"`
-	}{Records: []AdminRecord{}, Total: len(recs)}
-	for i := offset; i < len(recs) && i < offset+limit; i++ {
-		page.Records = append(page.Records, adminSummary(recs[i], now))
+		Records    []AdminRecord  `json:"records"`
+		Total      int            `json:"total"`
+		NextOffset int            `json:"next_offset,omitempty"`
+		Damaged    []adminDamaged `json:"damaged"`
+	}{Records: []AdminRecord{}, Total: len(rows), Damaged: damaged}
+	for i := offset; i < len(rows) && i < offset+limit; i++ {
+		page.Records = append(page.Records, rows[i])
 	}
-	if offset+limit < len(recs) {
+	if offset+limit < len(rows) {
 		page.NextOffset = offset + limit
 	}
 	writeAdminJSON(w, page)
+}
+
+// adminDamaged is a record the store could not decode, as the admin handler lists it.
+type adminDamaged struct {
+	Scope string `json:"scope"`
+	Key   string `json:"key"`
+	Error string `json:"error"`
+}
+
+func appendDamaged(out []adminDamaged, recs []keystore.DamagedRecord) []adminDamaged {
+	for _, d := range recs {
+		out = append(out, adminDamaged{Scope: d.Scope, Key: d.Key, Error: fmt.Sprint(d.Err)})
+	}
+	return out
 }
 
 // queryInt parses a query number in [lo, hi] (hi < 0: no upper bound), def when absent.
@@ -328,11 +384,9 @@ func (h *adminHandler) recoverNow(w http.ResponseWriter, r *http.Request) {
 	if outcomes == nil {
 		outcomes = []map[string]any{}
 	}
-	skipped := []map[string]string{}
+	skipped := []adminDamaged{}
 	if damaged != nil {
-		for _, d := range damaged.Records {
-			skipped = append(skipped, map[string]string{"scope": d.Scope, "key": d.Key, "error": fmt.Sprint(d.Err)})
-		}
+		skipped = appendDamaged(skipped, damaged.Records)
 	}
 	slices.SortFunc(outcomes, func(a, b map[string]any) int {
 		ra, rb := a["record"].(AdminRecord), b["record"].(AdminRecord)
@@ -343,11 +397,17 @@ func (h *adminHandler) recoverNow(w http.ResponseWriter, r *http.Request) {
 
 // stats serves GET /stats.
 func (h *adminHandler) stats(w http.ResponseWriter, r *http.Request) {
-	recs, err := h.c.store.List(r.Context())
+	acc := newRecordStats(h.c.cfg.Now())
+	err := keystore.ListAll(r.Context(), h.c.store, nil, 0, func(p keystore.Page) error {
+		acc.s.Damaged += len(p.Damaged)
+		for _, rec := range p.Records {
+			acc.add(rec)
+		}
+		return nil
+	})
 	if err != nil {
 		problem(w, http.StatusInternalServerError, "listing records: "+err.Error())
 		return
 	}
-	writeAdminJSON(w, map[string]any{"client": snakeFields(h.c.Stats()),
-		"records": ComputeAdminRecordStats(recs, h.c.cfg.Now())})
+	writeAdminJSON(w, map[string]any{"client": snakeFields(h.c.Stats()), "records": acc.result()})
 }

@@ -131,12 +131,12 @@ func TestAdminList(t *testing.T) {
 	acme := row("acme", "k-acme", "order-1", "pending", 1, 0, "", 5*time.Minute)
 	ok := row("", "k-ok", "order-3", "succeeded", 1, 0, "", 100*time.Hour)
 	for _, tt := range []struct{ query, want string }{
-		{"state=pending,manual", `{"records":[` + manual + `,` + pending + `],"total":3,"next_offset":2}`},
-		{"state=pending,manual&offset=2", `{"records":[` + acme + `],"total":3}`},
-		{"state=pending,manual&min_age=1h&limit=1&offset=1", `{"records":[` + pending + `],"total":2}`},
-		{"tenant=acme", `{"records":[` + acme + `],"total":1}`},
-		{"tenant=&state=succeeded", `{"records":[` + ok + `],"total":1}`},
-		{"state=failed", `{"records":[],"total":0}`},
+		{"state=pending,manual", `{"records":[` + manual + `,` + pending + `],"total":3,"next_offset":2,"damaged":[]}`},
+		{"state=pending,manual&offset=2", `{"records":[` + acme + `],"total":3,"damaged":[]}`},
+		{"state=pending,manual&min_age=1h&limit=1&offset=1", `{"records":[` + pending + `],"total":2,"damaged":[]}`},
+		{"tenant=acme", `{"records":[` + acme + `],"total":1,"damaged":[]}`},
+		{"tenant=&state=succeeded", `{"records":[` + ok + `],"total":1,"damaged":[]}`},
+		{"state=failed", `{"records":[],"total":0,"damaged":[]}`},
 	} {
 		code, hdr, body := adminDo(t, h, "GET", "/records?"+tt.query, "", true)
 		require.Equal(t, 200, code, body)
@@ -333,18 +333,18 @@ func TestAdminRecordStatsOldestNone(t *testing.T) {
 		recs []*keystore.Record
 		want string
 	}{
-		{"empty", nil, `{"total":0,"tenants":0,"oldest_pending_seconds":null,"oldest_manual_seconds":null,
+		{"empty", nil, `{"total":0,"damaged":0,"tenants":0,"oldest_pending_seconds":null,"oldest_manual_seconds":null,
 			"by_state":{"pending":0,"manual":0,"succeeded":0,"failed":0}}`},
 		{"pending created now, no manual", []*keystore.Record{
 			{Scope: "a", Key: "k1", State: keystore.StatePending, CreatedAt: now},
 			{Scope: "a", Key: "k2", State: keystore.StateFailed, CreatedAt: now.Add(-time.Hour)}},
-			`{"total":2,"tenants":1,"oldest_pending_seconds":0,"oldest_manual_seconds":null,
+			`{"total":2,"damaged":0,"tenants":1,"oldest_pending_seconds":0,"oldest_manual_seconds":null,
 			"by_state":{"pending":1,"manual":0,"succeeded":0,"failed":1}}`},
 		{"oldest of several", []*keystore.Record{
 			{Scope: "a", Key: "k1", State: keystore.StateManual, CreatedAt: now.Add(-5 * time.Second)},
 			{Scope: "b", Key: "k2", State: keystore.StateManual, CreatedAt: now.Add(-90 * time.Second)},
 			{Scope: "b", Key: "k3", State: keystore.StateManual, CreatedAt: now}},
-			`{"total":3,"tenants":2,"oldest_pending_seconds":null,"oldest_manual_seconds":90,
+			`{"total":3,"damaged":0,"tenants":2,"oldest_pending_seconds":null,"oldest_manual_seconds":90,
 			"by_state":{"pending":0,"manual":3,"succeeded":0,"failed":0}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

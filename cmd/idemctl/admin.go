@@ -93,7 +93,7 @@ func (b *adminBackend) do(ctx context.Context, method, path string, q url.Values
 	return nil
 }
 
-func (b *adminBackend) list(ctx context.Context, f listFilter) ([]idem.AdminRecord, error) {
+func (b *adminBackend) list(ctx context.Context, f listFilter) ([]idem.AdminRecord, []damagedRow, error) {
 	q := url.Values{}
 	if len(f.states) > 0 {
 		s := make([]string, len(f.states))
@@ -109,18 +109,23 @@ func (b *adminBackend) list(ctx context.Context, f listFilter) ([]idem.AdminReco
 		q.Set("tenant", *f.tenant)
 	}
 	out := []idem.AdminRecord{}
+	var damaged []damagedRow
 	for offset := 0; ; {
 		q.Set("offset", strconv.Itoa(offset))
 		var page struct {
 			Records    []idem.AdminRecord `json:"records"`
 			NextOffset int                `json:"next_offset"`
+			Damaged    []damagedRow       `json:"damaged"`
 		}
 		if err := b.do(ctx, http.MethodGet, "records", q, nil, &page); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, page.Records...)
+		if offset == 0 {
+			damaged = page.Damaged // every page names the same damaged records
+		}
 		if page.NextOffset <= offset {
-			return out, nil
+			return out, damaged, nil
 		}
 		offset = page.NextOffset
 	}

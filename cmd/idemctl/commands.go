@@ -38,9 +38,12 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer, now fun
 		return err
 	}
 	defer b.close()
-	recs, err := b.list(ctx, f)
+	recs, damaged, err := b.list(ctx, f)
 	if err != nil {
 		return err
+	}
+	for _, d := range damaged {
+		fmt.Fprintf(stderr, "idemctl: skipped a record that cannot be decoded (tenant %q, key %q): %s\n", d.Scope, d.Key, d.Error)
 	}
 	if c.json {
 		return writeJSON(stdout, recs)

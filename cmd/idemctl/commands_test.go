@@ -311,7 +311,7 @@ func TestPostgres(t *testing.T) {
 
 	code, out, errs = runCmd(t, "stats", "-dsn", sdsn, "-json")
 	require.Equal(t, 0, code, errs)
-	assert.JSONEq(t, `{"records":{"total":5,"tenants":2,"oldest_pending_seconds":7200,"oldest_manual_seconds":108000,
+	assert.JSONEq(t, `{"records":{"total":5,"damaged":0,"tenants":2,"oldest_pending_seconds":7200,"oldest_manual_seconds":108000,
 		"by_state":{"pending":2,"manual":1,"succeeded":1,"failed":1}}}`, out)
 
 	code, _, errs = runCmd(t, "resolve", "-dsn", sdsn, "k-manual", "-verdict", "executed", "-note", "charge found, ticket 9")

@@ -198,6 +198,9 @@ func writeStats(w io.Writer, s statsOut) error {
 	fmt.Fprintf(tw, "tenants\t%d\n", s.Records.Tenants)
 	fmt.Fprintf(tw, "oldest pending\t%s\n", oldest(s.Records.OldestPendingSeconds))
 	fmt.Fprintf(tw, "oldest manual\t%s\n", oldest(s.Records.OldestManualSeconds))
+	if s.Records.Damaged > 0 {
+		fmt.Fprintf(tw, "damaged (skipped)\t%d\n", s.Records.Damaged)
+	}
 	if len(s.Client) > 0 {
 		fmt.Fprintf(tw, "client counters (since the service started):\t\n")
 		for _, k := range slices.Sorted(maps.Keys(s.Client)) {

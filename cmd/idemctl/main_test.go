@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/bbolt"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/keystore"
@@ -115,7 +116,7 @@ func TestShowAndStats(t *testing.T) {
 
 	code, out, errs = runCmd(t, "stats", "-db", db, "-json")
 	require.Equal(t, 0, code, errs)
-	assert.JSONEq(t, `{"records":{"total":5,"tenants":2,"oldest_pending_seconds":7200,"oldest_manual_seconds":108000,
+	assert.JSONEq(t, `{"records":{"total":5,"damaged":0,"tenants":2,"oldest_pending_seconds":7200,"oldest_manual_seconds":108000,
 		"by_state":{"pending":2,"manual":1,"succeeded":1,"failed":1}}}`, out)
 	code, out, _ = runCmd(t, "stats", "-db", db)
 	require.Equal(t, 0, code)
@@ -197,4 +198,43 @@ func TestUsage(t *testing.T) {
 	assert.Contains(t, errs, "commands:")
 	code, _, _ = runCmd(t, "ls", "-h")
 	assert.Equal(t, 0, code)
+}
+
+// A record that cannot be decoded (its JSON damaged in the bbolt file) is named on stderr by
+// ls and counted by stats, while every other record is listed and counted; the file keeps
+// its bytes.
+func TestDamagedRecordIsSkippedAndNamed(t *testing.T) {
+	db := seed(t)
+	garbage := []byte(`{"key":`)
+	raw, err := bbolt.Open(db, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, raw.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket([]byte("records")).Put(append([]byte{0}, "k-ok"...), garbage)
+	}))
+	require.NoError(t, raw.Close())
+
+	code, out, errs := runCmd(t, "ls", "-db", db)
+	require.Equal(t, 0, code, errs)
+	for _, k := range []string{"k-pending", "k-manual", "k-failed", "k-acme"} {
+		assert.Contains(t, out, k)
+	}
+	assert.NotContains(t, out, "k-ok")
+	assert.Contains(t, errs, `idemctl: skipped a record that cannot be decoded (tenant "", key "k-ok"): `)
+
+	code, out, errs = runCmd(t, "stats", "-db", db, "-json")
+	require.Equal(t, 0, code, errs)
+	assert.JSONEq(t, `{"records":{"total":4,"damaged":1,"tenants":2,"oldest_pending_seconds":7200,"oldest_manual_seconds":108000,
+		"by_state":{"pending":2,"manual":1,"succeeded":0,"failed":1}}}`, out)
+
+	code, out, errs = runCmd(t, "purge", "-db", db, "-older-than", "24h", "-dry-run")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "would purge 0 succeeded/failed record(s)")
+
+	raw, err = bbolt.Open(db, 0o600, &bbolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer raw.Close()
+	require.NoError(t, raw.View(func(tx *bbolt.Tx) error {
+		assert.Equal(t, garbage, tx.Bucket([]byte("records")).Get(append([]byte{0}, "k-ok"...)))
+		return nil
+	}))
 }

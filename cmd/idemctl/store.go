@@ -28,20 +28,33 @@ func (b *storeBackend) close() error {
 	return err
 }
 
-func (b *storeBackend) list(ctx context.Context, f listFilter) ([]idem.AdminRecord, error) {
-	recs, err := b.s.List(ctx, f.states...)
-	if err != nil {
-		return nil, err
-	}
+func (b *storeBackend) list(ctx context.Context, f listFilter) ([]idem.AdminRecord, []damagedRow, error) {
 	t := b.now()
 	out := []idem.AdminRecord{}
-	for _, r := range recs {
-		if t.Sub(r.CreatedAt) < f.minAge || (f.tenant != nil && r.Scope != *f.tenant) {
-			continue
+	var damaged []damagedRow
+	// Page by page, so that one record that cannot be decoded is named instead of failing
+	// the listing.
+	err := keystore.ListAll(ctx, b.s, f.states, 0, func(p keystore.Page) error {
+		for _, d := range p.Damaged {
+			damaged = append(damaged, damagedRow{Scope: d.Scope, Key: d.Key, Error: fmt.Sprint(d.Err)})
 		}
-		out = append(out, summary(r, t))
+		for _, r := range p.Records {
+			if t.Sub(r.CreatedAt) >= f.minAge && (f.tenant == nil || r.Scope == *f.tenant) {
+				out = append(out, summary(r, t))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	return out, nil
+	slices.SortStableFunc(out, func(a, b idem.AdminRecord) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Scope+"\x00"+a.Key, b.Scope+"\x00"+b.Key)
+	})
+	return out, damaged, nil
 }
 
 func summary(r *keystore.Record, now time.Time) idem.AdminRecord {
@@ -77,11 +90,19 @@ func describe(key, intent string) string {
 }
 
 func (b *storeBackend) stats(ctx context.Context) (statsOut, error) {
-	recs, err := b.s.List(ctx)
+	var recs []*keystore.Record
+	damaged := 0
+	err := keystore.ListAll(ctx, b.s, nil, 0, func(p keystore.Page) error {
+		recs = append(recs, p.Records...)
+		damaged += len(p.Damaged)
+		return nil
+	})
 	if err != nil {
 		return statsOut{}, err
 	}
-	return statsOut{Records: idem.ComputeAdminRecordStats(recs, b.now())}, nil
+	st := idem.ComputeAdminRecordStats(recs, b.now())
+	st.Damaged = damaged
+	return statsOut{Records: st}, nil
 }
 
 func (b *storeBackend) purge(ctx context.Context, cutoff time.Time, dryRun bool) (int, error) {
@@ -91,17 +112,16 @@ func (b *storeBackend) purge(ctx context.Context, cutoff time.Time, dryRun bool)
 		}
 		return b.s.Purge(ctx, cutoff)
 	}
-	recs, err := b.s.List(ctx, keystore.StateSucceeded, keystore.StateFailed)
-	if err != nil {
-		return 0, err
-	}
 	n := 0
-	for _, r := range recs {
-		if r.UpdatedAt.Before(cutoff) {
-			n++
+	err := keystore.ListAll(ctx, b.s, []keystore.State{keystore.StateSucceeded, keystore.StateFailed}, 0, func(p keystore.Page) error {
+		for _, r := range p.Records {
+			if r.UpdatedAt.Before(cutoff) {
+				n++
+			}
 		}
-	}
-	return n, nil
+		return nil
+	})
+	return n, err
 }
 
 // checkClock refuses a purge whose cutoff comes from this host's clock when a shared store's

@@ -24,7 +24,9 @@ var errNotFound = errors.New("no such record")
 // backend is where the records are: a keystore (a bbolt file or a Postgres database) that
 // idemctl opens itself, or a running service's admin handler.
 type backend interface {
-	list(ctx context.Context, f listFilter) ([]idem.AdminRecord, error)
+	// list returns the records ls shows, oldest first, and the ones the keystore could not
+	// decode (skipped, left untouched).
+	list(ctx context.Context, f listFilter) ([]idem.AdminRecord, []damagedRow, error)
 	// get finds the record by key, or by intent when intent is set; errNotFound if none.
 	get(ctx context.Context, tenant, key, intent string) (*keystore.Record, error)
 	stats(ctx context.Context) (statsOut, error)
@@ -32,6 +34,13 @@ type backend interface {
 	resolve(ctx context.Context, req idem.AdminResolveRequest) (*keystore.Record, error)
 	recover(ctx context.Context, rc recoverFlags) (recoverOut, error)
 	close() error
+}
+
+// damagedRow is a stored record that cannot be decoded, as the admin handler lists it.
+type damagedRow struct {
+	Scope string `json:"scope"`
+	Key   string `json:"key"`
+	Error string `json:"error"`
 }
 
 // listFilter selects the records of ls.
