@@ -20,7 +20,9 @@ var (
 	// whether it was executed. The record stays pending (Do again with the same operation, or
 	// Client.Recover, reconciles it), or manual when the key can tell no more
 	// (ErrStoredServerError, ErrKeyExpired). Never treat it as "failed", never pay again under
-	// a new key because of it.
+	// a new key because of it. It is also what a refusal becomes when the keystore cannot
+	// record the failure (OperationError.Response holds the refusal): the record may still be
+	// pending and be sent again.
 	ErrOutcomeUnknown = errors.New("idem: outcome unknown")
 	// ErrStoredServerError: the server stored a 5xx as this key's answer (replayed with
 	// Idempotent-Replayed: true, reported by the status endpoint as completed with a 5xx, or a

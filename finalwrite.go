@@ -11,11 +11,18 @@ import (
 
 // updateFinal writes a call's final state. When the store can defer the write
 // (keystore.DeferredUpdater), the call does not wait for its sync: the one synchronous write
-// of a call is the Create before the first byte. Losing the final write in a crash is safe by
-// construction: the record is still pending, so the next Do or Recover asks the status
-// endpoint (or, without one, resends with the same key, which the server deduplicates).
+// of a successful call is the Create before the first byte. Losing that final write in a
+// crash is safe by construction: the record is still pending, so the next Do or Recover asks
+// the status endpoint, which reports the answer the server stored (or, without one, resends
+// with the same key, which the server deduplicates); the same holds for a manual record (a
+// stored 5xx is asked for again) and a pending one.
+//
+// A failed record is written synchronously. Its answer may be one the server never stored
+// (a 401, a validation 400 made before the key was claimed): lost, the record would still be
+// pending, the status endpoint would say "not found", and Recover would send the payment the
+// application was told had failed, perhaps after it paid under a new intent.
 func (c *Client) updateFinal(ctx context.Context, rec *keystore.Record) error {
-	if d, ok := c.store.(keystore.DeferredUpdater); ok {
+	if d, ok := c.store.(keystore.DeferredUpdater); ok && rec.State != keystore.StateFailed {
 		return d.UpdateDeferred(ctx, rec)
 	}
 	return c.store.Update(ctx, rec)

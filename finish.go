@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"fmt"
 	"unicode/utf8"
 
 	"github.com/idemkit/idem/keystore"
@@ -101,6 +102,12 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 				}
 				return cl.finishLost(err)
 			}
+		} else if rec.State == keystore.StateFailed && cl.result == nil {
+			// The refusal is not recorded: the record may still be pending, and a later Do or
+			// Recover would send it again, where the server may have stored nothing. Until
+			// then the payment is not settled: never report a failure the store may not hold.
+			cl.c.warn("recording final state", rec, err)
+			return cl.failedUnrecorded(gaveUp, err)
 		} else {
 			// The answer is known but not recorded. The record stays pending, so a later Do
 			// or Recover asks the server again and finds the same answer: safe, so report it.
@@ -172,6 +179,21 @@ func (cl *call) finishLost(cause error) (*Result, error) {
 		Unknown:  cl.unknown || (cl.stop != nil && cl.stop.Unknown),
 		Response: cl.response(cl.lastAnswer, SourceResponse)}
 	cl.stop, cl.result = e, nil
+	cl.c.onGiveUp(cl, e)
+	return nil, e
+}
+
+// failedUnrecorded is what Do returns when the server refused the call (refused) but the
+// store could not record the failure (err): ErrOutcomeUnknown, the refusal kept in Response
+// and named in Cause. The record may still be pending and be sent again by a later Do or
+// Recover, so the application must treat the payment as unsettled, not failed.
+func (cl *call) failedUnrecorded(refused *OperationError, err error) (*Result, error) {
+	e := &OperationError{Key: refused.Key, Scope: refused.Scope, Intent: refused.Intent, Kind: ErrOutcomeUnknown,
+		Attempts: refused.Attempts, LastStatusCode: refused.LastStatusCode, Response: refused.Response,
+		Cause: fmt.Errorf("the server refused the request (%v), but the keystore could not record the failure, "+
+			"so the record may still be pending and be sent again: %w", refused.Kind, err)}
+	cl.stop = e
+	cl.c.stats.failed.Add(-1) // counted as failed above, before the write
 	cl.c.onGiveUp(cl, e)
 	return nil, e
 }

@@ -11,9 +11,11 @@ import (
 // pgstore implements Pager and Clock.
 
 // DeferredUpdater is implemented by a store that can accept a write without waiting for it
-// to be durable. The client uses it for a call's final-state write only: losing that write in
-// a crash is safe, because the record is then still pending as it was, and the next Do of the
-// operation or Recover asks the status endpoint before anything is resent.
+// to be durable. The client uses it for a call's final-state write only, and not when that
+// state is failed: losing the write in a crash is safe when the server stored the answer,
+// because the record is then still pending as it was, and the next Do of the operation or
+// Recover asks the status endpoint before anything is resent. A failure may rest on an
+// answer the server never stored (a 401), so it is written with Update.
 type DeferredUpdater interface {
 	// UpdateDeferred is Update without the wait for durability. It validates rec at once
 	// (ErrInvalid, ErrClosed, ctx.Err()) and makes the new version visible to Get,
