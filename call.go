@@ -211,14 +211,16 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		class = ClassStoredServerError // "do not retry" on a 5xx: the effect is still unknown
 	}
 	cl.c.onAttempt(cl, a, class)
-	if (class == ClassPermanent || class == ClassKeyConflict) && (cl.unknown || cl.mayLand && a.StatusCode() != http.StatusBadRequest) && !a.replayed() {
+	if (class == ClassPermanent || class == ClassKeyConflict) && (cl.unknown || cl.mayLand && a.StatusCode() != http.StatusBadRequest) &&
+		(!a.replayed() || notFinal(a.StatusCode())) {
 		// A resend after an attempt whose outcome is unknown, or after a "not found" that a
 		// request still on its way (or a lagging status endpoint) may contradict, met a
 		// refusal that is not the key's stored answer: an auth layer's 401, a WAF's 403, a
 		// 422 "reference already used" from a check that ran before the key's, a key reuse
 		// judged on a header that changed, or (a classifier of the caller's) no answer at
 		// all. It says nothing of the earlier attempt, which may have executed: never a
-		// failure. The record stays pending for a later Do or Recover. After a "not found",
+		// failure (nor is a 408/409/425/429, even marked as a replay: see ClassifyReplay).
+		// The record stays pending for a later Do or Recover. After a "not found",
 		// a 400 is the exception: malformed content (RFC 9110 §15.5.1) is judged on the bytes,
 		// which the earlier request shares, so it will be refused alike.
 		what := fmt.Sprintf("HTTP %d", a.StatusCode())

@@ -59,7 +59,7 @@ var (
 	ErrKeyConflict = errors.New("idem: idempotency key reused with another payload")
 	// ErrPermanent: the server gave a final answer that must not be retried (a 4xx
 	// validation or auth error, any 400 or 422 that does not name key reuse, a stored or replayed
-	// 4xx, or a hint header saying "do not retry" on a 4xx). OperationError.Response holds
+	// 4xx other than 408, 409, 425 and 429 (which speak of a request in flight, never the end), or a hint header saying "do not retry" on a 4xx). OperationError.Response holds
 	// that answer. The record is failed. A stored 5xx is never ErrPermanent: see
 	// ErrStoredServerError. Nor is a 4xx to a resend after an unknown outcome, or (a 400
 	// aside, judged on the bytes the earlier request shares) after a status "not found" for

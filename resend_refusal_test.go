@@ -164,3 +164,53 @@ func TestPermanentWithoutAnswerAfterUnknownIsUnknown(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, keystore.StatePending, rec.State)
 }
+
+// notFinalThenReplay charges a key's first request and resets the connection; the next
+// resend gets code marked as the key's replay (Idempotent-Replayed: true, Retry-After: 0),
+// every later one the stored 201.
+type notFinalThenReplay struct {
+	code  int
+	posts atomic.Int32
+	keys  sync.Map // key -> charges (int)
+}
+
+func (h *notFinalThenReplay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	if _, loaded := h.keys.LoadOrStore(key, 1); !loaded {
+		h.posts.Add(1)
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		_ = conn.Close()
+		return
+	}
+	w.Header().Set("Idempotent-Replayed", "true")
+	if h.posts.Add(1) == 2 {
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(h.code)
+		_, _ = w.Write([]byte(`{"error":"in progress"}`))
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write([]byte(`{"id":"pay_1"}`))
+}
+
+// A 408, 409, 425 or 429 marked as the key's replay, to a resend after an unknown outcome,
+// speaks of the request in flight, not of the operation's end: the call waits or retries as
+// for the unmarked status, and ends with the payment, charged once. It ended ErrPermanent,
+// the record failed, while the first request was charging.
+func TestReplayedNotFinalStatusIsNotAFailure(t *testing.T) {
+	for _, code := range []int{http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests} {
+		t.Run(http.StatusText(code), func(t *testing.T) {
+			h := &notFinalThenReplay{code: code}
+			c, _, store := scriptedClient(t, h, nil)
+			op := payment(1, "in-flight")
+			res, err := c.Do(context.Background(), op)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusCreated, res.StatusCode)
+			require.Equal(t, 3, res.Attempts)
+			require.Equal(t, int32(3), h.posts.Load())
+			rec, err := store.Get(context.Background(), "", op.Key())
+			require.NoError(t, err)
+			require.Equal(t, keystore.StateSucceeded, rec.State)
+		})
+	}
+}

@@ -177,9 +177,12 @@ func (a *Attempt) replayed() bool {
 // (Idempotent-Replayed: true): the server stored that answer for this key and will send the
 // same one to every resend. A stored 4xx is the server's decision (ClassPermanent); a stored
 // 5xx means execution began with an unknown effect (ClassStoredServerError), and so does a
-// stored 3xx (a redirect proves nothing of the effect; see ClassifyStatusCode).
+// stored 3xx (a redirect proves nothing of the effect; see ClassifyStatusCode). 408, 409,
+// 425 and 429 are left to the classifiers after it (ClassUndecided) even when so marked:
+// they speak of the request in flight ("in progress", "too many"), never of the operation's
+// end, and a first request still running behind a 409 may yet charge.
 func ClassifyReplay(a *Attempt) Class {
-	if !a.replayed() || a.Response.StatusCode < 300 {
+	if !a.replayed() || a.Response.StatusCode < 300 || notFinal(a.Response.StatusCode) {
 		return ClassUndecided
 	}
 	if c := a.Response.StatusCode; c >= 500 || c < 400 {
