@@ -89,7 +89,8 @@ type Config struct {
 	// OnEvent, if set, is called synchronously for each Event.
 	OnEvent func(Event)
 	// Fingerprint computes a request's fingerprint from its method, operation (as
-	// Config.Operation names it) and body bytes; nil means the package's Fingerprint, over
+	// Config.Operation names it, followed by "?" and the raw query when the request has one)
+	// and body bytes; nil means the package's Fingerprint, over
 	// the canonical body (JSON key order and whitespace do not matter). A stricter function,
 	// such as SHA-256 over the raw bytes, lets a test server catch clients that do not resend
 	// byte-identical bodies. Two requests are the same when their fingerprints are equal.

@@ -10,7 +10,8 @@
 //   - a key is scoped by (tenant, operation, key). The tenant comes from Config.Tenant, a
 //     function of the authenticated request (never a client header by default); the
 //     operation is method and route (Config.Operation, default method + " " + path);
-//   - the fingerprint is SHA-256 over method, operation and the canonical body (a body that is
+//   - the fingerprint is SHA-256 over method, operation (with "?" and the raw query when the
+//     request has one: the query is not part of the scope) and the canonical body (a body that is
 //     valid JSON is re-encoded with sorted object keys and no whitespace; any other body is
 //     taken byte for byte). The same key with another fingerprint gets 422 with the problem
 //     type ProblemKeyReused. A JSON body with a member name twice in one object is refused

@@ -86,11 +86,18 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	op := m.cfg.Operation(r)
 	scope := Scope{Tenant: tenant, Operation: op, Key: key}
+	// The query is part of the request, though not of the key's scope: POST /refunds?amount=
+	// 100 and ?amount=200 under one key must not replay one as the other (idem's client
+	// fingerprints the query too). Without one, the fingerprint is what it always was.
+	fpOp := op
+	if q := r.URL.RawQuery; q != "" {
+		fpOp = op + "?" + q
+	}
 	var fp []byte
 	if m.ownFingerprint {
-		fp = fingerprint(r.Method, op, canon)
+		fp = fingerprint(r.Method, fpOp, canon)
 	} else {
-		fp = m.cfg.Fingerprint(r.Method, op, body)
+		fp = m.cfg.Fingerprint(r.Method, fpOp, body)
 	}
 
 	ctx := r.Context()
