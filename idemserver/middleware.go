@@ -268,8 +268,13 @@ func replay(w http.ResponseWriter, resp *Response) {
 	send(w, nil, resp.StatusCode, resp.Body)
 }
 
-// send writes status and body, with header (if any) and an exact Content-Length.
+// send writes status and body, with header (if any) and an exact Content-Length. A status
+// net/http would panic on (from a Backend that stored one) goes out as a 500: the stored
+// answer says execution began, and nothing better can be said of it.
 func send(w http.ResponseWriter, header http.Header, status int, body []byte) {
+	if status < 100 || status > 999 {
+		status = http.StatusInternalServerError
+	}
 	for k, vs := range header {
 		w.Header()[k] = vs
 	}
@@ -289,6 +294,12 @@ func newRecorder() *recorder { return &recorder{header: http.Header{}} }
 
 func (r *recorder) Header() http.Header { return r.header }
 func (r *recorder) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		// net/http panics here too. Recorded, the code was stored, and its replay (which
+		// does reach net/http) panicked on every retry of the key; panicking now takes the
+		// handler-panic path: the key keeps a 500 if execution began.
+		panic(fmt.Sprintf("idemserver: invalid WriteHeader code %v", code))
+	}
 	if r.status == 0 && code >= 200 {
 		r.status = code
 	}

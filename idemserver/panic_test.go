@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -167,5 +168,50 @@ func TestCompleteFailureAfterExecutionIsNot503(t *testing.T) {
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the handler ran %d times", n)
+	}
+}
+
+// A handler that writes a status net/http refuses (1000) panics as it would without the
+// middleware, after execution began: the key keeps a 500 ProblemHandlerFailed, replayed to
+// every retry. The code used to be stored and its replay panicked on every retry.
+func TestInvalidStatusCodeStoresA500(t *testing.T) {
+	mw, err := idemserver.New(idemserver.Config{Backend: idemserver.NewMemory(),
+		Tenant: func(*http.Request) (string, error) { return "acct_1", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var execs atomic.Int64
+	srv := httptest.NewUnstartedServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		execs.Add(1)
+		w.WriteHeader(1000)
+	})))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the first request's panic, expected
+	srv.Start()
+	defer srv.Close()
+	post := func() (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/payments", strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "k-1000")
+		return http.DefaultClient.Do(req)
+	}
+	if resp, err := post(); err == nil { // net/http drops the connection of a panicking handler
+		resp.Body.Close()
+		t.Fatalf("first request answered %d, want the connection dropped", resp.StatusCode)
+	}
+	for i := range 2 {
+		resp, err := post()
+		if err != nil {
+			t.Fatalf("retry %d: %v", i+1, err)
+		}
+		var p idemserver.Problem
+		_ = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusInternalServerError || resp.Header.Get(idemserver.ReplayedHeader) != "true" ||
+			p.Type != idemserver.ProblemHandlerFailed {
+			t.Errorf("retry %d: %d replayed=%q type %q, want a replayed 500 %s", i+1, resp.StatusCode,
+				resp.Header.Get(idemserver.ReplayedHeader), p.Type, idemserver.ProblemHandlerFailed)
+		}
+	}
+	if n := execs.Load(); n != 1 {
+		t.Errorf("executed %d times, want 1", n)
 	}
 }
