@@ -9,7 +9,9 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Middleware executes each keyed request once per (tenant, operation, key) and replays the
@@ -85,6 +87,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	op := m.cfg.Operation(r)
+	// A key is stored under its tenant and operation as text: PostgreSQL refuses invalid
+	// UTF-8 and NUL there, and a claim that can never be written would answer 503 "retry"
+	// forever. Refused before the claim on every backend, so both speak one contract.
+	if what, bad := badScopeText(tenant, op); bad {
+		m.problem(w, r, Problem{Type: ProblemScopeInvalid, Title: "Request cannot be keyed", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("the request's %s is not valid UTF-8 or holds a NUL byte", what)})
+		return
+	}
 	scope := Scope{Tenant: tenant, Operation: op, Key: key}
 	// The query is part of the request, though not of the key's scope: POST /refunds?amount=
 	// 100 and ?amount=200 under one key must not replay one as the other (idem's client
@@ -318,4 +328,15 @@ func (r *recorder) response() Response {
 	}
 	r.header.Del("Content-Length")
 	return Response{StatusCode: st, Body: r.body.Bytes()}
+}
+
+// badScopeText names the first of tenant and operation that is not valid UTF-8 or holds a
+// NUL byte.
+func badScopeText(tenant, operation string) (string, bool) {
+	for _, f := range [...]struct{ name, s string }{{"tenant", tenant}, {"operation (method and path)", operation}} {
+		if !utf8.ValidString(f.s) || strings.IndexByte(f.s, 0) >= 0 {
+			return f.name, true
+		}
+	}
+	return "", false
 }

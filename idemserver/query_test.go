@@ -58,3 +58,31 @@ func TestQueryIsFingerprinted(t *testing.T) {
 		t.Errorf("executed %d times, want 2", n)
 	}
 }
+
+// A path or tenant that is not valid UTF-8, or holds a NUL byte, cannot be keyed (PostgreSQL
+// refuses such text): 400 ProblemScopeInvalid before anything is claimed or run, on every
+// backend, where pgserver answered 503 "retry" to every try.
+func TestUnkeyableScopeIs400(t *testing.T) {
+	for _, tc := range []struct{ target, tenant, want string }{
+		{"/v1/pay%FF", "acct_1", "operation"},
+		{"/v1/pay%00", "acct_1", "operation"},
+		{"/v1/pay", "acct\xff", "tenant"},
+		{"/v1/pay", "acct\x00", "tenant"},
+	} {
+		mw, err := idemserver.New(idemserver.Config{Backend: idemserver.NewMemory(),
+			Tenant: func(*http.Request) (string, error) { return tc.tenant, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var execs atomic.Int64
+		h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { execs.Add(1) }))
+		req := httptest.NewRequest(http.MethodPost, tc.target, strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "k-1")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), idemserver.ProblemScopeInvalid) ||
+			!strings.Contains(rec.Body.String(), "the request's "+tc.want) || execs.Load() != 0 {
+			t.Errorf("%s tenant %q: %d %s, executed %d", tc.target, tc.tenant, rec.Code, rec.Body, execs.Load())
+		}
+	}
+}
