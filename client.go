@@ -355,8 +355,10 @@ type Result struct {
 	Source          Source      // where the answer came from
 }
 
-// Replayed reports whether the answer was not produced by this call's own execution: a
-// server replay, a status-endpoint answer, or the keystore.
+// Replayed reports whether the answer was not produced by this call's own request: a
+// server replay (SourceReplay), a status-endpoint answer (SourceKeyStatus), the keystore
+// (SourceStore) or the business lookup (SourceLookup). Stats.Replays counts only the first
+// kind, answers marked Idempotent-Replayed.
 func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 
 // Do sends op until it reaches a known state, retrying within the policy (client defaults,

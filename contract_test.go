@@ -324,6 +324,19 @@ func TestDeadlineMatchesContextDeadline(t *testing.T) {
 	assert.NotErrorIs(t, err, ErrCanceled)
 	assert.Equal(t, int64(1), n.Load())
 	assert.Empty(t, clock.Sleeps(), "no sleep into the deadline")
+
+	// A Retry-After within the cap that passes both the context deadline and MaxElapsed: the
+	// nearer wall, the context's, names the stop (it was ErrRetryAfterTooLong, which a caller
+	// testing context.DeadlineExceeded missed).
+	h, n = fixedAnswer(http.StatusServiceUnavailable, ``, "Retry-After", "120")
+	c, clock, _ = scriptedClient(t, h, nil)
+	_, err = c.Do(ctx, payment(1, "r"), CallMaxRetryAfter(5*time.Minute))
+	require.ErrorIs(t, err, ErrDeadline)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, ErrRetryAfterTooLong)
+	assert.Equal(t, 120*time.Second, opErr(t, err).RetryAfter)
+	assert.Equal(t, int64(1), n.Load())
+	assert.Empty(t, clock.Sleeps())
 }
 
 // Calls whose retries end in a definitive answer give their tokens back: a run of them

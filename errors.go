@@ -68,7 +68,9 @@ var (
 	// arrive, so the call ends with ErrOutcomeUnknown.
 	ErrPermanent = errors.New("idem: permanent failure")
 	// ErrRetryAfterTooLong: the server asked to wait (Retry-After, RFC 9110 §10.2.3) longer
-	// than Policy.MaxRetryAfter or than the time left; idem stops at once instead of sleeping.
+	// than Policy.MaxRetryAfter or than the time left of Policy.MaxElapsed; idem stops at
+	// once instead of sleeping. A wait within the cap that would pass a context deadline
+	// coming before the end of MaxElapsed is ErrDeadline instead.
 	// OperationError.RetryAfter holds the requested wait. The record stays pending.
 	ErrRetryAfterTooLong = errors.New("idem: Retry-After beyond the allowed wait")
 	// ErrDeadline: the context deadline comes before the next attempt could start, so idem

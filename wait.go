@@ -52,19 +52,29 @@ func (cl *call) allow(ctx context.Context, d time.Duration, fromRetryAfter bool)
 	if fromRetryAfter && d > p.MaxRetryAfter {
 		return tooLong(fmt.Sprintf("longer than the %s cap", p.MaxRetryAfter))
 	}
-	if left := cl.start.Add(p.MaxElapsed).Sub(now); d > left {
+	dl, hasDeadline := ctx.Deadline()
+	pastDeadline := func() bool {
+		cl.halt(ErrDeadline, fmt.Errorf("next attempt in %s, context deadline in %s: %w", d, dl.Sub(now).Round(time.Millisecond), context.DeadlineExceeded))
+		if fromRetryAfter {
+			cl.stop.RetryAfter = d
+		}
+		return false
+	}
+	// The nearer wall names the stop: a context deadline before the end of MaxElapsed is
+	// ErrDeadline (context.DeadlineExceeded), whatever MaxElapsed would have said.
+	end := cl.start.Add(p.MaxElapsed)
+	if hasDeadline && dl.Before(end) && !now.Add(d).Before(dl) {
+		return pastDeadline()
+	}
+	if left := end.Sub(now); d > left {
 		if fromRetryAfter {
 			return tooLong(fmt.Sprintf("longer than the %s left of MaxElapsed", left.Round(time.Millisecond)))
 		}
 		cl.halt(ErrExhausted, fmt.Errorf("next attempt in %s would pass MaxElapsed %s", d, p.MaxElapsed))
 		return false
 	}
-	if dl, ok := ctx.Deadline(); ok && !now.Add(d).Before(dl) {
-		cl.halt(ErrDeadline, fmt.Errorf("next attempt in %s, context deadline in %s: %w", d, dl.Sub(now).Round(time.Millisecond), context.DeadlineExceeded))
-		if fromRetryAfter {
-			cl.stop.RetryAfter = d
-		}
-		return false
+	if hasDeadline && !now.Add(d).Before(dl) {
+		return pastDeadline()
 	}
 	if fromRetryAfter && d > 0 {
 		cl.c.stats.throttled.Add(1)
