@@ -178,11 +178,13 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
 		NextOffset int            `json:"next_offset,omitempty"`
 		Damaged    []adminDamaged `json:"damaged"`
 	}{Records: []AdminRecord{}, Total: len(rows), Damaged: damaged}
-	for i := offset; i < len(rows) && i < offset+limit; i++ {
-		page.Records = append(page.Records, rows[i])
-	}
-	if offset+limit < len(rows) {
-		page.NextOffset = offset + limit
+	if offset < len(rows) {
+		end := len(rows)
+		if limit < end-offset { // not offset+limit < end: a huge offset would overflow
+			end = offset + limit
+			page.NextOffset = end
+		}
+		page.Records = append(page.Records, rows[offset:end]...)
 	}
 	writeAdminJSON(w, page)
 }

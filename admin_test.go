@@ -137,6 +137,7 @@ func TestAdminList(t *testing.T) {
 		{"tenant=acme", `{"records":[` + acme + `],"total":1,"damaged":[]}`},
 		{"tenant=&state=succeeded", `{"records":[` + ok + `],"total":1,"damaged":[]}`},
 		{"state=failed", `{"records":[],"total":0,"damaged":[]}`},
+		{"offset=9223372036854775800", `{"records":[],"total":4,"damaged":[]}`}, // offset+limit would overflow
 	} {
 		code, hdr, body := adminDo(t, h, "GET", "/records?"+tt.query, "", true)
 		require.Equal(t, 200, code, body)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -23,7 +24,8 @@ type adminBackend struct {
 	base   *url.URL
 	header string
 	token  string
-	http   *http.Client
+	http   *http.Client // every endpoint but POST /recover: the answer's wait is bounded
+	slow   *http.Client // POST /recover: the answer comes when the Recover run ends
 }
 
 func newAdminBackend(c *common) (*adminBackend, error) {
@@ -35,9 +37,27 @@ func newAdminBackend(c *common) (*adminBackend, error) {
 	if err != nil {
 		return nil, err
 	}
+	// -timeout bounds the connection (dial, TLS handshake) and the wait for an answer's
+	// headers, as it bounds the wait for a file lock or a database: an admin URL that
+	// accepts and never answers ends the command instead of hanging it. POST /recover
+	// answers only when its Recover run ends, so it waits for the answer as long as it takes.
+	wait := adminWait
+	if c.timeoutSet {
+		wait = c.timeout
+	}
+	dialer := &net.Dialer{Timeout: wait}
+	tr := &http.Transport{Proxy: http.ProxyFromEnvironment, DialContext: dialer.DialContext, TLSHandshakeTimeout: wait}
+	quick := tr.Clone()
+	quick.ResponseHeaderTimeout = wait
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &adminBackend{base: u, header: c.tokenHeader, token: token,
-		http: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}, nil
+		http: &http.Client{Transport: quick, CheckRedirect: noRedirect},
+		slow: &http.Client{Transport: tr, CheckRedirect: noRedirect}}, nil
 }
+
+// adminWait is -timeout's default with -url: a listing of a large keystore takes a while to
+// start, where a file lock is either free at once or held by a running service.
+const adminWait = 30 * time.Second
 
 func (b *adminBackend) close() error { return nil }
 
@@ -65,7 +85,11 @@ func (b *adminBackend) do(ctx context.Context, method, path string, q url.Values
 	if b.token != "" {
 		req.Header.Set(b.header, b.token)
 	}
-	resp, err := b.http.Do(req)
+	hc := b.http
+	if path == "recover" {
+		hc = b.slow
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("admin endpoint: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -352,4 +353,48 @@ func TestPostgres(t *testing.T) {
 	rec, err = s.Get(ctx, "acme", "6a1e2c55-0f0b-4f31-8c6e-1d2b3c4d5e6f")
 	require.NoError(t, err)
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
+}
+
+// An admin URL that accepts the connection and never answers ends the command after
+// -timeout with an error, instead of hanging it.
+func TestAdminURLThatNeverAnswers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	t.Setenv("IDEMCTL_TOKEN", "Bearer t0ken")
+	done := make(chan struct{})
+	var code int
+	var errs string
+	go func() {
+		defer close(done)
+		code, _, errs = runCmd(t, "stats", "-url", "http://"+ln.Addr().String()+"/idem", "-timeout", "200ms")
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("idemctl still waiting 10 s after a -timeout of 200ms")
+	}
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, "admin endpoint")
+	assert.Contains(t, errs, "timeout awaiting response headers")
 }

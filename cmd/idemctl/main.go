@@ -76,7 +76,8 @@ commands:
 
 target (exactly one): -db FILE (bbolt), -dsn DSN (Postgres), -url ADMIN_URL (a running
 service's idem.NewAdminHandler; token from $IDEMCTL_TOKEN, see -token-env)
-common flags: -json, -timeout 1s (longest wait for the file lock or the database)
+common flags: -json, -timeout 1s (longest wait for the file lock or the database; with -url
+for the connection and each answer, 30s by default, but recover's)
 
 run "idemctl COMMAND -h" for a command's flags
 `

@@ -73,6 +73,7 @@ type common struct {
 	db, dsn, url string
 	json         bool
 	timeout      time.Duration
+	timeoutSet   bool // -timeout was given (-url has its own default)
 	tokenEnv     string
 	tokenHeader  string
 }
@@ -84,7 +85,7 @@ func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {
 	fs.StringVar(&c.dsn, "dsn", "", "Postgres keystore `DSN` (keystore/pgstore), e.g. postgres://user@host/db")
 	fs.StringVar(&c.url, "url", "", "a running service's admin handler `URL` (idem.NewAdminHandler)")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
-	fs.DurationVar(&c.timeout, "timeout", boltstore.DefaultTimeout, "longest wait for the file lock (-db) or the database connection (-dsn)")
+	fs.DurationVar(&c.timeout, "timeout", boltstore.DefaultTimeout, "longest wait for the file lock (-db), the database connection (-dsn), or the admin URL's connection and answer (-url: default 30s; recover waits for its run)")
 	fs.StringVar(&c.tokenEnv, "token-env", "IDEMCTL_TOKEN", "with -url: the environment variable `NAME` whose value is sent as the authorization header")
 	fs.StringVar(&c.tokenHeader, "token-header", "Authorization", "with -url: the authorization header's `name`")
 	return fs
@@ -106,6 +107,7 @@ func parse(fs *flag.FlagSet, c *common, args []string, maxArgs int) ([]string, e
 		}
 		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
+	fs.Visit(func(f *flag.Flag) { c.timeoutSet = c.timeoutSet || f.Name == "timeout" })
 	n := 0
 	for _, s := range []string{c.db, c.dsn, c.url} {
 		if s != "" {
