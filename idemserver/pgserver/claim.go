@@ -2,7 +2,6 @@ package pgserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -99,7 +98,7 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 		return idemserver.ErrNotOwner
 	}
 	defer c.end(ctx)
-	header, err := json.Marshal(resp.Header)
+	header, err := encodeHeader(resp.Header)
 	if err != nil {
 		return fmt.Errorf("pgserver: complete: %w", err)
 	}

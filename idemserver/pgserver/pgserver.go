@@ -67,7 +67,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -184,9 +183,11 @@ func scanRow(r pgx.Row) (*row, error) {
 	if status != nil {
 		resp := &idemserver.Response{StatusCode: int(*status), Header: http.Header{}, Body: body}
 		if len(header) > 0 {
-			if err := json.Unmarshal(header, &resp.Header); err != nil {
+			h, err := decodeHeader(header)
+			if err != nil {
 				return nil, fmt.Errorf("stored header: %w", err)
 			}
+			resp.Header = h
 		}
 		if resp.Body == nil {
 			resp.Body = []byte{}

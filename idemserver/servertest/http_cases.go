@@ -38,6 +38,25 @@ func testReplay(t *testing.T, b idemserver.Backend) {
 	}
 }
 
+// testReplayHeaderBytes: a stored header value that is not UTF-8 (HTTP allows such bytes, as
+// in a Latin-1 Location) is replayed byte for byte, not with U+FFFD in their place.
+func testReplayHeaderBytes(t *testing.T, b idemserver.Backend) {
+	const location = "/v1/files/caf\xe9"
+	s := newServer(t, b, nil, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", location)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":"file_1"}`)
+	})
+	first := s.post(t, "acct_1", "k-bytes", `{"amount":1}`)
+	wantAnswer(t, "first", first, 201, `{"id":"file_1"}`)
+	again := s.post(t, "acct_1", "k-bytes", `{"amount":1}`)
+	wantAnswer(t, "replay", again, 201, `{"id":"file_1"}`)
+	if again.header.Get(idemserver.ReplayedHeader) != "true" || again.header.Get("Location") != location {
+		t.Fatalf("replay: replayed %q, Location %q, want %q", again.header.Get(idemserver.ReplayedHeader), again.header.Get("Location"), location)
+	}
+}
+
 func testKeyReuse(t *testing.T, b idemserver.Backend) {
 	var events []idemserver.EventKind
 	var mu sync.Mutex

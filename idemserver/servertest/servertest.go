@@ -32,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T) idemserver.Backend) {
 		{"ExpiryAndPurge", testExpiryAndPurge},
 		{"ScopeIsolation", testScopeIsolation},
 		{"ReplayByteForByte", testReplay},
+		{"ReplayKeepsHeaderBytes", testReplayHeaderBytes},
 		{"KeyReuse422", testKeyReuse},
 		{"CanonicalJSON", testCanonicalJSON},
 		{"KeyHeaderErrors", testKeyErrors},
