@@ -37,6 +37,7 @@ type call struct {
 	statusChecks int
 	unknown      bool // an attempt may have executed and no answer resolved it yet
 	mayLand      bool // the key may have been sent before (this call, or a resumed record): a request that may still arrive after a "not found"
+	confirm      bool // a 400 to a resend after a "not found" ended the call: Config.Lookup may settle it (refusal.go)
 	last         *Attempt
 	delay        time.Duration         // wait before the next attempt, decided in checkRetry
 	spent        int                   // retry-budget tokens this call took
@@ -211,18 +212,20 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		class = ClassStoredServerError // "do not retry" on a 5xx: the effect is still unknown
 	}
 	cl.c.onAttempt(cl, a, class)
-	if (class == ClassPermanent || class == ClassKeyConflict) && (cl.unknown || cl.mayLand && a.StatusCode() != http.StatusBadRequest) &&
+	if (class == ClassPermanent || class == ClassKeyConflict) && (cl.unknown || cl.mayLand) &&
 		(!a.replayed() || notFinal(a.StatusCode())) {
 		// A resend after an attempt whose outcome is unknown, or after a "not found" that a
 		// request still on its way (or a lagging status endpoint) may contradict, met a
 		// refusal that is not the key's stored answer: an auth layer's 401, a WAF's 403, a
-		// 422 "reference already used" from a check that ran before the key's, a key reuse
-		// judged on a header that changed, or (a classifier of the caller's) no answer at
-		// all. It says nothing of the earlier attempt, which may have executed: never a
+		// 400 or 422 "reference already used" from a check that ran before the key's, a key
+		// reuse judged on a header that changed, or (a classifier of the caller's) no answer
+		// at all. It says nothing of the earlier attempt, which may have executed: never a
 		// failure (nor is a 408/409/425/429, even marked as a replay: see ClassifyReplay).
-		// The record stays pending for a later Do or Recover. After a "not found",
-		// a 400 is the exception: malformed content (RFC 9110 §15.5.1) is judged on the bytes,
-		// which the earlier request shares, so it will be refused alike.
+		// The record stays pending for a later Do or Recover. A 400 after a "not found" is
+		// either malformed content, which the earlier request shares and will be refused
+		// for alike, or a business check that found the earlier request's effect: the
+		// business lookup, when there is one, tells which (refusal.go).
+		cl.confirm = !cl.unknown && class == ClassPermanent && a.StatusCode() == http.StatusBadRequest && cl.c.cfg.Lookup != nil
 		what := fmt.Sprintf("HTTP %d", a.StatusCode())
 		if a.Response == nil {
 			what = fmt.Sprintf("a transport error (%v)", a.Err)

@@ -58,14 +58,17 @@ var (
 	// an attempt whose outcome is unknown is ErrOutcomeUnknown instead).
 	ErrKeyConflict = errors.New("idem: idempotency key reused with another payload")
 	// ErrPermanent: the server gave a final answer that must not be retried (a 4xx
-	// validation or auth error, any 400 or 422 that does not name key reuse, a stored or replayed
-	// 4xx other than 408, 409, 425 and 429 (which speak of a request in flight, never the end), or a hint header saying "do not retry" on a 4xx). OperationError.Response holds
-	// that answer. The record is failed. A stored 5xx is never ErrPermanent: see
-	// ErrStoredServerError. Nor is a 4xx to a resend after an unknown outcome, or (a 400
-	// aside, judged on the bytes the earlier request shares) after a status "not found" for
-	// a key that may have been sent before (this call's, or a resumed record's), unless
-	// marked as the key's replay: it says nothing of the earlier request, which may still
-	// arrive, so the call ends with ErrOutcomeUnknown.
+	// validation or auth error, any 400 or 422 that does not name key reuse, a stored or
+	// replayed 4xx other than 408, 409, 425 and 429 (which speak of a request in flight,
+	// never the end), or a hint header saying "do not retry" on a 4xx). OperationError.Response
+	// holds that answer. The record is failed. A stored 5xx is never ErrPermanent: see
+	// ErrStoredServerError. Nor is a 4xx to a resend after an unknown outcome, or after a
+	// status "not found" for a key that may have been sent before (this call's, or a resumed
+	// record's), unless marked as the key's replay: it says nothing of the earlier request,
+	// which may have run (a duplicate-reference check that found its charge) or may still
+	// arrive, so the call ends with ErrOutcomeUnknown. A 400 there is the one the business
+	// lookup (Config.Lookup) may settle: the payment found, a success; none found, the 400
+	// judged the bytes the earlier request shares, and the call ends ErrPermanent.
 	ErrPermanent = errors.New("idem: permanent failure")
 	// ErrRetryAfterTooLong: the server asked to wait (Retry-After, RFC 9110 §10.2.3) longer
 	// than Policy.MaxRetryAfter or than the time left of Policy.MaxElapsed; idem stops at

@@ -41,6 +41,9 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		cl.c.stats.succeeded.Add(1)
 		return cl.result, nil
 	}
+	if cl.confirm && cl.result == nil && cl.stop != nil && cl.stop.Kind == ErrOutcomeUnknown {
+		cl.confirmRefusal(ctx)
+	}
 	rec := cl.rec
 	var gaveUp *OperationError
 	rec.Attempts = cl.baseAttempts + cl.attempts
@@ -49,6 +52,9 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 	switch {
 	case cl.result != nil:
 		rec.State = keystore.StateSucceeded
+		if cl.result.Source == SourceLookup {
+			rec.Reason = ReasonExecuted // the business lookup found it (confirmRefusal)
+		}
 		rec.LastStatusCode = cl.result.StatusCode
 		rec.Response = cl.persistedResponse(cl.result)
 		cl.result.Attempts, cl.result.KeyStatusChecks = cl.attempts, cl.statusChecks

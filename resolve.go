@@ -59,8 +59,9 @@ type Resolution struct {
 
 // LookupRequest is what a LookupFunc is asked about.
 type LookupRequest struct {
-	// Record is a copy of the manual record: its Request (method, URL, body without
-	// credentials) says which business intent to look for.
+	// Record is a copy of the record asked about (manual, or pending after a 400 to a resend
+	// following a status "not found": see Config.Lookup): its Request (method, URL, body
+	// without credentials) says which business intent to look for.
 	Record *keystore.Record
 	// Get sends GET path (relative to Config.BaseURL, or absolute) with the operation's
 	// headers, Config.Credentials and "Accept: application/json", never following redirects,
@@ -69,7 +70,7 @@ type LookupRequest struct {
 	Get func(ctx context.Context, path string) (status int, body []byte, err error)
 }
 
-// LookupFunc asks the API about a manual record's business intent (see Config.Lookup). It
+// LookupFunc asks the API about a record's business intent (see Config.Lookup). It
 // must answer VerdictNotExecuted only when the API's answer proves that nothing took effect
 // (a search that is consistent with the payments it lists); when in doubt, VerdictUnknown.
 // An error counts as VerdictUnknown. It may be called from several goroutines at once (Do
