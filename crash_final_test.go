@@ -68,27 +68,11 @@ func TestCrashAfterAnswerLosesOnlyTheFinalWrite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns a process")
 	}
-	exe, err := os.Executable()
-	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "keys.db")
 	srv := idemtest.NewServer(idemtest.Config{})
 	defer srv.Close()
 
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), finalChildEnv+"="+srv.URL+"|"+path)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err)
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
-	var key string
-	var attempts int
-	_, err = fmt.Sscanf(line, "ok %s %d", &key, &attempts)
-	require.NoError(t, err, "child said %q", line)
-	require.Equal(t, 1, attempts)
+	key := runFinalChild(t, srv.URL+"|"+path, "ok")
 	require.Equal(t, 1, srv.ExecutionsByReference(finalRef))
 
 	store, err := boltstore.Open(path, nil)
@@ -131,8 +115,6 @@ func TestCrashAfterRefusalKeepsTheFailure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns a process")
 	}
-	exe, err := os.Executable()
-	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "keys.db")
 	api := idemtest.NewServer(idemtest.Config{})
 	defer api.Close()
@@ -145,21 +127,7 @@ func TestCrashAfterRefusalKeepsTheFailure(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), finalChildEnv+"="+srv.URL+"|"+path+"|refused")
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err)
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
-	var key string
-	var attempts int
-	_, err = fmt.Sscanf(line, "failed %s %d", &key, &attempts)
-	require.NoError(t, err, "child said %q", line)
-	require.Equal(t, 1, attempts)
+	key := runFinalChild(t, srv.URL+"|"+path+"|refused", "failed")
 
 	store, err := boltstore.Open(path, nil)
 	require.NoError(t, err)
@@ -181,4 +149,29 @@ func TestCrashAfterRefusalKeepsTheFailure(t *testing.T) {
 	assert.Equal(t, RecoverReport{}, rep)
 	assert.Zero(t, sends.Load(), "nothing resent")
 	assert.Zero(t, api.ExecutionsByReference(finalRef), "never executed")
+}
+
+// runFinalChild starts finalChild with env (its finalChildEnv value), waits for its one line
+// ("ok KEY N" or "failed KEY N", word is the first field), kills it, and returns the key
+// after checking that one attempt was made.
+func runFinalChild(t *testing.T, env, word string) string {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), finalChildEnv+"="+env)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	var key string
+	var attempts int
+	_, err = fmt.Sscanf(line, word+" %s %d", &key, &attempts)
+	require.NoError(t, err, "child said %q", line)
+	require.Equal(t, 1, attempts)
+	return key
 }
