@@ -153,7 +153,11 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
 	var rows []AdminRecord
 	damaged := []adminDamaged{}
 	err := keystore.ListAll(r.Context(), h.c.store, states, 0, func(p keystore.Page) error {
-		damaged = appendDamaged(damaged, p.Damaged)
+		for _, d := range p.Damaged {
+			if !oneTenant || d.Scope == tenant { // another tenant's keys stay out of a tenant's listing
+				damaged = appendDamaged(damaged, []keystore.DamagedRecord{d})
+			}
+		}
 		for _, rec := range p.Records {
 			if now.Sub(rec.CreatedAt) >= minAge && (!oneTenant || rec.Scope == tenant) {
 				rows = append(rows, adminSummary(rec, now))

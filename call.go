@@ -37,7 +37,7 @@ type call struct {
 	statusChecks int
 	unknown      bool // an attempt may have executed and no answer resolved it yet
 	mayLand      bool // the key may have been sent before (this call, or a resumed record): a request that may still arrive after a "not found"
-	confirm      bool // a 400 to a resend after a "not found" ended the call: Config.Lookup may settle it (refusal.go)
+	lookupAfter  bool // a refused resend ended the call unknown: Config.Lookup may find the payment (refusal.go)
 	last         *Attempt
 	delay        time.Duration         // wait before the next attempt, decided in checkRetry
 	spent        int                   // retry-budget tokens this call took
@@ -221,11 +221,9 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		// reuse judged on a header that changed, or (a classifier of the caller's) no answer
 		// at all. It says nothing of the earlier attempt, which may have executed: never a
 		// failure (nor is a 408/409/425/429, even marked as a replay: see ClassifyReplay).
-		// The record stays pending for a later Do or Recover. A 400 after a "not found" is
-		// either malformed content, which the earlier request shares and will be refused
-		// for alike, or a business check that found the earlier request's effect: the
-		// business lookup, when there is one, tells which (refusal.go).
-		cl.confirm = !cl.unknown && class == ClassPermanent && a.StatusCode() == http.StatusBadRequest && cl.c.cfg.Lookup != nil
+		// The record stays pending for a later Do or Recover; the business lookup, when
+		// there is one, may find the payment at once (refusal.go).
+		cl.lookupAfter = cl.c.cfg.Lookup != nil
 		what := fmt.Sprintf("HTTP %d", a.StatusCode())
 		if a.Response == nil {
 			what = fmt.Sprintf("a transport error (%v)", a.Err)

@@ -70,11 +70,12 @@ type Config struct {
 	// about (a stored 5xx, ErrStoredServerError; or ErrKeyExpired), when a call ends that way,
 	// when Do meets such a manual record, and by Recover. A conclusive verdict is persisted
 	// (see Resolution) and Do returns the payment found (Result.Source SourceLookup) or
-	// ErrNotExecuted. It is also asked when a resend after a status "not found" gets a 400
-	// (a pending record): found, the call succeeds (SourceLookup); not found, the 400 is the
-	// answer (ErrPermanent); inconclusive, ErrOutcomeUnknown. LookupByReference builds one
-	// for APIs that search payments by the caller's reference. Nil: such manual records wait
-	// for Client.Resolve, and such a 400 leaves the record pending.
+	// ErrNotExecuted. It is also asked when a resend after an unknown outcome or a status
+	// "not found" is refused (a 4xx that is not the key's stored answer; the record stays
+	// pending): if it finds the payment, the call succeeds (SourceLookup); "not found" is
+	// not believed there, since the earlier request may still land, and the call ends
+	// ErrOutcomeUnknown. LookupByReference builds one for APIs that search payments by the
+	// caller's reference. Nil: such manual records wait for Client.Resolve.
 	Lookup LookupFunc
 	// KeyHeader is the header carrying the key. Default DefaultKeyHeader. It must be a header
 	// name that is persisted: a credential header (Authorization, Cookie,

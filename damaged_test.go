@@ -180,6 +180,12 @@ func TestAdminListsAndCountsDamagedRecords(t *testing.T) {
 	assert.Equal(t, "k-3", page.Damaged[0]["key"])
 	assert.Contains(t, page.Damaged[0]["error"], "k-3")
 
+	// Another tenant's listing names none of tenant ""'s keys, damaged or not.
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/records?tenant=acme", nil))
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	assert.JSONEq(t, `{"records":[],"total":0,"damaged":[]}`, w.Body.String())
+
 	w = httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/stats", nil))
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())

@@ -49,9 +49,9 @@
 //	a replayed 4xx (Idempotent-Replayed)    permanent: the server decided and stored it
 //	any other 4xx to a resend after an      outcome unknown: it says nothing of the earlier
 //	  unknown outcome, or after a status    attempt, which may have run or may still
-//	  "not found" for a key that may have   arrive; the record stays pending (after a "not
-//	  been sent (this call's, or any        found", a 400 goes to Config.Lookup when set:
-//	  resumed record's)                     found, success; none, permanent)
+//	  "not found" for a key that may have   arrive; the record stays pending, unless
+//	  been sent (this call's, or any        Config.Lookup finds the payment (a success)
+//	  resumed record's)
 //	a stored 5xx or 3xx (replayed, status endpoint completed with one, or a 5xx marked
 //	  "do not retry")                       outcome unknown for good: ErrStoredServerError
 //	Stripe-Should-Retry: true               not executed: resend (not a replayed 5xx)

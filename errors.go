@@ -66,9 +66,8 @@ var (
 	// status "not found" for a key that may have been sent before (this call's, or a resumed
 	// record's), unless marked as the key's replay: it says nothing of the earlier request,
 	// which may have run (a duplicate-reference check that found its charge) or may still
-	// arrive, so the call ends with ErrOutcomeUnknown. A 400 there is the one the business
-	// lookup (Config.Lookup) may settle: the payment found, a success; none found, the 400
-	// judged the bytes the earlier request shares, and the call ends ErrPermanent.
+	// arrive, so the call ends with ErrOutcomeUnknown, unless the business lookup
+	// (Config.Lookup) finds the payment: then it is a success.
 	ErrPermanent = errors.New("idem: permanent failure")
 	// ErrRetryAfterTooLong: the server asked to wait (Retry-After, RFC 9110 §10.2.3) longer
 	// than Policy.MaxRetryAfter or than the time left of Policy.MaxElapsed; idem stops at

@@ -41,8 +41,8 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		cl.c.stats.succeeded.Add(1)
 		return cl.result, nil
 	}
-	if cl.confirm && cl.result == nil && cl.stop != nil && cl.stop.Kind == ErrOutcomeUnknown {
-		cl.confirmRefusal(ctx)
+	if cl.lookupAfter && cl.result == nil && cl.stop != nil && cl.stop.Kind == ErrOutcomeUnknown {
+		cl.askLookup(ctx)
 	}
 	rec := cl.rec
 	var gaveUp *OperationError
@@ -53,7 +53,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 	case cl.result != nil:
 		rec.State = keystore.StateSucceeded
 		if cl.result.Source == SourceLookup {
-			rec.Reason = ReasonExecuted // the business lookup found it (confirmRefusal)
+			rec.Reason = ReasonExecuted // the business lookup found it (askLookup)
 		}
 		rec.LastStatusCode = cl.result.StatusCode
 		rec.Response = cl.persistedResponse(cl.result)
@@ -123,6 +123,8 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		// Ordered after the final write (a deferred write is committed with or before the
 		// release), and fenced like it: another instance may now reclaim the record at once.
 		cl.release(cl.detached())
+	} else if cl.result != nil && cl.result.Source == SourceLookup {
+		cl.c.onResolved(rec, true, true) // once the verdict is written, as businessLookup does
 	}
 	if cl.result != nil {
 		cl.c.budget.succeeded(cl)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,9 +32,9 @@ func ledgerLookup(a *ledgerAPI) LookupFunc {
 // A 400 to a resend after the status endpoint said "not found" tells nothing by itself: a
 // business check ("duplicate reference") may have run before the key's and found the first
 // request's charge, which the lagging status endpoint did not show yet; or the bytes are
-// malformed, and the first request was refused alike. Without a business lookup the call
-// ends ErrOutcomeUnknown (it ended ErrPermanent, and the application paid again); with one,
-// the lookup tells which.
+// malformed, and the first request was refused alike. The call ends ErrOutcomeUnknown (it
+// ended ErrPermanent, and the application paid again), unless the business lookup finds the
+// payment. A lookup that finds none proves nothing: the first request may still land.
 func TestBadRequestAfterNotFound(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -45,7 +47,7 @@ func TestBadRequestAfterNotFound(t *testing.T) {
 		{"duplicate reference, no lookup", true, false, ErrOutcomeUnknown, keystore.StatePending, 1},
 		{"duplicate reference, lookup finds the charge", true, true, nil, keystore.StateSucceeded, 1},
 		{"malformed, no lookup", false, false, ErrOutcomeUnknown, keystore.StatePending, 0},
-		{"malformed, lookup finds nothing", false, true, ErrPermanent, keystore.StateFailed, 0},
+		{"malformed, lookup finds nothing", false, true, ErrOutcomeUnknown, keystore.StatePending, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
@@ -60,7 +62,9 @@ func TestBadRequestAfterNotFound(t *testing.T) {
 				w.WriteHeader(http.StatusBadRequest)
 				_, _ = w.Write([]byte(`{"error":"refused"}`))
 			})
+			var resolved []ResolvedEvent
 			c, _ := ledgerClient(t, a, func(cfg *Config) {
+				cfg.Hooks.OnResolved = func(e ResolvedEvent) { resolved = append(resolved, e) }
 				if tc.lookup {
 					cfg.Lookup = ledgerLookup(a)
 				}
@@ -78,21 +82,52 @@ func TestBadRequestAfterNotFound(t *testing.T) {
 				assert.Equal(t, http.StatusCreated, res.StatusCode)
 				assert.Equal(t, ReasonExecuted, rec.Reason)
 				assert.Equal(t, "search: found order-400", rec.Note)
+				require.Len(t, resolved, 1)
+				assert.True(t, resolved[0].Executed)
+				assert.True(t, resolved[0].ByLookup)
 				return
 			}
-			require.ErrorIs(t, err, tc.want)
-			if tc.want == ErrOutcomeUnknown {
-				assert.NotErrorIs(t, err, ErrPermanent)
-				assert.False(t, rec.NotExecuted, "the next call asks first")
-				return
-			}
-			e := opErr(t, err)
-			require.NotNil(t, e.Response)
-			assert.Equal(t, http.StatusBadRequest, e.Response.StatusCode)
-			assert.Equal(t, `{"error":"refused"}`, string(e.Response.Body))
-			assert.Contains(t, err.Error(), "business lookup found no payment")
-			assert.Equal(t, "search: no order-400", rec.Note)
-			assert.Equal(t, int64(1), c.Stats().ResolvedByLookup)
+			require.ErrorIs(t, err, ErrOutcomeUnknown)
+			assert.NotErrorIs(t, err, ErrPermanent)
+			assert.False(t, rec.NotExecuted, "the next call asks first")
+			assert.Empty(t, rec.Note)
+			assert.Empty(t, resolved)
+			assert.Equal(t, int64(0), c.Stats().ResolvedByLookup)
 		})
 	}
+}
+
+// The first request passes a duplicate-reference check (reserving the reference) and stalls
+// before the key's; the client times out, the status endpoint rightly says "not found", the
+// resend gets "duplicate reference", and a search finds no charge, since there is none yet.
+// Then the first request charges. The call must not have said "failed": it ends
+// ErrOutcomeUnknown, and the next call of the intent finds the payment through the key.
+func TestRefusalWhileTheFirstRequestIsStillRunning(t *testing.T) {
+	release := make(chan struct{})
+	stalled := make(chan struct{})
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
+		if n == 1 {
+			close(stalled)
+			<-release // reserved the reference; the key is not claimed yet
+			a.charge(httptest.NewRecorder(), key, ref)
+			return
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"error":"duplicate_reference"}`))
+	})
+	c, _ := ledgerClient(t, a, func(cfg *Config) {
+		cfg.Lookup = ledgerLookup(a)
+		cfg.Policy.AttemptTimeout = 50 * time.Millisecond
+	})
+	op := payment(1, "order-stall", WithIntent("order-stall"))
+	_, err := c.Do(context.Background(), op)
+	<-stalled
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.NotErrorIs(t, err, ErrPermanent)
+	close(release)
+	require.Eventually(t, func() bool { return a.charges("order-stall") == 1 }, 5*time.Second, time.Millisecond)
+	res, err := c.Do(context.Background(), op)
+	require.NoError(t, err)
+	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Equal(t, 1, a.charges("order-stall"))
 }

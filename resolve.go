@@ -59,9 +59,9 @@ type Resolution struct {
 
 // LookupRequest is what a LookupFunc is asked about.
 type LookupRequest struct {
-	// Record is a copy of the record asked about (manual, or pending after a 400 to a resend
-	// following a status "not found": see Config.Lookup): its Request (method, URL, body
-	// without credentials) says which business intent to look for.
+	// Record is a copy of the record asked about (manual, or pending after a refused resend:
+	// see Config.Lookup): its Request (method, URL, body without credentials) says which
+	// business intent to look for.
 	Record *keystore.Record
 	// Get sends GET path (relative to Config.BaseURL, or absolute) with the operation's
 	// headers, Config.Credentials and "Accept: application/json", never following redirects,

@@ -36,7 +36,9 @@ func (b *storeBackend) list(ctx context.Context, f listFilter) ([]idem.AdminReco
 	// the listing.
 	err := keystore.ListAll(ctx, b.s, f.states, 0, func(p keystore.Page) error {
 		for _, d := range p.Damaged {
-			damaged = append(damaged, damagedRow{Scope: d.Scope, Key: d.Key, Error: fmt.Sprint(d.Err)})
+			if f.tenant == nil || d.Scope == *f.tenant {
+				damaged = append(damaged, damagedRow{Scope: d.Scope, Key: d.Key, Error: fmt.Sprint(d.Err)})
+			}
 		}
 		for _, r := range p.Records {
 			if t.Sub(r.CreatedAt) >= f.minAge && (f.tenant == nil || r.Scope == *f.tenant) {
