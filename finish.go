@@ -134,6 +134,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		// The key can tell no more: the application's own lookup may.
 		if res, err, ok := cl.c.businessLookup(ctx, rec, cl.header, cl.stop); ok {
 			if res != nil { // the payment was found: the call ends with a Result after all
+				res.Attempts, res.KeyStatusChecks = cl.attempts, cl.statusChecks
 				cl.c.stats.succeeded.Add(1)
 				return res, nil
 			}

@@ -74,6 +74,7 @@ func TestLookupSettlesStoredServerError(t *testing.T) {
 			if tc.executed {
 				require.NoError(t, err)
 				assert.Equal(t, SourceLookup, res.Source)
+				assert.Equal(t, 1, res.Attempts, "the stored 500's one attempt, as its error would say")
 				assert.Equal(t, "pay_1", jsonID(t, res.Body))
 				assert.Equal(t, keystore.StateSucceeded, rec.State)
 				assert.Equal(t, ReasonExecuted, rec.Reason)

@@ -63,7 +63,10 @@ type Config struct {
 	// StoredHeaders is the allow-list of response headers stored and replayed; nil means
 	// DefaultStoredHeaders. Credential headers are refused (ErrInvalidConfig).
 	StoredHeaders []string
-	// Retention is how long a stored answer is kept and replayed; 0 means DefaultRetention.
+	// Retention is how long a stored answer is kept and replayed, counted from the answer; 0
+	// means DefaultRetention. Keep it at least the clients' key lifetime (idem's
+	// Config.KeyTTL, 24 h by default, counted from the key's creation): a request whose key
+	// expired here, purged or not, runs again as a new one.
 	Retention time.Duration
 	// Lease is how long a checkpointed record whose owner is gone stays locked before a
 	// request with the key resumes it (see Checkpoint); 0 means DefaultLease.

@@ -55,7 +55,7 @@
 //
 // # Conventions of your API
 //
-// Config.WriteProblem renders the middleware's own answers (400, 401, 409, 413, 422, 503) in
+// Config.WriteProblem renders the middleware's own answers (400, 401, 409, 413, 422, 500, 503) in
 // the API's error format instead of application/problem+json; Config.Fingerprint replaces the
 // canonical fingerprint (idemtest uses a byte-exact one, to catch clients that re-encode a
 // body between attempts).

@@ -59,10 +59,12 @@ func Begin(r *http.Request) error {
 	return nil
 }
 
-// NotExecuted marks that r's answer is given before execution began (validation): it is
-// sent but not stored, the key is released (with pgserver, the transaction is rolled back),
-// and a corrected request with the same key may run. Errors: ErrNoClaim, ErrAlreadyBegun
-// after a Checkpoint.
+// NotExecuted marks that r's answer is given before execution began (a validation error, a
+// 503 because a dependency is down): it is sent but not stored, the key is released (with
+// pgserver, the claim's transaction is rolled back, the handler's writes with it), and a
+// corrected request with the same key may run. With a backend that does not roll back
+// (NewMemory), call it only before the handler's first write: the next request with the key
+// runs the handler again. Errors: ErrNoClaim, ErrAlreadyBegun after a Checkpoint.
 func NotExecuted(r *http.Request) error {
 	ex := executionOf(r)
 	if ex == nil {

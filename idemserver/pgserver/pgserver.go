@@ -118,16 +118,30 @@ var ErrNoTx = errors.New("pgserver: no claim transaction in context")
 
 type ctxKey struct{}
 
+// ErrTxOwned is what Commit and Rollback of the transaction Tx returns give: it belongs to
+// the middleware, which commits the handler's writes together with the stored answer (or
+// rolls both back). Committed by the handler, the writes would stand with the key still
+// "processing", and after the lease another request would run the handler again. Nothing is
+// done to the transaction. Savepoints (its Begin) commit and roll back as usual.
+var ErrTxOwned = errors.New("pgserver: the claim's transaction is committed by the middleware, with the stored answer; do not Commit or Rollback it")
+
 // Tx returns the transaction of the claim that ctx (a request's context under the middleware)
 // carries, in which the handler does its business writes; ok is false outside a claim. After
 // idemserver.Checkpoint it is a new transaction: ask again instead of keeping the old one.
+// Its Commit and Rollback return ErrTxOwned and do nothing.
 func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
 	c, _ := ctx.Value(ctxKey{}).(*claim)
 	if c == nil || c.tx == nil {
 		return nil, false
 	}
-	return c.tx, true
+	return handlerTx{c.tx}, true
 }
+
+// handlerTx is the claim's transaction as a handler holds it.
+type handlerTx struct{ pgx.Tx }
+
+func (handlerTx) Commit(context.Context) error   { return ErrTxOwned }
+func (handlerTx) Rollback(context.Context) error { return ErrTxOwned }
 
 // MustTx is Tx with an error (ErrNoTx) instead of ok.
 func MustTx(ctx context.Context) (pgx.Tx, error) {

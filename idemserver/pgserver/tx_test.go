@@ -227,3 +227,47 @@ func TestCheckpointResume(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestHandlerCannotCommitTheClaim: a handler that calls Commit (or Rollback) on the claim's
+// transaction gets ErrTxOwned and the transaction stays the middleware's: the charge and the
+// stored answer commit together, and a retry after the lease replays it. Committed by the
+// handler, the charge stood with the key "processing", the client was told 503 "nothing
+// stored", and a retry after the lease charged again. A savepoint's Commit still works.
+func TestHandlerCannotCommitTheClaim(t *testing.T) {
+	var commitErr, rollbackErr, savepointErr error
+	s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+		tx, err := pgserver.MustTx(r.Context())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		sp, err := tx.Begin(r.Context()) // a savepoint
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := sp.Exec(r.Context(), "INSERT INTO payments (reference, idem_key, amount) VALUES ('r-own', 'k', 1)"); err != nil {
+			t.Error(err)
+		}
+		savepointErr = sp.Commit(r.Context())
+		commitErr = tx.Commit(r.Context())
+		rollbackErr = tx.Rollback(r.Context())
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":"pay_own"}`)
+	})
+	code, _, body := s.send(t, "POST", "/v1/payments", "k-own", "{}")
+	if code != 201 || body != `{"id":"pay_own"}` {
+		t.Fatalf("first: %d %s", code, body)
+	}
+	if !errors.Is(commitErr, pgserver.ErrTxOwned) || !errors.Is(rollbackErr, pgserver.ErrTxOwned) || savepointErr != nil {
+		t.Fatalf("Commit %v, Rollback %v, savepoint Commit %v", commitErr, rollbackErr, savepointErr)
+	}
+	s.clock.Advance(2 * time.Minute) // past the lease
+	code, h, body := s.send(t, "POST", "/v1/payments", "k-own", "{}")
+	if code != 201 || body != `{"id":"pay_own"}` || h.Get(idemserver.ReplayedHeader) != "true" {
+		t.Fatalf("retry: %d %s replayed=%q", code, body, h.Get(idemserver.ReplayedHeader))
+	}
+	if n := s.count(t, "SELECT count(*) FROM payments WHERE reference = 'r-own'"); n != 1 {
+		t.Fatalf("payments = %d, want 1", n)
+	}
+}
