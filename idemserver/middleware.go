@@ -198,8 +198,11 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	if _, err := m.complete(ctx, claim, rec); err != nil {
-		if rollsBack(claim) { // the handler's work went with the transaction: nothing happened
-			m.unavailable(w, r, scope, err)
+		if rollsBack(claim) {
+			// The handler's work went with the transaction, or, when only the commit's
+			// acknowledgement was lost, committed with its answer: a retry with the same key
+			// replays it or runs once.
+			m.unavailableSaying(w, r, scope, err, "the answer could not be stored, or its storing could not be confirmed; retry with the same key: a stored answer is replayed, else the request runs once")
 			return
 		}
 		// The handler did its work and its answer could not be stored: the effect stands.
@@ -256,10 +259,15 @@ func (m *Middleware) complete(ctx context.Context, claim Claim, rec *recorder) (
 }
 
 func (m *Middleware) unavailable(w http.ResponseWriter, r *http.Request, scope Scope, err error) {
+	m.unavailableSaying(w, r, scope, err, "nothing was stored; retry with the same key")
+}
+
+// unavailableSaying is unavailable with another detail.
+func (m *Middleware) unavailableSaying(w http.ResponseWriter, r *http.Request, scope Scope, err error, detail string) {
 	m.event(Event{Kind: EventStoreError, Scope: scope, StatusCode: http.StatusServiceUnavailable, Err: err})
 	w.Header().Set("Retry-After", m.retryAfter())
 	m.problem(w, r, Problem{Type: ProblemUnavailable, Title: "Idempotency store unavailable", Status: http.StatusServiceUnavailable,
-		Detail: "nothing was stored; retry with the same key"})
+		Detail: detail})
 }
 
 func (m *Middleware) retryAfter() string {
