@@ -37,7 +37,7 @@ type call struct {
 	statusChecks int
 	unknown      bool // an attempt may have executed and no answer resolved it yet
 	mayLand      bool // the key may have been sent before (this call, or a resumed record): a request that may still arrive after a "not found"
-	lookupAfter  bool // a refused resend ended the call unknown: Config.Lookup may find the payment (refusal.go)
+	lookupAfter  bool // a refused resend after an unknown outcome or a "not found" ended the call: Config.Lookup may find the payment (refusal.go)
 	last         *Attempt
 	delay        time.Duration         // wait before the next attempt, decided in checkRetry
 	spent        int                   // retry-budget tokens this call took
@@ -212,18 +212,25 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		class = ClassStoredServerError // "do not retry" on a 5xx: the effect is still unknown
 	}
 	cl.c.onAttempt(cl, a, class)
-	if (class == ClassPermanent || class == ClassKeyConflict) && (cl.unknown || cl.mayLand) &&
-		(!a.replayed() || notFinal(a.StatusCode())) {
+	refused := (class == ClassPermanent || class == ClassKeyConflict) && (!a.replayed() || notFinal(a.StatusCode()))
+	// After a "not found", a 400 is the exception to the rule below: malformed content (RFC
+	// 9110 §15.5.1) is judged on the bytes, which the earlier request shares, so it was or
+	// will be refused alike, and the status endpoint's "not found" says nothing was executed
+	// (the contract). A server whose business checks run ahead of the key's, or whose status
+	// endpoint lags, may still answer 400 for a charged payment: the business lookup, when
+	// there is one, is asked before the call fails (refusal.go).
+	badRequestAfterNotFound := refused && !cl.unknown && cl.mayLand && a.StatusCode() == http.StatusBadRequest
+	cl.lookupAfter = (refused && (cl.unknown || cl.mayLand)) && cl.c.cfg.Lookup != nil
+	if refused && (cl.unknown || cl.mayLand) && !badRequestAfterNotFound {
 		// A resend after an attempt whose outcome is unknown, or after a "not found" that a
 		// request still on its way (or a lagging status endpoint) may contradict, met a
 		// refusal that is not the key's stored answer: an auth layer's 401, a WAF's 403, a
-		// 400 or 422 "reference already used" from a check that ran before the key's, a key
-		// reuse judged on a header that changed, or (a classifier of the caller's) no answer
-		// at all. It says nothing of the earlier attempt, which may have executed: never a
+		// 422 "reference already used" from a check that ran before the key's, a key reuse
+		// judged on a header that changed, or (a classifier of the caller's) no answer at
+		// all. It says nothing of the earlier attempt, which may have executed: never a
 		// failure (nor is a 408/409/425/429, even marked as a replay: see ClassifyReplay).
 		// The record stays pending for a later Do or Recover; the business lookup, when
 		// there is one, may find the payment at once (refusal.go).
-		cl.lookupAfter = cl.c.cfg.Lookup != nil
 		what := fmt.Sprintf("HTTP %d", a.StatusCode())
 		if a.Response == nil {
 			what = fmt.Sprintf("a transport error (%v)", a.Err)

@@ -71,11 +71,12 @@ type Config struct {
 	// when Do meets such a manual record, and by Recover. A conclusive verdict is persisted
 	// (see Resolution) and Do returns the payment found (Result.Source SourceLookup) or
 	// ErrNotExecuted. It is also asked when a resend after an unknown outcome or a status
-	// "not found" is refused (a 4xx that is not the key's stored answer; the record stays
-	// pending): if it finds the payment, the call succeeds (SourceLookup); "not found" is
-	// not believed there, since the earlier request may still land, and the call ends
-	// ErrOutcomeUnknown. LookupByReference builds one for APIs that search payments by the
-	// caller's reference. Nil: such manual records wait for Client.Resolve.
+	// "not found" is refused (a 4xx that is not the key's stored answer): if it finds the
+	// payment, the call succeeds (SourceLookup); otherwise the call ends as the refusal says
+	// (ErrOutcomeUnknown, the record pending; ErrPermanent for a 400 after "not found"), since
+	// the earlier request may still land after a search that found nothing.
+	// LookupByReference builds one for APIs that search payments by the caller's reference.
+	// Nil: such manual records wait for Client.Resolve.
 	Lookup LookupFunc
 	// KeyHeader is the header carrying the key. Default DefaultKeyHeader. It must be a header
 	// name that is persisted: a credential header (Authorization, Cookie,

@@ -48,10 +48,10 @@
 //	                                        says it was processed, RFC 9110 §15.4.4)
 //	a replayed 4xx (Idempotent-Replayed)    permanent: the server decided and stored it
 //	any other 4xx to a resend after an      outcome unknown: it says nothing of the earlier
-//	  unknown outcome, or after a status    attempt, which may have run or may still
-//	  "not found" for a key that may have   arrive; the record stays pending, unless
-//	  been sent (this call's, or any        Config.Lookup finds the payment (a success)
-//	  resumed record's)
+//	  unknown outcome, or (but a 400) after attempt, which may still arrive after a "not
+//	  a status "not found" for a key that   found"; the record stays pending, unless
+//	  may have been sent (this call's, or   Config.Lookup finds the payment (a success;
+//	  any resumed record's)                 asked before a 400 after "not found" fails too)
 //	a stored 5xx or 3xx (replayed, status endpoint completed with one, or a 5xx marked
 //	  "do not retry")                       outcome unknown for good: ErrStoredServerError
 //	Stripe-Should-Retry: true               not executed: resend (not a replayed 5xx)

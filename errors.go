@@ -62,12 +62,13 @@ var (
 	// replayed 4xx other than 408, 409, 425 and 429 (which speak of a request in flight,
 	// never the end), or a hint header saying "do not retry" on a 4xx). OperationError.Response
 	// holds that answer. The record is failed. A stored 5xx is never ErrPermanent: see
-	// ErrStoredServerError. Nor is a 4xx to a resend after an unknown outcome, or after a
-	// status "not found" for a key that may have been sent before (this call's, or a resumed
-	// record's), unless marked as the key's replay: it says nothing of the earlier request,
-	// which may have run (a duplicate-reference check that found its charge) or may still
-	// arrive, so the call ends with ErrOutcomeUnknown, unless the business lookup
-	// (Config.Lookup) finds the payment: then it is a success.
+	// ErrStoredServerError. Nor is a 4xx to a resend after an unknown outcome, or (a 400
+	// aside, judged on the bytes the earlier request shares) after a status "not found" for
+	// a key that may have been sent before (this call's, or a resumed record's), unless
+	// marked as the key's replay: it says nothing of the earlier request, which may have run
+	// (a duplicate-reference check ahead of the key's that found its charge) or may still
+	// arrive, so the call ends with ErrOutcomeUnknown. In both cases the business lookup
+	// (Config.Lookup), when set, is asked first: a payment found makes the call a success.
 	ErrPermanent = errors.New("idem: permanent failure")
 	// ErrRetryAfterTooLong: the server asked to wait (Retry-After, RFC 9110 §10.2.3) longer
 	// than Policy.MaxRetryAfter or than the time left of Policy.MaxElapsed; idem stops at

@@ -41,7 +41,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		cl.c.stats.succeeded.Add(1)
 		return cl.result, nil
 	}
-	if cl.lookupAfter && cl.result == nil && cl.stop != nil && cl.stop.Kind == ErrOutcomeUnknown {
+	if cl.lookupAfter && cl.result == nil && cl.stop != nil && (cl.stop.Kind == ErrOutcomeUnknown || cl.stop.Kind == ErrPermanent) {
 		cl.askLookup(ctx)
 	}
 	rec := cl.rec

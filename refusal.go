@@ -5,15 +5,16 @@ import (
 	"net/http"
 )
 
-// askLookup asks Config.Lookup about a call that ended ErrOutcomeUnknown on a refusal of a
-// resend (call.askLookup: a 4xx, not the key's stored answer, after an unknown outcome or a
-// status "not found"). The refusal says nothing of the earlier request: a business check (a
-// duplicate reference) may have found its charge, or it may still be on its way. A lookup
-// that finds the payment makes the call a success (SourceLookup), its Note kept on the record.
-// Anything else leaves the call unknown and the record pending: "no payment found" describes
-// only the moment of the search, and the earlier request may still land after it (reserved
-// by a check that runs before the key's, then delayed), so it proves nothing here. A
-// manual record, whose key the server has ended, is another matter (businessLookup).
+// askLookup asks Config.Lookup about a call that ended on a refusal of a resend
+// (call.lookupAfter: a 4xx, not the key's stored answer, after an unknown outcome or a
+// status "not found"): ErrOutcomeUnknown, or ErrPermanent for a 400 after "not found". A
+// business check ahead of the key's (a duplicate reference) may have found the earlier
+// request's charge, which a lagging status endpoint did not show. A lookup that finds the
+// payment makes the call a success (SourceLookup), its Note kept on the record. Anything
+// else leaves the call as it ended: "no payment found" describes only the moment of the
+// search, and the earlier request may still land after it, so it never turns an unknown
+// outcome into a failure. A manual record, whose key the server has ended, is another
+// matter (businessLookup).
 func (cl *call) askLookup(ctx context.Context) {
 	c := cl.c
 	c.stats.lookups.Add(1)

@@ -29,12 +29,12 @@ func ledgerLookup(a *ledgerAPI) LookupFunc {
 	}
 }
 
-// A 400 to a resend after the status endpoint said "not found" tells nothing by itself: a
-// business check ("duplicate reference") may have run before the key's and found the first
-// request's charge, which the lagging status endpoint did not show yet; or the bytes are
-// malformed, and the first request was refused alike. The call ends ErrOutcomeUnknown (it
-// ended ErrPermanent, and the application paid again), unless the business lookup finds the
-// payment. A lookup that finds none proves nothing: the first request may still land.
+// A 400 to a resend after the status endpoint said "not found" is the payment's answer: by
+// the contract nothing was executed, and malformed bytes, which the first request shares,
+// were or will be refused alike. A server whose duplicate-reference check runs ahead of the
+// key's, with a status endpoint lagging behind, answers 400 for a charged payment too: the
+// business lookup, when there is one, is asked first, and a payment found makes the call a
+// success. Without one the call fails (the limit the README names).
 func TestBadRequestAfterNotFound(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -44,10 +44,10 @@ func TestBadRequestAfterNotFound(t *testing.T) {
 		state      keystore.State
 		wantCharge int
 	}{
-		{"duplicate reference, no lookup", true, false, ErrOutcomeUnknown, keystore.StatePending, 1},
+		{"duplicate reference, no lookup", true, false, ErrPermanent, keystore.StateFailed, 1},
 		{"duplicate reference, lookup finds the charge", true, true, nil, keystore.StateSucceeded, 1},
-		{"malformed, no lookup", false, false, ErrOutcomeUnknown, keystore.StatePending, 0},
-		{"malformed, lookup finds nothing", false, true, ErrOutcomeUnknown, keystore.StatePending, 0},
+		{"malformed, no lookup", false, false, ErrPermanent, keystore.StateFailed, 0},
+		{"malformed, lookup finds nothing", false, true, ErrPermanent, keystore.StateFailed, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
@@ -87,9 +87,11 @@ func TestBadRequestAfterNotFound(t *testing.T) {
 				assert.True(t, resolved[0].ByLookup)
 				return
 			}
-			require.ErrorIs(t, err, ErrOutcomeUnknown)
-			assert.NotErrorIs(t, err, ErrPermanent)
-			assert.False(t, rec.NotExecuted, "the next call asks first")
+			require.ErrorIs(t, err, ErrPermanent)
+			e := opErr(t, err)
+			require.NotNil(t, e.Response)
+			assert.Equal(t, http.StatusBadRequest, e.Response.StatusCode)
+			assert.Equal(t, `{"error":"refused"}`, string(e.Response.Body))
 			assert.Empty(t, rec.Note)
 			assert.Empty(t, resolved)
 			assert.Equal(t, int64(0), c.Stats().ResolvedByLookup)
@@ -99,9 +101,10 @@ func TestBadRequestAfterNotFound(t *testing.T) {
 
 // The first request passes a duplicate-reference check (reserving the reference) and stalls
 // before the key's; the client times out, the status endpoint rightly says "not found", the
-// resend gets "duplicate reference", and a search finds no charge, since there is none yet.
-// Then the first request charges. The call must not have said "failed": it ends
-// ErrOutcomeUnknown, and the next call of the intent finds the payment through the key.
+// resend gets a 422 "duplicate reference", and a search finds no charge, since there is none
+// yet. Then the first request charges. The call must not have said "failed": it ends
+// ErrOutcomeUnknown whatever the search said, and the next call of the intent finds the
+// payment through the key.
 func TestRefusalWhileTheFirstRequestIsStillRunning(t *testing.T) {
 	release := make(chan struct{})
 	stalled := make(chan struct{})
@@ -112,7 +115,7 @@ func TestRefusalWhileTheFirstRequestIsStillRunning(t *testing.T) {
 			a.charge(httptest.NewRecorder(), key, ref)
 			return
 		}
-		w.WriteHeader(http.StatusBadRequest)
+		w.WriteHeader(http.StatusUnprocessableEntity)
 		_, _ = w.Write([]byte(`{"error":"duplicate_reference"}`))
 	})
 	c, _ := ledgerClient(t, a, func(cfg *Config) {

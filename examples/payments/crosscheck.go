@@ -27,13 +27,6 @@ import (
 //
 // A payment whose last record is manual (a stored 5xx that no lookup settled) needs
 // reconciliation: neither lost nor finished, and never paid again blindly.
-//
-// Refused payments are invalid ones (amount 0) still pending because a crash caught their
-// first attempt: the resend after the status endpoint's "not found" was refused (400), which
-// says nothing of the first request (a duplicate-reference check ahead of the key's answers
-// 400 too, while the first may still land), so idem keeps them unknown until KeyTTL, when
-// the search settles them. Not lost if the oracle saw no execution: the API can never
-// charge an invalid payment.
 type verdict struct {
 	Succeeded, Failed, Pending int
 	ExecutedOnce               int
@@ -44,7 +37,6 @@ type verdict struct {
 	Duplicates                 []string // "pay-7: executed 2 times"
 	Lost                       []string // "pay-9: recorded succeeded, never executed"
 	NotExecuted                []string // "pay-3: key K never executed (budget_exhausted)"
-	Refused                    []string // "pay-58: invalid, key K refused (400) after an unknown outcome"
 	Unanswered                 int      // of NotExecuted: the API never answered the key at all
 }
 
@@ -174,14 +166,9 @@ func storedError(r *keystore.Record) bool {
 // say (why: its reasons to call the payment lost so far). A record known not executed, and
 // not contradicted, is not executed; anything else without a final state is pending, and
 // lost. It returns the reasons the payment is lost, if any.
-func (v *verdict) settlePending(p payment, last *keystore.Record, why []string) []string {
-	ref := p.ref()
+func (v *verdict) settlePending(ref string, last *keystore.Record, why []string) []string {
 	if last != nil && (last.State.Terminal() || last.State == keystore.StateManual) {
 		return why
-	}
-	if p.Invalid && last != nil && last.LastStatusCode/100 == 4 && !last.NotExecuted && len(why) == 0 {
-		v.Refused = append(v.Refused, fmt.Sprintf("%s: invalid, key %s refused (%d) after an unknown outcome; pending until KeyTTL", ref, last.Key, last.LastStatusCode))
-		return nil
 	}
 	if notExecuted(last) && len(why) == 0 {
 		reason := last.Reason
@@ -259,7 +246,7 @@ func checkLedger(payments []payment, recs []*keystore.Record, srv *idemtest.Serv
 	// Only now is every execution known: a record claiming nothing was executed is believed
 	// only if the ledger agrees.
 	for _, p := range payments {
-		if why := v.settlePending(p, lastOf[p.ref()], lost[p.ref()]); len(why) > 0 {
+		if why := v.settlePending(p.ref(), lastOf[p.ref()], lost[p.ref()]); len(why) > 0 {
 			lost[p.ref()] = why
 		}
 	}
@@ -340,7 +327,7 @@ func checkTarget(ctx context.Context, payments []payment, recs []*keystore.Recor
 				why = append(why, fmt.Sprintf("key %s completed by the API, recorded %s", r.Key, r.State))
 			}
 		}
-		why = v.settlePending(p, last, why)
+		why = v.settlePending(p.ref(), last, why)
 		delete(ids, "")
 		charges, searchErr := sc.searchRef(ctx, p.ref())
 		switch {

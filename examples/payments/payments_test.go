@@ -63,8 +63,8 @@ func TestCrashesLoseAndDuplicateNothing(t *testing.T) {
 	assert.Zero(t, s.Lost, s.LostDetails)
 	assert.Equal(t, 2, s.Crashes)
 	assert.Equal(t, 3, s.Children)
-	assert.Equal(t, 120, s.Succeeded+s.Failed+s.Refused)
-	assert.Equal(t, invalidCount(120, 3), s.Failed+s.Refused, "only the invalid payments fail (or stay refused after a fault)")
+	assert.Equal(t, 120, s.Succeeded+s.Failed)
+	assert.Equal(t, invalidCount(120, 3), s.Failed, "only the invalid payments fail")
 	assert.Equal(t, s.Succeeded, s.ExecutedOnce)
 	assert.Equal(t, s.Succeeded, *s.ServerExecutions)
 	for _, c := range s.CrashLog {
@@ -88,7 +88,7 @@ func TestStoredServerErrorsGoThroughLookup(t *testing.T) {
 	assert.Zero(t, s.NeedsReconciliation)
 	assert.Positive(t, s.BusinessRetries, "some stored 500s charged nothing: paid under a new intent")
 	assert.Less(t, s.BusinessRetries, s.StoredErrors, "some stored 500s had charged: no new intent")
-	assert.Equal(t, invalidCount(150, 4), s.Failed+s.Refused)
+	assert.Equal(t, invalidCount(150, 4), s.Failed)
 	assert.Equal(t, s.Succeeded, s.ExecutedOnce)
 	assert.Equal(t, s.Succeeded, *s.ServerExecutions)
 }
@@ -104,7 +104,7 @@ func TestWithoutLookupNeedsReconciliation(t *testing.T) {
 	assert.Equal(t, s.StoredErrors, s.NeedsReconciliation)
 	assert.Zero(t, s.ReconciledByLookup)
 	assert.Zero(t, s.BusinessRetries, "never paid again blindly")
-	assert.Equal(t, 150, s.Succeeded+s.Failed+s.NeedsReconciliation+s.Refused)
+	assert.Equal(t, 150, s.Succeeded+s.Failed+s.NeedsReconciliation)
 	assert.Contains(t, stderr, fmt.Sprintf("payments: %d of 150 payments need reconciliation", s.NeedsReconciliation))
 }
 
@@ -120,7 +120,7 @@ func TestTarget(t *testing.T) {
 	assert.Zero(t, s.Lost, s.LostDetails)
 	assert.Equal(t, 1, s.Crashes)
 	assert.Nil(t, s.ServerRequests)
-	assert.Equal(t, invalidCount(60, 5), s.Failed+s.Refused)
+	assert.Equal(t, invalidCount(60, 5), s.Failed)
 	assert.Equal(t, s.Succeeded, s.ExecutedOnce)
 	assert.Equal(t, s.StoredErrors, s.ReconciledByLookup, "the API's search settles every stored 5xx")
 	assert.Zero(t, s.NeedsReconciliation)

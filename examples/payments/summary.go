@@ -22,7 +22,6 @@ type summary struct {
 	Failed       int    `json:"failed"`
 	Pending      int    `json:"pending"`      // no final state, may have executed: lost
 	NotExecuted  int    `json:"not_executed"` // still pending, known never executed: not lost
-	Refused      int    `json:"refused"`      // invalid, pending after a refused resend, never executed: not lost
 	ExecutedOnce int    `json:"executed_once"`
 	Duplicates   int    `json:"duplicates"`
 	Lost         int    `json:"lost"`
@@ -75,7 +74,6 @@ type summary struct {
 	LostDetails        []string `json:"lost_details,omitempty"`
 	AckWrongDetails    []string `json:"acknowledged_wrong_details,omitempty"`
 	NotExecutedDetails []string `json:"not_executed_details,omitempty"`
-	RefusedDetails     []string `json:"refused_details,omitempty"`
 	WallMS             int64    `json:"wall_ms"`
 	serverStatsString  string
 	unanswered         int // of NotExecuted: keys the API never answered at all
@@ -103,7 +101,6 @@ func (s *summary) addVerdict(v verdict) {
 	s.Duplicates, s.DuplicateDetails = len(v.Duplicates), v.Duplicates
 	s.Lost, s.LostDetails = len(v.Lost), v.Lost
 	s.NotExecuted, s.NotExecutedDetails, s.unanswered = len(v.NotExecuted), v.NotExecuted, v.Unanswered
-	s.Refused, s.RefusedDetails = len(v.Refused), v.Refused
 	s.StoredErrors, s.ReconciledByLookup, s.NeedsReconciliation = v.StoredErrors, v.ReconciledByLookup, v.NeedsReconciliation
 }
 
@@ -140,9 +137,6 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	row("failed permanently", s.Failed, "4xx validation errors fail at once, never retried")
 	if s.NotExecuted > 0 {
 		row("not executed (pending)", s.NotExecuted, "the API never executed them: resent with the same key later")
-	}
-	if s.Refused > 0 {
-		row("refused (pending)", s.Refused, "invalid; a crash caught the first attempt, the resend got 400: unknown until KeyTTL, never charged")
 	}
 	if s.Pending > 0 {
 		row("still pending", s.Pending, "no final state, may have executed: counted as lost")
