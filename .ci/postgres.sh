@@ -4,9 +4,11 @@
 #   .ci/postgres.sh stop DATADIR
 # Debian's postgresql package is installed if initdb is missing. As root, the server runs as
 # the postgres user (PostgreSQL refuses to run as root). Set PG_PORT to pick the port;
-# otherwise a free loopback port is chosen. fsync is off: the data is thrown away. PG_OPTIONS
-# adds server options, later ones winning: PG_OPTIONS="-c fsync=on -c synchronous_commit=on
-# -c full_page_writes=on" gives durable commits for benchmarks.
+# otherwise a free loopback port is chosen. fsync is off: the data is thrown away (a commit
+# still reaches the OS before it is acknowledged, so it survives a crash of PostgreSQL, not of
+# the machine). synchronous_commit stays on: pgstore refuses a pool without it. PG_OPTIONS
+# adds server options, later ones winning: PG_OPTIONS="-c fsync=on -c full_page_writes=on"
+# gives durable commits for benchmarks.
 
 pg_bindir() {
   if command -v initdb >/dev/null 2>&1; then dirname "$(readlink -f "$(command -v initdb)")"; return; fi
@@ -44,7 +46,7 @@ pg_start() {
     { cat "$PG_DATADIR/initdb.log" >&2; return 1; }
   trap pg_stop EXIT
   pg_as "$PG_BIN/pg_ctl" -D "$PG_DATADIR/data" -l "$PG_DATADIR/server.log" -w -t 60 \
-    -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PG_DATADIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 ${PG_OPTIONS:-}" \
+    -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PG_DATADIR -c fsync=off -c full_page_writes=off -c max_connections=200 ${PG_OPTIONS:-}" \
     start >/dev/null || { cat "$PG_DATADIR/server.log" >&2; return 1; }
   pg_as "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qAtc 'CREATE DATABASE idem_test' >/dev/null
   export PG_BIN PG_DATADIR

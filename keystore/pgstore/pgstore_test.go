@@ -252,3 +252,45 @@ func TestInvalidForPostgres(t *testing.T) {
 		t.Fatalf("zero times read back as %v %v %v (%v)", got.CreatedAt, got.UpdatedAt, got.LeaseUntil, err)
 	}
 }
+
+// A pool whose sessions run with synchronous_commit off is refused: a crash would lose
+// acknowledged records (a fleet run with PostgreSQL restarted under it charged payments
+// twice that way). With it on, or remote_write, Open succeeds.
+func TestOpenRefusesAsynchronousCommit(t *testing.T) {
+	dsn := needPG(t)
+	ctx := context.Background()
+	setup := testSchema(t)
+	if err := pgstore.Migrate(ctx, setup()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		value string
+		want  error
+	}{{"off", pgstore.ErrAsyncCommit}, {"on", nil}, {"remote_write", nil}} {
+		pool := setup()
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		search := conn.Conn().Config().RuntimeParams["search_path"]
+		conn.Release()
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.RuntimeParams["search_path"] = search
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = tc.value
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := pgstore.Open(ctx, p, nil)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("synchronous_commit=%s: Open = %v, want %v", tc.value, err, tc.want)
+		}
+		if s != nil {
+			_ = s.Close()
+		}
+		p.Close()
+	}
+}

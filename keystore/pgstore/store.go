@@ -34,16 +34,34 @@ var (
 	_ keystore.Clock = (*Store)(nil)
 )
 
+// ErrAsyncCommit is returned by Open when the pool's sessions run with synchronous_commit
+// off: PostgreSQL then acknowledges a commit before its WAL is written, and a crash loses it.
+// A lost record is worse than none here: the next Do of its intent, finding no record, mints
+// a new key and pays again a payment already charged under the lost one. Set
+// synchronous_commit to on (or remote_write, remote_apply) for the keystore's role or
+// database (ALTER ROLE ... SET synchronous_commit = on) or in the DSN
+// ("...?synchronous_commit=on"). A failover to an asynchronous standby loses commits too:
+// fail over only to synchronous standbys.
+var ErrAsyncCommit = errors.New("pgstore: synchronous_commit is off: a crash could lose acknowledged records, and their payments would be sent again under new keys")
+
 // Open returns a Store on pool, whose schema Migrate must have created. It checks the schema
-// and changes nothing: it returns ErrNoSchema if there is none, a *SchemaVersionError if it is
-// newer (or older) than SchemaVersion, or the database's error. The pool stays the caller's:
-// Close does not close it.
+// and the session's synchronous_commit, and changes nothing: it returns ErrNoSchema if there
+// is no schema, a *SchemaVersionError if it is newer (or older) than SchemaVersion,
+// ErrAsyncCommit if synchronous_commit is off, or the database's error. The pool stays the
+// caller's: Close does not close it.
 func Open(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: Open with a nil pool")
 	}
 	if err := checkSchema(ctx, pool); err != nil {
 		return nil, err
+	}
+	var commit string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&commit); err != nil {
+		return nil, fmt.Errorf("pgstore: reading synchronous_commit: %w", err)
+	}
+	if commit == "off" {
+		return nil, ErrAsyncCommit
 	}
 	s := &Store{pool: pool}
 	if opts != nil {
