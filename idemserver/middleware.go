@@ -206,8 +206,16 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 		// The handler did its work and its answer could not be stored: the effect stands.
+		// As after a panic, the key keeps a 500 if it can, so that no retry runs it again
+		// (pgserver, when the handler ended the claim's transaction itself: ErrTxEnded).
 		m.event(Event{Kind: EventStoreError, Scope: scope, StatusCode: http.StatusInternalServerError, Err: err})
-		answer(w, m.failedAnswer(r))
+		failed := m.failedAnswer(r)
+		for range 3 {
+			if _, err := m.complete(ctx, claim, failed); err == nil || errors.Is(err, ErrNotOwner) {
+				break
+			}
+		}
+		answer(w, failed)
 		return
 	}
 	m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: resp.StatusCode})

@@ -23,6 +23,30 @@ type claim struct {
 	point     string
 	expired   bool
 	committed bool // a checkpoint committed the row: a rollback leaves it processing
+	fp        []byte
+	created   time.Time
+	ended     bool // the handler ended the claim's transaction itself: its writes may stand
+}
+
+// ErrTxEnded is returned by Complete and Checkpoint when the handler ended the claim's
+// transaction itself (a BEGIN and COMMIT or ROLLBACK through the connection, or the SQL
+// sent through the transaction): its writes may have committed on their own, and the claim's
+// lock is gone. The claim no longer rolls back (RollsBack is false), and the middleware
+// stores a 500 "effect unknown" for the key instead of the answer.
+var ErrTxEnded = errors.New("pgserver: the handler ended the claim's transaction itself; its writes may stand")
+
+// handlerEnded reports whether the claim's transaction is no longer open on its connection.
+func (c *claim) handlerEnded() bool {
+	return c.pc != nil && c.pc.Conn().PgConn().TxStatus() == 'I'
+}
+
+// giveUpEnded marks the claim ended by the handler and gives its connection back.
+func (c *claim) giveUpEnded() {
+	c.ended, c.tx = true, nil // nothing is open: the pgx.Tx must not send its own ROLLBACK
+	if c.pc != nil {
+		c.pc.Release()
+		c.pc = nil
+	}
 }
 
 func (c *claim) Context(ctx context.Context) context.Context {
@@ -60,6 +84,10 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 	if c.tx == nil {
 		return idemserver.ErrNotOwner
 	}
+	if c.handlerEnded() {
+		c.giveUpEnded()
+		return fmt.Errorf("pgserver: checkpoint: %w", ErrTxEnded)
+	}
 	s := c.scope
 	if _, err := c.tx.Exec(ctx, fmt.Sprintf(ownedUpdate, "recovery_point = $5, locked_until = $6"),
 		s.Tenant, s.Operation, s.Key, c.owner, point, now.Add(lease)); err != nil {
@@ -67,6 +95,10 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == divisionByZero {
 			err = idemserver.ErrNotOwner
 		}
+		return fmt.Errorf("pgserver: checkpoint: %w", err)
+	}
+	if _, err := c.tx.Exec(ctx, "SET LOCAL synchronous_commit TO on"); err != nil { // see Complete
+		c.end(ctx)
 		return fmt.Errorf("pgserver: checkpoint: %w", err)
 	}
 	err := c.tx.Commit(ctx)
@@ -94,8 +126,15 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 // Complete writes the answer into the row and commits it with the handler's writes, in one
 // round trip (the UPDATE and COMMIT pipelined).
 func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
+	if c.ended {
+		return c.completeEnded(ctx, resp, now, expires)
+	}
 	if c.tx == nil {
 		return idemserver.ErrNotOwner
+	}
+	if c.handlerEnded() {
+		c.giveUpEnded()
+		return fmt.Errorf("pgserver: complete: %w", ErrTxEnded)
 	}
 	defer c.end(ctx)
 	header, err := encodeHeader(resp.Header)
@@ -110,9 +149,16 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 	batch := &pgx.Batch{}
 	batch.Queue(fmt.Sprintf(ownedUpdate, "state = 2, owner = NULL, expires_at = $5, response_status = $6, response_header = $7, response_body = $8"),
 		s.Tenant, s.Operation, s.Key, c.owner, expires, resp.StatusCode, header, body)
+	// The client is told of the payment once this commits: a commit PostgreSQL acknowledges
+	// before its WAL is written (synchronous_commit off, by the session's default or the
+	// handler's SET LOCAL) could vanish in a crash with the charge it confirmed.
+	batch.Queue("SET LOCAL synchronous_commit TO on")
 	batch.Queue("COMMIT")
 	br := c.tx.SendBatch(ctx, batch)
 	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec() // SET LOCAL
+	}
 	var tag string
 	if err == nil {
 		var ct pgconn.CommandTag
@@ -138,8 +184,51 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 }
 
 // RollsBack reports true: Release rolls back the handler's writes of this phase with the
-// claim (idemserver.RollbackClaim), so a handler that panics leaves no work behind.
-func (c *claim) RollsBack() bool { return true }
+// claim (idemserver.RollbackClaim), so a handler that panics leaves no work behind. False
+// once the handler ended the transaction itself (ErrTxEnded): nothing undoes its writes then.
+func (c *claim) RollsBack() bool { return !c.ended }
+
+// completeEnded stores resp for a claim whose transaction the handler ended (the middleware's
+// 500 "effect unknown"), in a transaction of its own: the row is inserted if the handler's
+// rollback took it away, or completed if this claim still owns it; a row another request
+// has claimed since is left to it (ErrNotOwner).
+func (c *claim) completeEnded(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
+	header, err := encodeHeader(resp.Header)
+	if err != nil {
+		return fmt.Errorf("pgserver: complete: %w", err)
+	}
+	body := resp.Body
+	if body == nil {
+		body = []byte{}
+	}
+	s := c.scope
+	tx, err := c.b.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgserver: complete: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	tag, err := tx.Exec(ctx, `INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at,
+			locked_until, expires_at, response_status, response_header, response_body)
+		VALUES ($1, $2, $3, $4, 2, NULL, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (tenant, operation, key) DO UPDATE SET state = 2, owner = NULL, expires_at = EXCLUDED.expires_at,
+			response_status = EXCLUDED.response_status, response_header = EXCLUDED.response_header,
+			response_body = EXCLUDED.response_body
+		WHERE idem_server_keys.owner = $11`,
+		s.Tenant, s.Operation, s.Key, c.fp, c.created, now, expires, resp.StatusCode, header, body, c.owner)
+	if err != nil {
+		return fmt.Errorf("pgserver: complete: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("pgserver: complete: %w", idemserver.ErrNotOwner)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit TO on"); err != nil {
+		return fmt.Errorf("pgserver: complete: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgserver: complete: %w", err)
+	}
+	return nil
+}
 
 // Release rolls back: the claim (and the handler's writes of this phase) vanish; a row a
 // checkpoint committed stays processing until its lease passes.
