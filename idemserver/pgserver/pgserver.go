@@ -128,9 +128,11 @@ var ErrTxOwned = errors.New("pgserver: the claim's transaction is committed by t
 // Tx returns the transaction of the claim that ctx (a request's context under the middleware)
 // carries, in which the handler does its business writes; ok is false outside a claim. After
 // idemserver.Checkpoint it is a new transaction: ask again instead of keeping the old one.
-// Its Commit and Rollback return ErrTxOwned and do nothing, and its Conn returns nil. A
-// handler that ends it anyway (SQL "COMMIT" or "ROLLBACK" through it) makes the key keep a 500
-// "effect unknown" (ErrTxEnded): nothing can tell which of its writes stand.
+// Its Commit and Rollback return ErrTxOwned and do nothing. Never begin a transaction on its
+// Conn (PostgreSQL has no nested BEGIN: that transaction's end would be the claim's); its Begin
+// makes a savepoint. A handler that ends the claim's transaction anyway (through Conn, or SQL
+// "COMMIT" or "ROLLBACK") makes the key keep a 500 "effect unknown" (ErrTxEnded): nothing can
+// tell which of its writes stand.
 func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
 	c, _ := ctx.Value(ctxKey{}).(*claim)
 	if c == nil || c.tx == nil {
@@ -144,11 +146,6 @@ type handlerTx struct{ pgx.Tx }
 
 func (handlerTx) Commit(context.Context) error   { return ErrTxOwned }
 func (handlerTx) Rollback(context.Context) error { return ErrTxOwned }
-
-// Conn returns nil: a transaction begun on the claim's connection would end the claim's
-// (PostgreSQL has no nested BEGIN), its lock and its row with it. Use the transaction's own
-// methods, and Begin for a savepoint.
-func (handlerTx) Conn() *pgx.Conn { return nil }
 
 // MustTx is Tx with an error (ErrNoTx) instead of ok.
 func MustTx(ctx context.Context) (pgx.Tx, error) {
