@@ -137,13 +137,9 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 		return fmt.Errorf("pgserver: complete: %w", ErrTxEnded)
 	}
 	defer c.end(ctx)
-	header, err := encodeHeader(resp.Header)
+	header, body, err := answerColumns(resp)
 	if err != nil {
 		return fmt.Errorf("pgserver: complete: %w", err)
-	}
-	body := resp.Body
-	if body == nil {
-		body = []byte{}
 	}
 	s := c.scope
 	batch := &pgx.Batch{}
@@ -193,13 +189,9 @@ func (c *claim) RollsBack() bool { return !c.ended }
 // rollback took it away, or completed if this claim still owns it; a row another request
 // has claimed since is left to it (ErrNotOwner).
 func (c *claim) completeEnded(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
-	header, err := encodeHeader(resp.Header)
+	header, body, err := answerColumns(resp)
 	if err != nil {
 		return fmt.Errorf("pgserver: complete: %w", err)
-	}
-	body := resp.Body
-	if body == nil {
-		body = []byte{}
 	}
 	s := c.scope
 	tx, err := c.b.pool.Begin(ctx)
@@ -244,4 +236,14 @@ func (c *claim) Release(ctx context.Context) error {
 		return fmt.Errorf("pgserver: release: %w", err)
 	}
 	return nil
+}
+
+// answerColumns is resp's header and body as the row stores them.
+func answerColumns(resp *idemserver.Response) (header, body []byte, err error) {
+	header, err = encodeHeader(resp.Header)
+	body = resp.Body
+	if body == nil {
+		body = []byte{}
+	}
+	return header, body, err
 }
