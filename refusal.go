@@ -20,13 +20,13 @@ func (cl *call) askLookup(ctx context.Context) {
 	c.stats.lookups.Add(1)
 	r, err := c.cfg.Lookup(ctx, LookupRequest{Record: cl.rec.Clone(), Get: c.getter(cl.rec, cl.header)})
 	if err == nil && r.Verdict != VerdictExecuted {
-		return // not found yet, or could not tell: still unknown
+		return // none found yet, or could not tell: the call ends as the refusal says
 	}
 	if err == nil {
 		err = r.check() // never a success with a non-2xx answer
 	}
 	if err != nil {
-		c.warn("business lookup inconclusive after a refused resend; the record stays pending", cl.rec, err)
+		c.warn("business lookup inconclusive after a refused resend; the call ends as the refusal says", cl.rec, err)
 		return
 	}
 	if r.Note == "" {
