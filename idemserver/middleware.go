@@ -175,15 +175,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		// Execution began and nothing undoes it: freeing the key would let a retry run the
 		// operation again. The key keeps a 500 instead: execution began, effect unknown. If
 		// even that cannot be stored the claim is kept, never released.
-		failed := m.failedAnswer(r)
-		for range 3 {
-			if _, err := m.complete(ctx, claim, failed); err == nil || errors.Is(err, ErrNotOwner) {
-				if err == nil {
-					m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: http.StatusInternalServerError})
-				}
-				return
-			}
-		}
+		m.keepFailed(ctx, claim, scope, m.failedAnswer(r))
 	}()
 	next.ServeHTTP(rec, r.WithContext(ctx))
 	finished = true
@@ -210,16 +202,26 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		// (pgserver, when the handler ended the claim's transaction itself: ErrTxEnded).
 		m.event(Event{Kind: EventStoreError, Scope: scope, StatusCode: http.StatusInternalServerError, Err: err})
 		failed := m.failedAnswer(r)
-		for range 3 {
-			if _, err := m.complete(ctx, claim, failed); err == nil || errors.Is(err, ErrNotOwner) {
-				break
-			}
-		}
+		m.keepFailed(ctx, claim, scope, failed)
 		answer(w, failed)
 		return
 	}
 	m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: resp.StatusCode})
 	send(w, rec.header, resp.StatusCode, resp.Body)
+}
+
+// keepFailed stores failed (failedAnswer) as the key's answer once execution began and
+// nothing undoes it, so that no retry runs the handler again: three tries, and a claim that
+// cannot store even that is kept, never released.
+func (m *Middleware) keepFailed(ctx context.Context, claim Claim, scope Scope, failed *recorder) {
+	for range 3 {
+		if _, err := m.complete(ctx, claim, failed); err == nil || errors.Is(err, ErrNotOwner) {
+			if err == nil {
+				m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: http.StatusInternalServerError})
+			}
+			return
+		}
+	}
 }
 
 // failedAnswer is the 500 of a handler whose effect is unknown (ProblemHandlerFailed),

@@ -182,7 +182,7 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 // RollsBack reports true: Release rolls back the handler's writes of this phase with the
 // claim (idemserver.RollbackClaim), so a handler that panics leaves no work behind. False
 // once the handler ended the transaction itself (ErrTxEnded): nothing undoes its writes then.
-func (c *claim) RollsBack() bool { return !c.ended }
+func (c *claim) RollsBack() bool { return !c.ended && !c.handlerEnded() }
 
 // completeEnded stores resp for a claim whose transaction the handler ended (the middleware's
 // 500 "effect unknown"), in a transaction of its own: the row is inserted if the handler's

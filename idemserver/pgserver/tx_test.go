@@ -280,7 +280,7 @@ func TestHandlerCannotCommitTheClaim(t *testing.T) {
 // row and lock went with the handler's ROLLBACK, the client was told 503 "retry", and every
 // retry charged again.
 func TestHandlerEndingTheClaimKeepsA500(t *testing.T) {
-	for _, end := range []string{"ROLLBACK", "COMMIT", "Conn().Begin then Rollback"} {
+	for _, end := range []string{"ROLLBACK", "COMMIT", "Conn().Begin then Rollback", "ROLLBACK then panic"} {
 		t.Run(end, func(t *testing.T) {
 			var runs atomic.Int32
 			s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -297,17 +297,24 @@ func TestHandlerEndingTheClaimKeepsA500(t *testing.T) {
 						return
 					}
 					_ = sub.Rollback(r.Context())
-				} else if _, err := tx.Exec(r.Context(), end); err != nil {
+				} else if _, err := tx.Exec(r.Context(), strings.TrimSuffix(end, " then panic")); err != nil {
 					t.Error(err)
 				}
 				if _, err := tx.Exec(r.Context(), "INSERT INTO payments (reference, idem_key, amount) VALUES ('r-end', 'k', 1)"); err != nil {
 					t.Error(err)
 				}
+				if strings.HasSuffix(end, "panic") {
+					panic(http.ErrAbortHandler)
+				}
 				w.WriteHeader(http.StatusCreated)
 				fmt.Fprint(w, `{"id":"pay_end"}`)
 			})
 			code, _, body := s.send(t, "POST", "/v1/payments", "k-end", "{}")
-			if code != 500 || !strings.Contains(body, idemserver.ProblemHandlerFailed) {
+			if strings.HasSuffix(end, "panic") {
+				if code != 0 { // net/http drops the connection of a panicking handler
+					t.Fatalf("first: %d %s, want the connection dropped", code, body)
+				}
+			} else if code != 500 || !strings.Contains(body, idemserver.ProblemHandlerFailed) {
 				t.Fatalf("first: %d %s, want the 500 of an unknown effect", code, body)
 			}
 			for _, wait := range []time.Duration{0, 2 * time.Minute} { // before and after the lease
