@@ -132,7 +132,8 @@ var ErrTxOwned = errors.New("pgserver: the claim's transaction is committed by t
 // Conn (PostgreSQL has no nested BEGIN: that transaction's end would be the claim's); its Begin
 // makes a savepoint. A handler that ends the claim's transaction anyway (through Conn, or SQL
 // "COMMIT" or "ROLLBACK") makes the key keep a 500 "effect unknown" (ErrTxEnded): nothing can
-// tell which of its writes stand.
+// tell which of its writes stand. A retry arriving while such a handler still runs may run
+// it again: the key's lock ended with the transaction.
 func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
 	c, _ := ctx.Value(ctxKey{}).(*claim)
 	if c == nil || c.tx == nil {
