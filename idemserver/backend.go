@@ -123,3 +123,11 @@ func rollsBack(c Claim) bool {
 	rc, ok := c.(RollbackClaim)
 	return ok && rc.RollsBack()
 }
+
+// lostRollback reports a RollbackClaim that can no longer roll back (pgserver, once the
+// handler ended the claim's transaction itself): its writes may stand whatever the handler
+// says.
+func lostRollback(c Claim) bool {
+	rc, ok := c.(RollbackClaim)
+	return ok && !rc.RollsBack()
+}

@@ -168,7 +168,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 		// next panicked (the panic goes on to net/http, which drops the connection).
-		if !ex.stored() || rollsBack(claim) {
+		if (!ex.stored() && !lostRollback(claim)) || rollsBack(claim) {
 			_ = claim.Release(ctx) // nothing began, or its transaction rolled back: the key is free
 			return
 		}
@@ -180,6 +180,14 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	next.ServeHTTP(rec, r.WithContext(ctx))
 	finished = true
 	resp := rec.response()
+	if !ex.stored() && lostRollback(claim) {
+		// "Not executed", but the handler's writes can no longer be undone (pgserver: it
+		// ended the claim's transaction itself): freed, the key would run it again.
+		failed := m.failedAnswer(r)
+		m.keepFailed(ctx, claim, scope, failed)
+		answer(w, failed)
+		return
+	}
 	if !ex.stored() {
 		if err := claim.Release(ctx); err != nil {
 			m.unavailable(w, r, scope, err)

@@ -26,6 +26,7 @@ type claim struct {
 	fp        []byte
 	created   time.Time
 	ended     bool // the handler ended the claim's transaction itself: its writes may stand
+	refuse    bool // ended by a Checkpoint's check: the next Complete (the handler's answer) is refused
 }
 
 // ErrTxEnded is returned by Complete and Checkpoint when the handler ended the claim's
@@ -40,9 +41,11 @@ func (c *claim) handlerEnded() bool {
 	return c.pc != nil && c.pc.Conn().PgConn().TxStatus() == 'I'
 }
 
-// giveUpEnded marks the claim ended by the handler and gives its connection back.
-func (c *claim) giveUpEnded() {
-	c.ended, c.tx = true, nil // nothing is open: the pgx.Tx must not send its own ROLLBACK
+// giveUpEnded marks the claim ended by the handler and gives its connection back. refuse:
+// the next Complete returns ErrTxEnded (the handler's answer, after a Checkpoint that found
+// the transaction ended, must not be stored: the middleware then stores its 500).
+func (c *claim) giveUpEnded(refuse bool) {
+	c.ended, c.refuse, c.tx = true, refuse, nil // nothing is open: the pgx.Tx must not send its own ROLLBACK
 	if c.pc != nil {
 		c.pc.Release()
 		c.pc = nil
@@ -85,7 +88,7 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 		return idemserver.ErrNotOwner
 	}
 	if c.handlerEnded() {
-		c.giveUpEnded()
+		c.giveUpEnded(true)
 		return fmt.Errorf("pgserver: checkpoint: %w", ErrTxEnded)
 	}
 	s := c.scope
@@ -127,13 +130,17 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 // round trip (the UPDATE and COMMIT pipelined).
 func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
 	if c.ended {
+		if c.refuse {
+			c.refuse = false
+			return fmt.Errorf("pgserver: complete: %w", ErrTxEnded)
+		}
 		return c.completeEnded(ctx, resp, now, expires)
 	}
 	if c.tx == nil {
 		return idemserver.ErrNotOwner
 	}
 	if c.handlerEnded() {
-		c.giveUpEnded()
+		c.giveUpEnded(false)
 		return fmt.Errorf("pgserver: complete: %w", ErrTxEnded)
 	}
 	defer c.end(ctx)

@@ -333,3 +333,59 @@ func TestHandlerEndingTheClaimKeepsA500(t *testing.T) {
 		})
 	}
 }
+
+// TestEndedClaimIgnoresTheHandlersVerdict: once the handler ended the claim's transaction,
+// neither its "not executed" (idemserver.NotExecuted) nor the answer it gives after a
+// Checkpoint that found the transaction ended (ErrTxEnded) is believed: its charge stands
+// either way, so the key keeps the 500 of an unknown effect. Before, NotExecuted freed the
+// key (every retry charged again), and the answer after the Checkpoint was stored as the
+// key's.
+func TestEndedClaimIgnoresTheHandlersVerdict(t *testing.T) {
+	for _, tc := range []string{"NotExecuted", "Checkpoint"} {
+		t.Run(tc, func(t *testing.T) {
+			var runs atomic.Int32
+			var checkpointErr error
+			s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				tx, err := pgserver.MustTx(r.Context())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				end := "ROLLBACK"
+				if tc == "Checkpoint" {
+					end = "COMMIT"
+				}
+				if _, err := tx.Exec(r.Context(), end); err != nil {
+					t.Error(err)
+				}
+				if _, err := tx.Exec(r.Context(), "INSERT INTO payments (reference, idem_key, amount) VALUES ('r-v', 'k', 1)"); err != nil {
+					t.Error(err)
+				}
+				if tc == "NotExecuted" {
+					_ = idemserver.NotExecuted(r)
+				} else {
+					checkpointErr = idemserver.Checkpoint(r, "charged")
+				}
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprint(w, `{"error":"try again"}`)
+			})
+			for i, wait := range []time.Duration{0, 0, 2 * time.Minute} {
+				s.clock.Advance(wait)
+				code, _, body := s.send(t, "POST", "/v1/payments", "k-v", "{}")
+				if code != 500 || !strings.Contains(body, idemserver.ProblemHandlerFailed) {
+					t.Fatalf("try %d: %d %s, want the 500 of an unknown effect", i+1, code, body)
+				}
+			}
+			if tc == "Checkpoint" && !errors.Is(checkpointErr, pgserver.ErrTxEnded) {
+				t.Errorf("Checkpoint = %v, want ErrTxEnded", checkpointErr)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Fatalf("handler ran %d times", n)
+			}
+			if n := s.count(t, "SELECT count(*) FROM payments WHERE reference = 'r-v'"); n != 1 {
+				t.Fatalf("payments = %d, want 1", n)
+			}
+		})
+	}
+}
