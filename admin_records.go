@@ -155,7 +155,7 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
 	err := keystore.ListAll(r.Context(), h.c.store, states, 0, func(p keystore.Page) error {
 		for _, d := range p.Damaged {
 			if !oneTenant || d.Scope == tenant { // another tenant's keys stay out of a tenant's listing
-				damaged = appendDamaged(damaged, []keystore.DamagedRecord{d})
+				damaged = append(damaged, toAdminDamaged(d))
 			}
 		}
 		for _, rec := range p.Records {
@@ -200,11 +200,8 @@ type adminDamaged struct {
 	Error string `json:"error"`
 }
 
-func appendDamaged(out []adminDamaged, recs []keystore.DamagedRecord) []adminDamaged {
-	for _, d := range recs {
-		out = append(out, adminDamaged{Scope: d.Scope, Key: d.Key, Error: fmt.Sprint(d.Err)})
-	}
-	return out
+func toAdminDamaged(d keystore.DamagedRecord) adminDamaged {
+	return adminDamaged{Scope: d.Scope, Key: d.Key, Error: fmt.Sprint(d.Err)}
 }
 
 // queryInt parses a query number in [lo, hi] (hi < 0: no upper bound), def when absent.
@@ -392,7 +389,9 @@ func (h *adminHandler) recoverNow(w http.ResponseWriter, r *http.Request) {
 	}
 	skipped := []adminDamaged{}
 	if damaged != nil {
-		skipped = appendDamaged(skipped, damaged.Records)
+		for _, d := range damaged.Records {
+			skipped = append(skipped, toAdminDamaged(d))
+		}
 	}
 	slices.SortFunc(outcomes, func(a, b map[string]any) int {
 		ra, rb := a["record"].(AdminRecord), b["record"].(AdminRecord)

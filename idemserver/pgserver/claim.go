@@ -127,7 +127,7 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 }
 
 // Complete writes the answer into the row and commits it with the handler's writes, in one
-// round trip (the UPDATE and COMMIT pipelined).
+// round trip (the UPDATE, SET LOCAL synchronous_commit and COMMIT pipelined).
 func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
 	if c.ended {
 		if c.refuse {
