@@ -46,7 +46,7 @@ pg_start() {
     { cat "$PG_DATADIR/initdb.log" >&2; return 1; }
   trap pg_stop EXIT
   pg_as "$PG_BIN/pg_ctl" -D "$PG_DATADIR/data" -l "$PG_DATADIR/server.log" -w -t 60 \
-    -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PG_DATADIR -c fsync=off -c full_page_writes=off -c max_connections=200 ${PG_OPTIONS:-}" \
+    -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PG_DATADIR -c fsync=off -c full_page_writes=off -c max_connections=200 -c max_prepared_transactions=4 ${PG_OPTIONS:-}" \
     start >/dev/null || { cat "$PG_DATADIR/server.log" >&2; return 1; }
   pg_as "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qAtc 'CREATE DATABASE idem_test' >/dev/null
   export PG_BIN PG_DATADIR

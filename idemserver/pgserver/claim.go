@@ -12,13 +12,23 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// claim is a key held by one request: its connection and transaction, holding the advisory
-// lock.
+// claim is a key held by one request: its connection and transaction, holding the key's
+// advisory lock twice: at transaction level, and at session level for the claim's whole life.
+// The session-level lock is what keeps the key when a handler ends the claim's transaction
+// itself (the transaction-level one ends with it): a retry gets 409 until the claim has
+// stored its answer. Holding both also makes PostgreSQL refuse PREPARE TRANSACTION, which
+// would carry the claim's row away from the connection. A connection goes back to the pool
+// only once the session-level lock is confirmed dropped; otherwise it is closed, which drops
+// it (releaseConn).
 type claim struct {
 	b         *Backend
 	scope     idemserver.Scope
 	pc        *pgxpool.Conn // nil once released to the pool
 	tx        pgx.Tx        // nil once committed or rolled back
+	lock      int64         // lockID(scope), held at session level while pc is not nil
+	xid       string        // the claim's transaction (pg_current_xact_id): another one on pc is the handler's
+	checked   bool          // RollsBack asked the connection which transaction is open
+	tries     int           // completeEnded attempts
 	owner     string
 	point     string
 	expired   bool
@@ -36,20 +46,41 @@ type claim struct {
 // stores a 500 "effect unknown" for the key instead of the answer.
 var ErrTxEnded = errors.New("pgserver: the handler ended the claim's transaction itself; its writes may stand")
 
-// handlerEnded reports whether the claim's transaction is no longer open on its connection.
+// handlerEnded reports whether the claim's transaction is no longer open on its connection
+// (as far as the connection's last status says: a transaction the handler began since is
+// told apart by its id, see sameTx).
 func (c *claim) handlerEnded() bool {
 	return c.pc != nil && c.pc.Conn().PgConn().TxStatus() == 'I'
 }
 
-// giveUpEnded marks the claim ended by the handler and gives its connection back. refuse:
-// the next Complete returns ErrTxEnded (the handler's answer, after a Checkpoint that found
-// the transaction ended, must not be stored: the middleware then stores its 500).
-func (c *claim) giveUpEnded(refuse bool) {
-	c.ended, c.refuse, c.tx = true, refuse, nil // nothing is open: the pgx.Tx must not send its own ROLLBACK
-	if c.pc != nil {
-		c.pc.Release()
-		c.pc = nil
+// giveUpEnded marks the claim ended by the handler. Whatever the handler left open on the
+// connection is rolled back, but the connection and its session-level lock stay with the
+// claim until the middleware's 500 is stored (completeEnded), so that no retry runs the
+// handler meanwhile. refuse: the next Complete returns ErrTxEnded (the handler's answer,
+// after a Checkpoint that found the transaction ended, must not be stored: the middleware
+// then stores its 500).
+func (c *claim) giveUpEnded(ctx context.Context, refuse bool) {
+	c.ended, c.refuse, c.tx = true, refuse, nil // the pgx.Tx must not send its own ROLLBACK
+	if c.pc == nil {
+		return
 	}
+	if c.pc.Conn().PgConn().TxStatus() != 'I' {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		if err := c.pc.Conn().PgConn().Exec(ctx, "ROLLBACK").Close(); err != nil {
+			c.end(ctx) // unlocks, or closes the connection: the lock goes with it
+		}
+	}
+}
+
+// sameTxGuard fails (division by zero) unless the open transaction is the claim's: pipelined
+// ahead of a write, its error also stops what follows, COMMIT included.
+const sameTxGuard = "SELECT 1 / (pg_current_xact_id_if_assigned()::text IS NOT DISTINCT FROM $1)::int"
+
+// isDivisionByZero reports the error ownedUpdate and sameTxGuard raise.
+func isDivisionByZero(err error) bool {
+	pe := (*pgconn.PgError)(nil)
+	return errors.As(err, &pe) && pe.Code == divisionByZero
 }
 
 func (c *claim) Context(ctx context.Context) context.Context {
@@ -68,17 +99,34 @@ const ownedUpdate = `WITH u AS (UPDATE idem_server_keys SET %s
 // divisionByZero is the SQLSTATE ownedUpdate raises when the claim lost its row.
 const divisionByZero = "22012"
 
-// end rolls back what is open and gives the connection back (a connection left inside a
-// transaction is closed by the pool, which rolls it back).
+// end rolls back what is open, drops the session-level lock and gives the connection back
+// (releaseConn).
 func (c *claim) end(ctx context.Context) {
-	if c.tx != nil {
-		_ = c.tx.Rollback(context.WithoutCancel(ctx))
-		c.tx = nil
-	}
+	c.tx = nil // releaseConn's ROLLBACK ends it
 	if c.pc != nil {
-		c.pc.Release()
+		releaseConn(ctx, c.pc, c.lock)
 		c.pc = nil
 	}
+}
+
+// releaseTimeout bounds the statements that give a claim's connection back (time.Duration).
+const releaseTimeout = 5 * time.Second
+
+// releaseConn rolls back what is open on pc, drops the session-level advisory lock on lock,
+// and gives pc back to the pool, in one round trip. A connection where that cannot be
+// confirmed is closed instead: closing drops the lock, which pooled would hold the key for
+// the connection's life.
+func releaseConn(ctx context.Context, pc *pgxpool.Conn, lock int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	conn := pc.Conn().PgConn()
+	// Simple protocol: two statements in one round trip (the lock is our own number).
+	results, err := conn.Exec(ctx, fmt.Sprintf("ROLLBACK; SELECT pg_advisory_unlock(%d)", lock)).ReadAll()
+	unlocked := err == nil && len(results) == 2 && len(results[1].Rows) == 1 && string(results[1].Rows[0][0]) == "t"
+	if !unlocked || conn.TxStatus() != 'I' {
+		_ = pc.Conn().Close(ctx) // the pool drops a closed connection on Release
+	}
+	pc.Release()
 }
 
 // Checkpoint commits the phase (the handler's writes and the recovery point) and opens the
@@ -88,14 +136,21 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 		return idemserver.ErrNotOwner
 	}
 	if c.handlerEnded() {
-		c.giveUpEnded(true)
+		c.giveUpEnded(ctx, true)
 		return fmt.Errorf("pgserver: checkpoint: %w", ErrTxEnded)
+	}
+	if _, err := c.tx.Exec(ctx, sameTxGuard, c.xid); isDivisionByZero(err) {
+		c.giveUpEnded(ctx, true) // ended, and another transaction begun on the connection
+		return fmt.Errorf("pgserver: checkpoint: %w", ErrTxEnded)
+	} else if err != nil {
+		c.end(ctx)
+		return fmt.Errorf("pgserver: checkpoint: %w", err)
 	}
 	s := c.scope
 	if _, err := c.tx.Exec(ctx, fmt.Sprintf(ownedUpdate, "recovery_point = $5, locked_until = $6"),
 		s.Tenant, s.Operation, s.Key, c.owner, point, now.Add(lease)); err != nil {
 		c.end(ctx)
-		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == divisionByZero {
+		if isDivisionByZero(err) {
 			err = idemserver.ErrNotOwner
 		}
 		return fmt.Errorf("pgserver: checkpoint: %w", err)
@@ -117,9 +172,10 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 		return fmt.Errorf("pgserver: checkpoint: next phase: %w", err)
 	}
 	c.tx = tx
-	// Wait for the lock: another request may hold it for the instant it takes to see the
-	// fresh locked_until and answer 409.
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockID(c.scope)); err != nil {
+	// The session-level lock kept the key between the phases; the transaction-level one is
+	// taken again (at once: this session holds the key) so that PREPARE stays refused, and
+	// the new transaction's id is what Complete checks.
+	if err := tx.QueryRow(ctx, "SELECT pg_advisory_xact_lock($1), pg_current_xact_id()::text", c.lock).Scan(nil, &c.xid); err != nil {
 		c.end(ctx)
 		return fmt.Errorf("pgserver: checkpoint: next phase: %w", err)
 	}
@@ -127,7 +183,8 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 }
 
 // Complete writes the answer into the row and commits it with the handler's writes, in one
-// round trip (the UPDATE, SET LOCAL synchronous_commit and COMMIT pipelined).
+// round trip (the transaction check, the UPDATE, SET LOCAL synchronous_commit, COMMIT and the
+// session-level unlock pipelined).
 func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
 	if c.ended {
 		if c.refuse {
@@ -140,16 +197,17 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 		return idemserver.ErrNotOwner
 	}
 	if c.handlerEnded() {
-		c.giveUpEnded(false)
+		c.giveUpEnded(ctx, false)
 		return fmt.Errorf("pgserver: complete: %w", ErrTxEnded)
 	}
-	defer c.end(ctx)
 	header, body, err := answerColumns(resp)
 	if err != nil {
+		c.end(ctx)
 		return fmt.Errorf("pgserver: complete: %w", err)
 	}
 	s := c.scope
 	batch := &pgx.Batch{}
+	batch.Queue(sameTxGuard, c.xid)
 	batch.Queue(fmt.Sprintf(ownedUpdate, "state = 2, owner = NULL, expires_at = $5, response_status = $6, response_header = $7, response_body = $8"),
 		s.Tenant, s.Operation, s.Key, c.owner, expires, resp.StatusCode, header, body)
 	// The client is told of the payment once this commits: a commit PostgreSQL acknowledges
@@ -157,8 +215,13 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 	// handler's SET LOCAL) could vanish in a crash with the charge it confirmed.
 	batch.Queue("SET LOCAL synchronous_commit TO on")
 	batch.Queue("COMMIT")
+	batch.Queue("SELECT pg_advisory_unlock($1)", c.lock)
 	br := c.tx.SendBatch(ctx, batch)
-	_, err = br.Exec()
+	_, guardErr := br.Exec()
+	err = guardErr
+	if err == nil {
+		_, err = br.Exec() // the answer
+	}
 	if err == nil {
 		_, err = br.Exec() // SET LOCAL
 	}
@@ -168,44 +231,104 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 		ct, err = br.Exec()
 		tag = ct.String()
 	}
-	if cerr := br.Close(); err == nil {
+	committed := err == nil && tag == "COMMIT"
+	unlocked := false
+	if committed {
+		_ = br.QueryRow().Scan(&unlocked) // not confirmed: the connection is closed below
+	}
+	if cerr := br.Close(); err == nil && !committed {
 		err = cerr
 	}
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == divisionByZero {
-		return fmt.Errorf("pgserver: complete: %w", idemserver.ErrNotOwner)
+	if isDivisionByZero(guardErr) { // the handler ended the claim's transaction and began another
+		c.giveUpEnded(ctx, false)
+		return fmt.Errorf("pgserver: complete: %w", ErrTxEnded)
 	}
-	if err != nil {
+	if committed && unlocked && c.pc.Conn().PgConn().TxStatus() == 'I' {
+		// Committed and unlocked through the batch: the pgx.Tx must not send its own
+		// ROLLBACK, and the connection goes back to the pool as it is.
+		c.tx = nil
+		c.pc.Release()
+		c.pc = nil
+		return nil
+	}
+	c.end(ctx) // rolls back what is open and unlocks, or closes the connection
+	switch {
+	case committed:
+		return nil
+	case isDivisionByZero(err):
+		return fmt.Errorf("pgserver: complete: %w", idemserver.ErrNotOwner)
+	case err != nil:
 		return fmt.Errorf("pgserver: complete: %w", err)
 	}
-	if tag != "COMMIT" { // "ROLLBACK": the transaction had failed before
-		return fmt.Errorf("pgserver: complete: transaction rolled back (%s)", tag)
-	}
-	// COMMIT went through the batch: the pgx.Tx must not send its own. The connection is
-	// idle again and goes back to the pool.
-	c.tx = nil
-	return nil
+	return fmt.Errorf("pgserver: complete: transaction rolled back (%s)", tag) // it had failed before
 }
 
 // RollsBack reports true: Release rolls back the handler's writes of this phase with the
 // claim (idemserver.RollbackClaim), so a handler that panics leaves no work behind. False
 // once the handler ended the transaction itself (ErrTxEnded): nothing undoes its writes then.
-func (c *claim) RollsBack() bool { return !c.ended && !c.handlerEnded() }
+// A transaction open on the connection is asked for its id once (one round trip, on the
+// paths that free a key: a panic, "not executed", a failed store): the handler may have
+// ended the claim's and begun another. If it cannot be asked (an aborted transaction, a
+// lost connection), the claim's own is assumed, as the connection's status says.
+func (c *claim) RollsBack() bool {
+	if c.ended {
+		return false
+	}
+	if c.handlerEnded() {
+		return false
+	}
+	if c.pc != nil && c.tx != nil && !c.checked && c.pc.Conn().PgConn().TxStatus() == 'T' {
+		c.checked = true
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		var xid *string
+		if err := c.pc.Conn().QueryRow(ctx, "SELECT pg_current_xact_id_if_assigned()::text").Scan(&xid); err == nil &&
+			(xid == nil || *xid != c.xid) {
+			c.giveUpEnded(ctx, false)
+			return false
+		}
+	}
+	return true
+}
 
 // completeEnded stores resp for a claim whose transaction the handler ended (the middleware's
-// 500 "effect unknown"), in a transaction of its own: the row is inserted if the handler's
-// rollback took it away, or completed if this claim still owns it; a row another request
-// has claimed since is left to it (ErrNotOwner).
+// 500 "effect unknown"), in a transaction of its own on the claim's connection, whose
+// session-level lock keeps every retry out until it is stored: the row is inserted if the
+// handler's rollback took it away, or completed if this claim still owns it; a row another
+// request has claimed since is left to it (ErrNotOwner). The lock is dropped once the answer
+// is stored, or refused, or after endedTries failures (the middleware's keepFailed tries
+// three times, then keeps the key only as far as the row says).
 func (c *claim) completeEnded(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
 	header, body, err := answerColumns(resp)
 	if err != nil {
 		return fmt.Errorf("pgserver: complete: %w", err)
 	}
-	s := c.scope
-	tx, err := c.b.pool.Begin(ctx)
+	c.tries++
+	var tx pgx.Tx
+	if c.pc != nil {
+		tx, err = c.pc.Begin(ctx)
+	} else {
+		tx, err = c.b.pool.Begin(ctx)
+	}
+	if err == nil {
+		err = c.storeEnded(ctx, tx, resp.StatusCode, header, body, expires, now)
+	}
+	if c.pc != nil && (err == nil || errors.Is(err, idemserver.ErrNotOwner) || c.tries >= endedTries) {
+		c.end(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("pgserver: complete: %w", err)
 	}
+	return nil
+}
+
+// endedTries is how many failed stores of an ended claim's answer keep its lock.
+const endedTries = 3
+
+// storeEnded is completeEnded's transaction, rolled back unless it commits.
+func (c *claim) storeEnded(ctx context.Context, tx pgx.Tx, status int, header, body []byte, expires, now time.Time) error {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	s := c.scope
 	tag, err := tx.Exec(ctx, `INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at,
 			locked_until, expires_at, response_status, response_header, response_body)
 		VALUES ($1, $2, $3, $4, 2, NULL, $5, $6, $7, $8, $9, $10)
@@ -213,20 +336,17 @@ func (c *claim) completeEnded(ctx context.Context, resp *idemserver.Response, no
 			response_status = EXCLUDED.response_status, response_header = EXCLUDED.response_header,
 			response_body = EXCLUDED.response_body
 		WHERE idem_server_keys.owner = $11`,
-		s.Tenant, s.Operation, s.Key, c.fp, c.created, now, expires, resp.StatusCode, header, body, c.owner)
+		s.Tenant, s.Operation, s.Key, c.fp, c.created, now, expires, status, header, body, c.owner)
 	if err != nil {
-		return fmt.Errorf("pgserver: complete: %w", err)
+		return err
 	}
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("pgserver: complete: %w", idemserver.ErrNotOwner)
+		return idemserver.ErrNotOwner
 	}
 	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit TO on"); err != nil {
-		return fmt.Errorf("pgserver: complete: %w", err)
+		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("pgserver: complete: %w", err)
-	}
-	return nil
+	return tx.Commit(ctx)
 }
 
 // Release rolls back: the claim (and the handler's writes of this phase) vanish; a row a
@@ -236,12 +356,7 @@ func (c *claim) Release(ctx context.Context) error {
 		c.end(ctx)
 		return idemserver.ErrNotOwner
 	}
-	err := c.tx.Rollback(context.WithoutCancel(ctx))
-	c.tx = nil
-	c.end(ctx)
-	if err != nil {
-		return fmt.Errorf("pgserver: release: %w", err)
-	}
+	c.end(ctx) // the ROLLBACK, the unlock; a connection that fails them is closed, which rolls back
 	return nil
 }
 

@@ -1,9 +1,10 @@
 // Package pgserver is an idemserver.Backend on PostgreSQL (pgx v5) where the key claim, the
 // handler's business writes and the stored answer commit in ONE transaction.
 //
-// For each keyed request the backend opens a transaction, takes a transaction-level advisory
-// lock on the key's scope (pg_try_advisory_xact_lock: a second request with the key gets 409
-// at once instead of queueing), inserts the processing row, and hands the transaction to the
+// For each keyed request the backend opens a transaction, takes an advisory lock on the key's
+// scope (pg_try_advisory_xact_lock, and the same lock at session level until the answer
+// commits: a second request with the key gets 409 at once instead of queueing), inserts the
+// processing row, and hands the transaction to the
 // handler through the request context (Tx). The handler does its business writes (and, for
 // example, an outbox row) in that transaction; the middleware then writes the answer into the
 // row and commits. A crash at any point (process killed, connection lost, panic, commit
@@ -18,8 +19,10 @@
 // A handler that ends with the transaction aborted gets 503 and nothing is stored.
 //
 // Round trips per fresh key: BEGIN; one pipelined batch (the conditional insert under the
-// advisory lock, the lock, the row); the handler's own statements; one pipelined batch (the
-// answer, guarded so that it fails unless the claim still owns the row, and COMMIT).
+// advisory lock, the locks, the row); the handler's own statements; one pipelined batch (a
+// check that the open transaction is still the claim's, the answer, guarded so that it fails
+// unless the claim still owns the row, COMMIT, and the session-level unlock). A replay or a
+// 409 ends with one more (ROLLBACK, and the unlock when the lock was taken).
 //
 // # Clocks
 //
@@ -131,9 +134,10 @@ var ErrTxOwned = errors.New("pgserver: the claim's transaction is committed by t
 // Its Commit and Rollback return ErrTxOwned and do nothing. Never begin a transaction on its
 // Conn (PostgreSQL has no nested BEGIN: that transaction's end would be the claim's); its Begin
 // makes a savepoint. A handler that ends the claim's transaction anyway (through Conn, or SQL
-// "COMMIT" or "ROLLBACK") makes the key keep a 500 "effect unknown" (ErrTxEnded): nothing can
-// tell which of its writes stand. A retry arriving while such a handler still runs may run
-// it again: the key's lock ended with the transaction.
+// "COMMIT" or "ROLLBACK", then perhaps "BEGIN" again) makes the key keep a 500 "effect
+// unknown" (ErrTxEnded): nothing can tell which of its writes stand. The key's session-level
+// lock keeps retries out (409) until that 500 is stored. PREPARE TRANSACTION is refused by
+// PostgreSQL (the claim holds the key's lock at both levels) and rolls the transaction back.
 func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
 	c, _ := ctx.Value(ctxKey{}).(*claim)
 	if c == nil || c.tx == nil {
@@ -231,34 +235,43 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 		pc.Release()
 		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
 	}
-	keep := false
+	lock := lockID(s)
+	keep, got := false, false
 	defer func() {
-		if !keep {
+		switch {
+		case keep:
+		case got: // the session-level lock too
+			releaseConn(ctx, pc, lock)
+		default:
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			pc.Release()
 		}
 	}()
 	// One round trip: the insert runs only under the key's lock (a fresh key is claimed
-	// here); then the lock again (re-entrant: true if held) and the row, each statement with
-	// its own snapshot, so the row read after the lock includes every commit before it.
-	c := &claim{b: b, scope: s, pc: pc, tx: tx, owner: newOwner(), fp: req.Fingerprint, created: req.Now}
-	lock := lockID(s)
+	// here); then the lock again (re-entrant: true if held), with the session-level lock the
+	// claim holds for its whole life (see claim), and the row, each statement with its own
+	// snapshot, so the row read after the lock includes every commit before it. CASE takes
+	// the session-level lock only with the other, so that it is held once or not at all.
+	c := &claim{b: b, scope: s, pc: pc, tx: tx, lock: lock, owner: newOwner(), fp: req.Fingerprint, created: req.Now}
 	lockedUntil := req.Now.Add(req.Lease)
 	batch := &pgx.Batch{}
 	batch.Queue(`INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at, locked_until)
 		SELECT $1, $2, $3, $4, 1, $5, $6, $7 WHERE pg_try_advisory_xact_lock($8)
 		ON CONFLICT (tenant, operation, key) DO NOTHING`, s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil, lock)
-	batch.Queue("SELECT pg_try_advisory_xact_lock($1), clock_timestamp()", lock)
+	batch.Queue(`SELECT CASE WHEN pg_try_advisory_xact_lock($1) THEN pg_try_advisory_lock($1) ELSE false END,
+		clock_timestamp(), pg_current_xact_id_if_assigned()::text`, lock)
 	batch.Queue(selectRow+" FOR UPDATE", s.Tenant, s.Operation, s.Key)
 	sent := time.Since(entry)
 	br := tx.SendBatch(ctx, batch)
 	inserted, err := br.Exec()
 	var (
-		got bool
 		db  time.Time
+		xid *string
 	)
 	if err == nil {
-		err = br.QueryRow().Scan(&got, &db)
+		err = br.QueryRow().Scan(&got, &db, &xid)
+	} else {
+		got = true // unknown: releaseConn drops it, or closes the connection
 	}
 	var cur *row
 	if err == nil {
@@ -268,6 +281,7 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 		err = cerr
 	}
 	if err != nil {
+		got = true // the lock statement may have run: releaseConn drops it, or closes the connection
 		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
 	}
 	// Checked after the batch so that the claim keeps its one round trip; the deferred
@@ -275,29 +289,33 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 	if err := b.checkClock("claim", req.Now.Add(sent), req.Now.Add(time.Since(entry)), db); err != nil {
 		return nil, nil, err
 	}
-	if inserted.RowsAffected() == 1 {
-		keep = true
+	if inserted.RowsAffected() == 1 && got && xid != nil {
+		c.xid, keep = *xid, true
 		return c, nil, nil
 	}
 	if !got { // another transaction holds the key: in progress, fingerprint not visible yet
 		return nil, &idemserver.Record{State: idemserver.StateProcessing}, nil
 	}
+	// Each write below returns the transaction's id, which Complete checks (see claim).
 	switch {
 	case cur == nil:
-		_, err = tx.Exec(ctx, `INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at, locked_until)
-			VALUES ($1, $2, $3, $4, 1, $5, $6, $7)`, s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil)
+		err = tx.QueryRow(ctx, `INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at, locked_until)
+			VALUES ($1, $2, $3, $4, 1, $5, $6, $7) RETURNING pg_current_xact_id()::text`,
+			s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil).Scan(&c.xid)
 	case cur.rec.State == idemserver.StateCompleted && !req.Now.Before(cur.rec.ExpiresAt):
 		c.expired = true
-		_, err = tx.Exec(ctx, `UPDATE idem_server_keys SET fingerprint = $4, state = 1, recovery_point = '', owner = $5,
+		err = tx.QueryRow(ctx, `UPDATE idem_server_keys SET fingerprint = $4, state = 1, recovery_point = '', owner = $5,
 			created_at = $6, locked_until = $7, expires_at = NULL, response_status = NULL, response_header = NULL, response_body = NULL
-			WHERE tenant = $1 AND operation = $2 AND key = $3`, s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil)
+			WHERE tenant = $1 AND operation = $2 AND key = $3 RETURNING pg_current_xact_id()::text`,
+			s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil).Scan(&c.xid)
 	case string(cur.rec.Fingerprint) != string(req.Fingerprint), cur.rec.State == idemserver.StateCompleted,
 		req.Now.Before(cur.rec.LockedUntil):
 		return nil, &cur.rec, nil
 	default: // a checkpointed row whose owner is gone and whose lease has passed: take it over
 		c.point, c.committed = cur.rec.RecoveryPoint, true
-		_, err = tx.Exec(ctx, `UPDATE idem_server_keys SET owner = $4, locked_until = $5
-			WHERE tenant = $1 AND operation = $2 AND key = $3`, s.Tenant, s.Operation, s.Key, c.owner, lockedUntil)
+		err = tx.QueryRow(ctx, `UPDATE idem_server_keys SET owner = $4, locked_until = $5
+			WHERE tenant = $1 AND operation = $2 AND key = $3 RETURNING pg_current_xact_id()::text`,
+			s.Tenant, s.Operation, s.Key, c.owner, lockedUntil).Scan(&c.xid)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)

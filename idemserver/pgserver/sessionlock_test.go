@@ -1,0 +1,154 @@
+package pgserver_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/idemserver"
+	"github.com/idemkit/idem/idemserver/pgserver"
+)
+
+// TestRetryWhileAnEndedClaimRuns: a retry that arrives while a handler that ended the claim's
+// transaction (SQL ROLLBACK through it) is still running gets 409, and the key then keeps the
+// 500 of an unknown effect. Before, the key's lock ended with the transaction: the retry
+// claimed the key afresh and charged a second time.
+func TestRetryWhileAnEndedClaimRuns(t *testing.T) {
+	var runs atomic.Int32
+	ended := make(chan struct{})
+	retried := make(chan struct{})
+	s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) > 1 {
+			w.WriteHeader(http.StatusCreated) // a second execution: the test fails on the count
+			return
+		}
+		tx, _ := pgserver.MustTx(r.Context())
+		if _, err := tx.Exec(r.Context(), "ROLLBACK"); err != nil {
+			t.Error(err)
+		}
+		close(ended)
+		<-retried
+		if _, err := tx.Exec(r.Context(), "INSERT INTO payments (reference, idem_key, amount) VALUES ('r-race', 'k', 1)"); err != nil {
+			t.Error(err)
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":"pay_race"}`)
+	})
+	first := make(chan int, 1)
+	go func() {
+		code, _, _ := s.send(t, "POST", "/v1/payments", "k-race", "{}")
+		first <- code
+	}()
+	<-ended
+	code, _, body := s.send(t, "POST", "/v1/payments", "k-race", "{}")
+	close(retried)
+	if code != http.StatusConflict {
+		t.Errorf("retry while the handler runs: %d %s, want 409", code, body)
+	}
+	if code := <-first; code != http.StatusInternalServerError {
+		t.Fatalf("first: %d, want the 500 of an unknown effect", code)
+	}
+	s.clock.Advance(2 * time.Minute)
+	if code, _, body := s.send(t, "POST", "/v1/payments", "k-race", "{}"); code != 500 || !strings.Contains(body, idemserver.ProblemHandlerFailed) {
+		t.Fatalf("retry after the lease: %d %s", code, body)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+// TestHandlerEndingAndBeginningAgain: a handler that ends the claim's transaction, charges,
+// and sends BEGIN leaves a transaction open on the connection, which looked like the claim's:
+// the answer's write found no row (503 "retry") and every retry charged again. The claim
+// knows its transaction by its id, so the key keeps the 500 of an unknown effect, however
+// the handler ends (an answer, NotExecuted, a panic).
+func TestHandlerEndingAndBeginningAgain(t *testing.T) {
+	for _, how := range []string{"answer", "NotExecuted", "panic"} {
+		t.Run(how, func(t *testing.T) {
+			var runs atomic.Int32
+			s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				tx, _ := pgserver.MustTx(r.Context())
+				for _, q := range []string{"ROLLBACK", "INSERT INTO payments (reference, idem_key, amount) VALUES ('r-begin', 'k', 1)", "BEGIN"} {
+					if _, err := tx.Exec(r.Context(), q); err != nil {
+						t.Error(q, err)
+					}
+				}
+				switch how {
+				case "NotExecuted":
+					_ = idemserver.NotExecuted(r)
+				case "panic":
+					panic(http.ErrAbortHandler)
+				}
+				w.WriteHeader(http.StatusCreated)
+				fmt.Fprint(w, `{"id":"pay_begin"}`)
+			})
+			code, _, body := s.send(t, "POST", "/v1/payments", "k-begin", "{}")
+			if how == "panic" {
+				if code != 0 {
+					t.Fatalf("first: %d %s, want the connection dropped", code, body)
+				}
+			} else if code != 500 || !strings.Contains(body, idemserver.ProblemHandlerFailed) {
+				t.Fatalf("first: %d %s, want the 500 of an unknown effect", code, body)
+			}
+			for _, wait := range []time.Duration{0, 2 * time.Minute} {
+				s.clock.Advance(wait)
+				code, h, body := s.send(t, "POST", "/v1/payments", "k-begin", "{}")
+				if code != 500 || h.Get(idemserver.ReplayedHeader) != "true" {
+					t.Fatalf("retry after %s: %d %s", wait, code, body)
+				}
+			}
+			if n := runs.Load(); n != 1 {
+				t.Fatalf("handler ran %d times", n)
+			}
+			if n := s.count(t, "SELECT count(*) FROM payments WHERE reference = 'r-begin'"); n != 1 {
+				t.Fatalf("payments = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// TestHandlerCannotPrepareTheClaim: PREPARE TRANSACTION would carry the claim's row and lock
+// away from the connection; COMMIT PREPARED later left the key processing, and after the
+// lease another request ran the handler again. The claim's session-level lock makes
+// PostgreSQL refuse to prepare (the transaction rolls back with the handler's writes), and
+// the key keeps the 500 of an unknown effect. Needs max_prepared_transactions > 0, which
+// .ci/postgres.sh sets.
+func TestHandlerCannotPrepareTheClaim(t *testing.T) {
+	var runs atomic.Int32
+	var prepareErr error
+	s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		tx, _ := pgserver.MustTx(r.Context())
+		if _, err := tx.Exec(r.Context(), "INSERT INTO payments (reference, idem_key, amount) VALUES ('r-prep', 'k', 1)"); err != nil {
+			t.Error(err)
+		}
+		_, prepareErr = tx.Exec(r.Context(), "PREPARE TRANSACTION 'idem_claim_test'")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":"pay_prep"}`)
+	})
+	var max int
+	if err := s.pool.QueryRow(context.Background(), "SELECT current_setting('max_prepared_transactions')::int").Scan(&max); err != nil || max == 0 {
+		t.Fatalf("max_prepared_transactions = %d (%v): the server must allow prepared transactions", max, err)
+	}
+	t.Cleanup(func() { _, _ = s.pool.Exec(context.Background(), "ROLLBACK PREPARED 'idem_claim_test'") })
+	code, _, body := s.send(t, "POST", "/v1/payments", "k-prep", "{}")
+	if prepareErr == nil {
+		_, _ = s.pool.Exec(context.Background(), "COMMIT PREPARED 'idem_claim_test'")
+		t.Errorf("PREPARE TRANSACTION succeeded")
+	}
+	if code != 500 || !strings.Contains(body, idemserver.ProblemHandlerFailed) {
+		t.Fatalf("first: %d %s, want the 500 of an unknown effect", code, body)
+	}
+	s.clock.Advance(2 * time.Minute)
+	if code, _, body := s.send(t, "POST", "/v1/payments", "k-prep", "{}"); code != 500 {
+		t.Fatalf("retry after the lease: %d %s", code, body)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
