@@ -380,13 +380,23 @@ func (cl *call) storedServerError(resp *Result, cause error) {
 	cl.c.onStoredServerError(cl, resp)
 }
 
+// keyExpired reports a key the server may have forgotten: older than KeyTTL, or created
+// later than this clock's now by more than MaxClockSkew (a clock stepped back since, or one
+// far ahead when it wrote the record): its age is then unknown and may be past KeyTTL, and
+// a resend could execute it a second time.
 func (cl *call) keyExpired() bool {
-	return cl.c.cfg.Now().Sub(cl.rec.CreatedAt) > cl.c.cfg.KeyTTL
+	age := cl.c.cfg.Now().Sub(cl.rec.CreatedAt)
+	return age > cl.c.cfg.KeyTTL || age < -max(cl.c.cfg.MaxClockSkew, 0)
 }
 
 func (cl *call) expire() {
 	age := cl.c.cfg.Now().Sub(cl.rec.CreatedAt)
 	cl.c.onKeyExpired(cl, age)
 	cl.unknown = true
+	if age < 0 {
+		cl.halt(ErrKeyExpired, fmt.Errorf("key was created at %s, %s after this clock's now: a clock moved back, so its age is unknown and may be past the server's %s",
+			cl.rec.CreatedAt.Format(time.RFC3339), (-age).Round(time.Second), cl.c.cfg.KeyTTL))
+		return
+	}
 	cl.halt(ErrKeyExpired, fmt.Errorf("key is %s old, the server keeps keys %s", age.Round(time.Second), cl.c.cfg.KeyTTL))
 }

@@ -375,7 +375,10 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // ErrInvalidPolicy or ErrInvalidConfig (also a nil or zero *Client), and a keystore failure
 // before the first send is the store's error wrapped (nothing sent; retry the call). A Create
 // that reported an error may have committed, or may still: Do then marks that record failed,
-// not executed, or takes its key with such a tombstone, so that no Recover sends it later;
+// not executed ("withdrawn"), or takes its key with such a tombstone, so that no Recover
+// sends it later. A later Do of the same intent sends the withdrawn record, under its key (the
+// intent binds it: retrying the call is safe); one without an intent stays failed and a later
+// Do of it returns ErrNotExecuted (its caller may have paid again under a new key meanwhile);
 // when it cannot settle the key (the store still failing, another instance holding the
 // record), the error names the key and says so, and the caller should continue with the same
 // operation (or intent) rather than a new key.
@@ -391,7 +394,9 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // the record's lease (Config.LeaseTTL): a Do that finds the record claimed by another
 // instance waits, bounded by ctx (ErrCanceled, outcome unknown), until the record is final
 // (its stored outcome is returned) or the lease expired (the owner died: Do claims the record
-// and continues the same key, status endpoint first; when the store has a clock and this
+// and continues the same key, status endpoint first; a record created later than this
+// clock's now by more than MaxClockSkew, a clock stepped back, is past KeyTTL as far as Do can
+// tell: ErrKeyExpired, never resent; when the store has a clock and this
 // client's differs from it by more than Config.MaxClockSkew, Do does not take over another
 // instance's record and returns ErrClockSkew, outcome unknown, without sending or writing). A call whose record another
 // instance took over stops at once and returns ErrLeaseLost, without sending again or writing.
@@ -478,6 +483,15 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 			unlock.Unlock()
 			key = rec.Key
 			continue
+		}
+		if !created && revivable(rec) {
+			// Resuming writes this clock's times on the record, as creating does (see open).
+			if err := c.checkWriteClock(ctx, rec); errors.Is(err, ErrClockSkew) {
+				return nil, &OperationError{Key: rec.Key, Scope: scope, Intent: rec.Intent, Kind: ErrClockSkew, Cause: err}
+			}
+			if err := c.revive(ctx, rec); err != nil {
+				return nil, err
+			}
 		}
 		if !created && rec.State == keystore.StatePending {
 			// Resuming writes this clock's times on the record, as creating does (see open).

@@ -199,6 +199,32 @@ func (c *Client) withdraw(ctx context.Context, rec *keystore.Record, createErr e
 // withdrawn marks rec failed, not executed: nothing of it was sent.
 func withdrawn(rec *keystore.Record, now time.Time) {
 	rec.State, rec.NotExecuted, rec.Reason = keystore.StateFailed, true, ReasonNotExecuted
-	rec.Note = "withdrawn: the keystore reported an error creating it, and nothing was sent"
+	rec.Note = withdrawnNote
 	rec.UpdatedAt = now
+}
+
+// withdrawnNote marks a record withdraw wrote (the note is part of the record's meaning).
+const withdrawnNote = "withdrawn: the keystore reported an error creating it, and nothing was sent"
+
+// revivable reports a withdrawn record of an intent: a later Do of the intent sends it
+// (revive), because the caller was told that nothing was sent and the call may be retried.
+// The intent binds it to its key, so no other key can have paid it meanwhile. A withdrawn
+// record without an intent stays failed (ErrNotExecuted): its caller may already have paid
+// under a new key.
+func revivable(rec *keystore.Record) bool {
+	return rec.Intent != "" && rec.State == keystore.StateFailed && rec.NotExecuted && rec.Attempts == 0 &&
+		rec.Reason == ReasonNotExecuted && rec.Note == withdrawnNote
+}
+
+// revive makes a withdrawn record (revivable) pending again, not executed, so that the call
+// sends it without asking (after recording the send: see call.run). The write is fenced: a
+// concurrent revival by another instance wins or loses as a whole, and the lease (Claim)
+// decides which instance sends.
+func (c *Client) revive(ctx context.Context, rec *keystore.Record) error {
+	rec.State, rec.Reason, rec.Note, rec.Error = keystore.StatePending, "", "", ""
+	rec.NotExecuted, rec.UpdatedAt = true, c.cfg.Now()
+	if err := c.store.Update(ctx, rec); err != nil {
+		return fmt.Errorf("idem: sending intent %q, withdrawn after a keystore error, again: %w; nothing was sent", rec.Intent, err)
+	}
+	return nil
 }
