@@ -43,10 +43,12 @@ const maxAdminBody = 1 << 20
 // NewAdminHandler returns the operator's view of c's keystore as JSON over HTTP. It serves
 // these paths, relative to where it is mounted (mount it under a prefix with http.StripPrefix):
 //
-//	GET  /records?state=pending,manual&min_age=10m&tenant=T&limit=100&offset=0
+//	GET  /records?state=pending,manual&min_age=10m&tenant=T&limit=100&after=C (or &offset=N)
 //	     records oldest first, without bodies; "tenant" absent means every tenant.
-//	     {"records":[...],"total":N,"next_offset":N,"damaged":[{"scope":S,"key":K,"error":E}...]}
-//	     (next_offset only when more follow); records the store cannot decode are skipped,
+//	     {"records":[...],"total":N,"next_after":C,"next_offset":N,"damaged":[{"scope":S,"key":K,"error":E}...]}
+//	     (next_after and next_offset only when more follow: pass after=next_after for the
+//	     next page, which a record settled between pages does not shift as it shifts an
+//	     offset); records the store cannot decode are skipped,
 //	     left untouched and listed under "damaged" (boltstore, pgstore)
 //	GET  /record?tenant=T&key=K   or   /record?tenant=T&intent=I
 //	     one record as keystore.Record's JSON (bodies base64, as encoding/json writes []byte)

@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"cmp"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,6 +147,15 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	var after *listCursor
+	if s := q.Get("after"); s != "" {
+		c, err := parseListCursor(s)
+		if err != nil || offset > 0 {
+			problem(w, http.StatusBadRequest, fmt.Sprintf("after %q is not a next_after value of this endpoint, or comes with an offset", s))
+			return
+		}
+		after = &c
+	}
 	now := h.c.cfg.Now()
 	_, oneTenant := q["tenant"]
 	tenant := q.Get("tenant")
@@ -170,27 +181,69 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Oldest first whatever the store's page order (bbolt pages in key order).
-	slices.SortStableFunc(rows, func(a, b AdminRecord) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Scope+"\x00"+a.Key, b.Scope+"\x00"+b.Key)
-	})
+	slices.SortStableFunc(rows, func(a, b AdminRecord) int { return cursorOf(&a).compare(cursorOf(&b)) })
 	page := struct {
 		Records    []AdminRecord  `json:"records"`
 		Total      int            `json:"total"`
 		NextOffset int            `json:"next_offset,omitempty"`
+		NextAfter  string         `json:"next_after,omitempty"`
 		Damaged    []adminDamaged `json:"damaged"`
 	}{Records: []AdminRecord{}, Total: len(rows), Damaged: damaged}
+	if after != nil { // the first record past the cursor, wherever the set moved since
+		offset, _ = slices.BinarySearchFunc(rows, *after, func(r AdminRecord, c listCursor) int {
+			if cursorOf(&r).compare(c) <= 0 {
+				return -1
+			}
+			return 1
+		})
+	}
 	if offset < len(rows) {
 		end := len(rows)
 		if limit < end-offset { // not offset+limit < end: a huge offset would overflow
 			end = offset + limit
 			page.NextOffset = end
+			page.NextAfter = cursorOf(&rows[end-1]).String()
 		}
 		page.Records = append(page.Records, rows[offset:end]...)
 	}
 	writeAdminJSON(w, page)
+}
+
+// listCursor is a place in GET /records' order (CreatedAt, then scope and key): next_after
+// names the last record of a page, and after=that lists what follows it, so that records
+// settled or added between pages shift no other record out of the listing (an offset does).
+type listCursor struct {
+	created int64 // CreatedAt, Unix nanoseconds
+	name    string
+}
+
+func cursorOf(r *AdminRecord) listCursor {
+	return listCursor{created: r.CreatedAt.UnixNano(), name: r.Scope + "\x00" + r.Key}
+}
+
+func (c listCursor) compare(d listCursor) int {
+	if c.created != d.created {
+		return cmp.Compare(c.created, d.created)
+	}
+	return strings.Compare(c.name, d.name)
+}
+
+// String is the cursor as next_after carries it: URL-safe base64 of the time and the name.
+func (c listCursor) String() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.created, 10) + "\x00" + c.name))
+}
+
+func parseListCursor(s string) (listCursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return listCursor{}, err
+	}
+	t, name, ok := strings.Cut(string(b), "\x00")
+	if !ok {
+		return listCursor{}, errors.New("no name")
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	return listCursor{created: n, name: name}, err
 }
 
 // adminDamaged is a record the store could not decode, as the admin handler lists it.

@@ -131,7 +131,7 @@ func TestAdminList(t *testing.T) {
 	acme := row("acme", "k-acme", "order-1", "pending", 1, 0, "", 5*time.Minute)
 	ok := row("", "k-ok", "order-3", "succeeded", 1, 0, "", 100*time.Hour)
 	for _, tt := range []struct{ query, want string }{
-		{"state=pending,manual", `{"records":[` + manual + `,` + pending + `],"total":3,"next_offset":2,"damaged":[]}`},
+		{"state=pending,manual", `{"records":[` + manual + `,` + pending + `],"total":3,"next_offset":2,"next_after":"<after k-pending>","damaged":[]}`},
 		{"state=pending,manual&offset=2", `{"records":[` + acme + `],"total":3,"damaged":[]}`},
 		{"state=pending,manual&min_age=1h&limit=1&offset=1", `{"records":[` + pending + `],"total":2,"damaged":[]}`},
 		{"tenant=acme", `{"records":[` + acme + `],"total":1,"damaged":[]}`},
@@ -142,6 +142,19 @@ func TestAdminList(t *testing.T) {
 		code, hdr, body := adminDo(t, h, "GET", "/records?"+tt.query, "", true)
 		require.Equal(t, 200, code, body)
 		assert.Equal(t, "application/json", hdr.Get("Content-Type"))
+		if strings.Contains(tt.want, "<after k-pending>") { // the cursor names the page's last record
+			var page struct {
+				NextAfter string `json:"next_after"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(body), &page))
+			c, err := parseListCursor(page.NextAfter)
+			require.NoError(t, err)
+			assert.Equal(t, "\x00k-pending", c.name)
+			tt.want = strings.Replace(tt.want, "<after k-pending>", page.NextAfter, 1)
+			// The next page after it: what follows, whatever was settled meanwhile.
+			_, _, next := adminDo(t, h, "GET", "/records?state=pending,manual&after="+page.NextAfter, "", true)
+			assert.JSONEq(t, `{"records":[`+acme+`],"total":3,"damaged":[]}`, next)
+		}
 		assert.JSONEq(t, tt.want, body, tt.query)
 	}
 	for _, tt := range []struct{ query, detail string }{
@@ -151,6 +164,8 @@ func TestAdminList(t *testing.T) {
 		{"limit=3", `limit "3" must be a whole number, 1 to 2`},
 		{"limit=0", `limit "0" must be a whole number, 1 to 2`},
 		{"offset=-1", `offset "-1" must be a whole number, at least 0`},
+		{"after=not-a-cursor", `after "not-a-cursor" is not a next_after value of this endpoint, or comes with an offset`},
+		{"after=MTIzAGs&offset=1", `after "MTIzAGs" is not a next_after value of this endpoint, or comes with an offset`},
 	} {
 		code, _, body := adminDo(t, h, "GET", "/records?"+tt.query, "", true)
 		assert.Equal(t, 400, code, tt.query)

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -134,24 +133,25 @@ func (b *adminBackend) list(ctx context.Context, f listFilter) ([]idem.AdminReco
 	}
 	out := []idem.AdminRecord{}
 	var damaged []damagedRow
-	for offset := 0; ; {
-		q.Set("offset", strconv.Itoa(offset))
+	// Page by page, each after the last record of the one before (next_after): a record
+	// settled between two pages shifts no other out of the listing, as an offset would.
+	for first := true; ; first = false {
 		var page struct {
-			Records    []idem.AdminRecord `json:"records"`
-			NextOffset int                `json:"next_offset"`
-			Damaged    []damagedRow       `json:"damaged"`
+			Records   []idem.AdminRecord `json:"records"`
+			NextAfter string             `json:"next_after"`
+			Damaged   []damagedRow       `json:"damaged"`
 		}
 		if err := b.do(ctx, http.MethodGet, "records", q, nil, &page); err != nil {
 			return nil, nil, err
 		}
 		out = append(out, page.Records...)
-		if offset == 0 {
+		if first {
 			damaged = page.Damaged // every page names the same damaged records
 		}
-		if page.NextOffset <= offset {
+		if page.NextAfter == "" || page.NextAfter == q.Get("after") {
 			return out, damaged, nil
 		}
-		offset = page.NextOffset
+		q.Set("after", page.NextAfter)
 	}
 }
 
