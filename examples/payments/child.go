@@ -41,6 +41,7 @@ type childConfig struct {
 	Store       storeSpec `json:"store"`
 	N           int       `json:"n"`
 	Seed        int64     `json:"seed"`
+	RunID       string    `json:"run_id"`
 	Concurrency int       `json:"concurrency"`
 	// Instance is the sender's place in the fleet (0..Instances-1): it offers every payment,
 	// starting at its own share, so that instances mostly work apart and meet at the end.
@@ -103,6 +104,7 @@ func childMain(raw string, stdout, stderr io.Writer) int {
 	// Every payment is offered again: one finished by an earlier process is answered from
 	// the keystore (Do finds its intent) without sending anything.
 	ps := generate(cfg.N, cfg.Seed)
+	tagRun(ps, cfg.RunID)
 	first := 0
 	if cfg.Instances > 1 {
 		first = cfg.Instance * len(ps) / cfg.Instances

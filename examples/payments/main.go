@@ -12,7 +12,9 @@
 // serves as the oracle at the end, counted per business payment (reference), whatever the
 // keys. With -target the API is external and its search by reference (when it has one) and
 // status endpoint are the oracle instead. -serve ADDR serves the same fault-injecting API
-// standalone, for a -target run from another process.
+// standalone, for a -target run from another process. Each -target run with a temporary
+// keystore tags its references with a random -run-id (pay-3f9a1c-7), so that a second run
+// against the same API pays new references instead of counting the first run's as duplicates.
 //
 // With -store postgres://... the keystore is PostgreSQL (keystore/pgstore, in a schema of
 // its own created and migrated for the run, dropped after it) and -instances N senders run
@@ -27,6 +29,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,6 +63,7 @@ type options struct {
 	store                   string
 	json                    bool
 	target, statusPath      string
+	runID                   string
 	lookupPath, serve       string
 }
 
@@ -78,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.statusPath, "status-path", "/v1/payments/operations/{key}", "status endpoint path; {key} is replaced by the key")
 	fs.StringVar(&o.lookupPath, "lookup", "/v1/payments?reference={reference}",
 		"search by reference that settles a stored 5xx ({reference} is replaced); empty: none, such payments need reconciliation")
+	fs.StringVar(&o.runID, "run-id", "", "tag in every reference (pay-TAG-7), so that runs against one -target API never share a reference; default: a random one with -target and a temporary keystore, none otherwise")
 	fs.StringVar(&o.serve, "serve", "", "serve the fault-injecting API on this address (e.g. 127.0.0.1:8080) until interrupted, for -target")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -89,6 +95,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-n, -concurrency and -instances must be at least 1, -crashes at least 0")
 	case o.instances > 1 && !isPostgres(o.store):
 		return o, errors.New("-instances above 1 needs a shared keystore: -store postgres://... (a bbolt file is locked by one process)")
+	}
+	if !validRunID(o.runID) {
+		return o, fmt.Errorf("-run-id must be 1 to 16 lowercase letters or digits, got %q", o.runID)
 	}
 	if err := checkRates(fs); err != nil {
 		return o, err
@@ -161,7 +170,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		baseURL = srv.URL
 	}
 
+	if o.target != "" && o.store == "" && o.runID == "" {
+		// A fresh keystore makes fresh keys: without a tag of its own, a second run against
+		// the same API would pay pay-0... again, and its ledger would count them twice.
+		o.runID = newRunID()
+	}
 	payments := generate(o.n, o.seed)
+	tagRun(payments, o.runID)
 	t := newTally(o.n)
 	prog := newProgress(stderr, o.n, t.counts)
 	if !o.json {
@@ -171,6 +186,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "idem payments demo: %d payments, concurrency %d, %s, seed %d, %d crashes requested\nAPI %s\n",
 			o.n, o.concurrency, faults, o.seed, o.crashes, baseURL)
+		if o.runID != "" {
+			fmt.Fprintf(stdout, "references %s ... %s (-run-id %s)\n", payments[0].ref(), payments[len(payments)-1].ref(), o.runID)
+		}
 		if spec.fleet() {
 			fmt.Fprintf(stdout, "keystore PostgreSQL, schema %s; %d sender instances, the last killed once for good\n",
 				spec.Schema, o.instances)
@@ -179,7 +197,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
 	defer cancel()
 	cfg := childConfig{BaseURL: baseURL, StatusPath: o.statusPath, LookupPath: o.lookupPath, Store: spec,
-		N: o.n, Seed: o.seed, Concurrency: o.concurrency, Instances: o.instances}
+		N: o.n, Seed: o.seed, RunID: o.runID, Concurrency: o.concurrency, Instances: o.instances}
 	prog.start()
 	requested := o.crashes
 	if o.instances > 1 { // -crashes per instance, and one kill for good of the last
@@ -294,4 +312,25 @@ func prepareStore(path string) (string, func(), error) {
 		}
 	}
 	return path, func() {}, nil
+}
+
+// validRunID reports a -run-id that is empty or 1 to 16 lowercase letters and digits: it goes
+// into references, request bodies and the search's URL as it is.
+func validRunID(id string) bool {
+	if len(id) > 16 {
+		return false
+	}
+	for _, c := range id {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// newRunID is a random -run-id: 6 hex digits.
+func newRunID() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,7 +114,7 @@ func TestWithoutLookupNeedsReconciliation(t *testing.T) {
 func TestTarget(t *testing.T) {
 	srv := idemtest.NewServer(idemtest.Config{FaultRate: 0.3, Seed: 11, SlowDelay: 300 * time.Millisecond, RetryAfter: -1})
 	defer srv.Close()
-	s, code := runJSON(t, "-target", srv.URL, "-n", "60", "-crashes", "1", "-seed", "5")
+	s, code := runJSON(t, "-target", srv.URL, "-n", "60", "-crashes", "1", "-seed", "5", "-run-id", "t1")
 	assert.Equal(t, 0, code)
 	assert.Equal(t, "target", s.Mode)
 	assert.Zero(t, s.Duplicates, s.DuplicateDetails)
@@ -124,13 +125,22 @@ func TestTarget(t *testing.T) {
 	assert.Equal(t, s.Succeeded, s.ExecutedOnce)
 	assert.Equal(t, s.StoredErrors, s.ReconciledByLookup, "the API's search settles every stored 5xx")
 	assert.Zero(t, s.NeedsReconciliation)
-	for _, p := range generate(60, 5) {
+	ps := generate(60, 5)
+	tagRun(ps, "t1")
+	for _, p := range ps {
 		want := 1
 		if p.Invalid {
 			want = 0
 		}
 		assert.Equal(t, want, srv.ExecutionsByReference(p.ref()), p.ref())
 	}
+	// Run again against the same API: a random -run-id makes new references, where the
+	// same ones made the second run count the first run's charges as duplicates.
+	s2, code := runJSON(t, "-target", srv.URL, "-n", "60", "-crashes", "0", "-seed", "5")
+	assert.Equal(t, 0, code)
+	assert.Zero(t, s2.Duplicates, s2.DuplicateDetails)
+	assert.Equal(t, s.Succeeded, s2.Succeeded)
+	assert.Equal(t, 1, srv.ExecutionsByReference(ps[slices.IndexFunc(ps, func(p payment) bool { return !p.Invalid })].ref()), "the first run's references untouched")
 }
 
 func TestBadFlags(t *testing.T) {
@@ -153,6 +163,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-target", "localhost:8080"}, "-target must be an absolute http:// or https:// URL"},
 		{[]string{"-lookup", "/v1/payments?reference="}, "-lookup must contain {reference}"},
 		{[]string{"-serve", "127.0.0.1:0", "-target", "http://x"}, "-serve and -target exclude each other"},
+		{[]string{"-run-id", "Run#1"}, `-run-id must be 1 to 16 lowercase letters or digits, got "Run#1"`},
+		{[]string{"-run-id", "abcdefghijklmnopq"}, "-run-id must be 1 to 16 lowercase letters or digits"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer

@@ -146,7 +146,7 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 		executed = "one charge per reference (search), else one completed key"
 	}
 	row("executed exactly once", s.ExecutedOnce, executed)
-	row("duplicates", s.Duplicates, "references charged more than once, whatever the keys: 0")
+	row("duplicates", s.Duplicates, "references charged more than once, whatever the keys: must be 0")
 	row("lost", s.Lost, "must be 0")
 	if s.ServerRequests != nil {
 		row("acknowledged", s.Acknowledged, fmt.Sprintf("payments a sender got an id for; %d not charged once under it", s.AckWrong))

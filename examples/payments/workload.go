@@ -17,6 +17,7 @@ const maxTries = 5
 
 // payment is one payment of the workload, identical in every process that generates it.
 type payment struct {
+	Run      string // the run's tag in the reference ("" or "3f9a1c-"), see -run-id
 	Index    int
 	Amount   int64 // minor units; 0 on purpose for the invalid ones
 	Currency string
@@ -25,7 +26,17 @@ type payment struct {
 }
 
 // ref is the payment's reference, sent in the body: the ledger is searched by it.
-func (p payment) ref() string { return "pay-" + strconv.Itoa(p.Index) }
+func (p payment) ref() string { return "pay-" + p.Run + strconv.Itoa(p.Index) }
+
+// tagRun puts the run's tag (-run-id) in every payment's reference.
+func tagRun(ps []payment, runID string) {
+	if runID == "" {
+		return
+	}
+	for i := range ps {
+		ps[i].Run = runID + "-"
+	}
+}
 
 // body is the request body. Built from the payment alone, so every retry, in every process,
 // sends byte-identical bytes (a different body under the same key is a key conflict).
