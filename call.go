@@ -284,12 +284,27 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 	return cl.retry(ctx, a, ClassRetry, false)
 }
 
+// lastOutcome says what the last attempt got, for an error message: its status, or its
+// transport error as text (not wrapped: an attempt's own timeout must not read as the
+// caller's context.DeadlineExceeded).
+func lastOutcome(a *Attempt) string {
+	switch {
+	case a == nil:
+		return ""
+	case a.Response != nil:
+		return fmt.Sprintf("; the last got HTTP %d", a.Response.StatusCode)
+	case a.Err != nil:
+		return fmt.Sprintf("; the last failed: %v", a.Err)
+	}
+	return ""
+}
+
 // retry decides whether a resend may happen: attempts left, a wait that fits the policy,
 // the deadline and the time budget, and a retry-budget token. waited means the caller already
 // waited for this resend (409 in progress), so no further delay is added.
 func (cl *call) retry(ctx context.Context, a *Attempt, reason Class, waited bool) (bool, error) {
 	if cl.attempts >= cl.s.policy.MaxAttempts {
-		cl.halt(ErrExhausted, fmt.Errorf("%d of %d attempts used", cl.attempts, cl.s.policy.MaxAttempts))
+		cl.halt(ErrExhausted, fmt.Errorf("%d of %d attempts used%s", cl.attempts, cl.s.policy.MaxAttempts, lastOutcome(a)))
 		return false, errStopped
 	}
 	var d time.Duration

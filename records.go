@@ -49,8 +49,8 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string, buf *key
 			// normalisation; computed only here, when a stored record differs.
 			if rec.Fingerprint != fp && rec.Fingerprint != Fingerprint(op.method, op.url, op.body) {
 				return nil, false, &OperationError{Key: rec.Key, Scope: scope, Intent: rec.Intent, Kind: ErrKeyConflict,
-					Cause: fmt.Errorf("key %q is bound to another request (%s %s, fingerprint %.12s); this one is %s %s, fingerprint %.12s",
-						rec.Key, rec.Request.Method, rec.Request.URL, rec.Fingerprint, op.method, op.url, fp)}
+					Cause: fmt.Errorf("key %q is bound to another request (%s %s, fingerprint %.12s); this one is %s %s, fingerprint %.12s: %s",
+						rec.Key, rec.Request.Method, rec.Request.URL, rec.Fingerprint, op.method, op.url, fp, conflictAdvice(rec))}
 			}
 			return rec, false, nil
 		}
@@ -95,6 +95,20 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string, buf *key
 		// Another process created it between our lookup and Create: look again.
 	}
 	return nil, false, fmt.Errorf("idem: key %q keeps appearing and vanishing in the keystore", op.key)
+}
+
+// conflictAdvice says what the record that holds a key or intent became, and what the caller
+// may do with a request that differs from it.
+func conflictAdvice(rec *keystore.Record) string {
+	switch {
+	case rec.State == keystore.StateFailed && rec.NotExecuted:
+		return "that request was not executed (ErrNotExecuted): send this one as a new intent"
+	case rec.State == keystore.StateFailed:
+		return fmt.Sprintf("that request failed (HTTP %d, ErrPermanent: refused, not paid): a corrected request is a new intent", rec.LastStatusCode)
+	case rec.State == keystore.StateSucceeded:
+		return "that request succeeded: it is paid, do not pay it again"
+	}
+	return fmt.Sprintf("that request is %s and may have been charged: send its own bytes, never pay again under a new intent", rec.State)
 }
 
 func (c *Client) lookup(ctx context.Context, op *Operation, scope string) (*keystore.Record, error) {

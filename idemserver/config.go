@@ -52,7 +52,9 @@ type Config struct {
 	// nothing is claimed. Required.
 	Tenant func(r *http.Request) (string, error)
 	// Operation names the operation; nil means r.Method + " " + r.URL.Path. Give the route
-	// pattern when a path carries ids that should not split the key space differently.
+	// pattern when a path carries ids that should not split the key space differently: the
+	// path is then fingerprinted with the body, so one key sent to another path is key reuse
+	// (422), never a replay of the first path's answer. At most MaxOperationLength bytes.
 	Operation func(r *http.Request) string
 	// Required reports whether a request must carry a key (else 400); nil means every
 	// request that reaches the middleware (wrap only the unsafe routes). A request without
@@ -89,10 +91,13 @@ type Config struct {
 	Now func() time.Time
 	// Sleep waits d or until ctx ends (for Wait polling); nil means a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
-	// OnEvent, if set, is called synchronously for each Event.
+	// OnEvent, if set, is called synchronously for each Event, sometimes while the request
+	// holds its key's claim: a panic in it is recovered and counted (Stats.HookPanics), so
+	// that the claim still ends.
 	OnEvent func(Event)
 	// Fingerprint computes a request's fingerprint from its method, operation (as
-	// Config.Operation names it, followed by "?" and the raw query when the request has one)
+	// Config.Operation names it; then a space and the request's path when the operation does
+	// not end with it, a route pattern; then "?" and the raw query when the request has one)
 	// and body bytes; nil means the package's Fingerprint, over
 	// the canonical body (JSON key order and whitespace do not matter). A stricter function,
 	// such as SHA-256 over the raw bytes, lets a test server catch clients that do not resend

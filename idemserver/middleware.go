@@ -95,13 +95,25 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			Detail: fmt.Sprintf("the request's %s is not valid UTF-8 or holds a NUL byte", what)})
 		return
 	}
+	// PostgreSQL's primary-key index cannot hold an entry over about 2.7 KB either.
+	if len(tenant) > MaxTenantLength || len(op) > MaxOperationLength {
+		m.problem(w, r, Problem{Type: ProblemScopeInvalid, Title: "Request cannot be keyed", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("the request's tenant (%d bytes) or operation, method and path (%d bytes), is longer than %d or %d bytes",
+				len(tenant), len(op), MaxTenantLength, MaxOperationLength)})
+		return
+	}
 	scope := Scope{Tenant: tenant, Operation: op, Key: key}
 	// The query is part of the request, though not of the key's scope: POST /refunds?amount=
 	// 100 and ?amount=200 under one key must not replay one as the other (idem's client
-	// fingerprints the query too). Without one, the fingerprint is what it always was.
+	// fingerprints the query too). Without one, the fingerprint is what it always was. So is
+	// the path, when the operation names a route pattern (Config.Operation) rather than the
+	// path itself: POST /customers/cus_B/charges must not replay cus_A's answer.
 	fpOp := op
+	if !strings.HasSuffix(op, " "+r.URL.Path) {
+		fpOp = op + " " + r.URL.Path
+	}
 	if q := r.URL.RawQuery; q != "" {
-		fpOp = op + "?" + q
+		fpOp += "?" + q
 	}
 	var fp []byte
 	if m.ownFingerprint {
@@ -355,6 +367,16 @@ func (r *recorder) response() Response {
 	r.header.Del("Content-Length")
 	return Response{StatusCode: st, Body: r.body.Bytes()}
 }
+
+// MaxTenantLength and MaxOperationLength bound, in bytes, the tenant (Config.Tenant) and the
+// operation (Config.Operation) a key is stored under: longer, a request gets 400
+// ProblemScopeInvalid on every backend (pgserver's index could not store the key, and a claim
+// that can never be written would answer 503 "retry" forever). With MaxKeyLength, a key's
+// row stays well inside PostgreSQL's index entry limit (about 2.7 KB).
+const (
+	MaxTenantLength    = 255
+	MaxOperationLength = 1024
+)
 
 // badScopeText names the first of tenant and operation that is not valid UTF-8 or holds a
 // NUL byte.

@@ -31,8 +31,8 @@ const (
 	ProblemBodyDuplicateMember = "https://idemkit.dev/problems/json-duplicate-member"
 	// ProblemScopeInvalid: 400, the request's tenant (Config.Tenant) or operation
 	// (Config.Operation: method and path by default, so a path such as /v1/pay%FF) is not
-	// valid UTF-8 or holds a NUL byte, and a key cannot be stored under it. Nothing is
-	// claimed or executed.
+	// valid UTF-8, holds a NUL byte, or is longer than MaxTenantLength or MaxOperationLength
+	// bytes, and a key cannot be stored under it. Nothing is claimed or executed.
 	ProblemScopeInvalid = "https://idemkit.dev/problems/scope-invalid"
 	// ProblemHandlerFailed: 500, stored for the key, the handler panicked after execution
 	// began and no rollback undid its work (see RollbackClaim): its effect is unknown, and

@@ -86,3 +86,67 @@ func TestUnkeyableScopeIs400(t *testing.T) {
 		}
 	}
 }
+
+// With a route pattern as the operation, the path's ids are in neither the scope nor (before)
+// the fingerprint: POST /v1/customers/cus_B/charges with cus_A's key replayed cus_A's 201
+// (adversarial run). The path is fingerprinted now: key reuse, 422.
+func TestRoutePatternFingerprintsThePath(t *testing.T) {
+	mw, err := idemserver.New(idemserver.Config{Backend: idemserver.NewMemory(),
+		Tenant:    func(*http.Request) (string, error) { return "acct_1", nil },
+		Operation: func(r *http.Request) string { return r.Method + " " + r.Pattern }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var execs atomic.Int64
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/customers/{id}/charges", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		execs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"customer":"` + r.PathValue("id") + `"}`))
+	})))
+	post := func(target string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(`{"amount":100}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "k1")
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := post("/v1/customers/cus_A/charges"); rec.Code != http.StatusCreated {
+		t.Fatalf("cus_A: %d %s", rec.Code, rec.Body)
+	}
+	if rec := post("/v1/customers/cus_B/charges"); rec.Code != http.StatusUnprocessableEntity ||
+		!strings.Contains(rec.Body.String(), idemserver.ProblemKeyReused) {
+		t.Fatalf("cus_B under cus_A's key: %d %s, want 422", rec.Code, rec.Body)
+	}
+	if rec := post("/v1/customers/cus_A/charges"); rec.Code != http.StatusCreated || rec.Header().Get(idemserver.ReplayedHeader) != "true" {
+		t.Fatalf("cus_A again: %d replayed=%q", rec.Code, rec.Header().Get(idemserver.ReplayedHeader))
+	}
+	if n := execs.Load(); n != 1 {
+		t.Fatalf("executed %d times, want 1", n)
+	}
+}
+
+// A tenant or operation too long for a key's row is refused on every backend: pgserver's
+// index could not store it and answered 503 "retry" for ever (adversarial run).
+func TestOverlongScopeIs400(t *testing.T) {
+	for _, tc := range []struct{ target, tenant string }{
+		{"/v1/" + strings.Repeat("a", idemserver.MaxOperationLength), "acct_1"},
+		{"/v1/pay", strings.Repeat("t", idemserver.MaxTenantLength+1)},
+	} {
+		mw, err := idemserver.New(idemserver.Config{Backend: idemserver.NewMemory(),
+			Tenant: func(*http.Request) (string, error) { return tc.tenant, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var execs atomic.Int64
+		h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { execs.Add(1) }))
+		req := httptest.NewRequest(http.MethodPost, tc.target, strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "k-1")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), idemserver.ProblemScopeInvalid) || execs.Load() != 0 {
+			t.Errorf("%d-byte path, %d-byte tenant: %d %s, executed %d", len(tc.target), len(tc.tenant), rec.Code, rec.Body, execs.Load())
+		}
+	}
+}

@@ -46,11 +46,13 @@ type Stats struct {
 	Takeovers          int64 // checkpointed keys resumed after their owner was gone
 	StoreErrors        int64 // backend failures answered 503
 	Purged             int64 // expired answers deleted by Purge
+	HookPanics         int64 // panics of Config.OnEvent, recovered (see OnEvent)
 }
 
 type counters struct {
 	executed, notExecuted, replays, conflicts, concurrent atomic.Int64
 	expired, timeouts, takeovers, storeErrors, purged     atomic.Int64
+	hookPanics                                            atomic.Int64
 }
 
 // Stats returns a snapshot of the counters.
@@ -59,7 +61,7 @@ func (m *Middleware) Stats() Stats {
 	return Stats{Executed: c.executed.Load(), NotExecuted: c.notExecuted.Load(), Replays: c.replays.Load(),
 		PayloadConflicts: c.conflicts.Load(), Concurrent: c.concurrent.Load(), ExpiredReuse: c.expired.Load(),
 		InProgressTimeouts: c.timeouts.Load(), Takeovers: c.takeovers.Load(), StoreErrors: c.storeErrors.Load(),
-		Purged: c.purged.Load()}
+		Purged: c.purged.Load(), HookPanics: c.hookPanics.Load()}
 }
 
 func (m *Middleware) event(e Event) {
@@ -85,6 +87,18 @@ func (m *Middleware) event(e Event) {
 		c.storeErrors.Add(1)
 	}
 	if m.cfg.OnEvent != nil {
-		m.cfg.OnEvent(e)
+		m.onEvent(e)
 	}
+}
+
+// onEvent calls Config.OnEvent and recovers its panic: the middleware may hold a claim when
+// it reports an event, and a panic unwinding past it left the claim (and, with pgserver, a
+// pool connection and the key's lock) held for good: every retry got 409.
+func (m *Middleware) onEvent(e Event) {
+	defer func() {
+		if recover() != nil {
+			m.n.hookPanics.Add(1)
+		}
+	}()
+	m.cfg.OnEvent(e)
 }

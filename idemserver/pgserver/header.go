@@ -4,12 +4,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"unicode/utf8"
 )
 
 // b64Member holds a stored header some of whose names or values are not valid UTF-8 (HTTP
-// allows such bytes in a value, such as a Latin-1 Location). jsonb can only hold text, and
-// encoding/json would replace those bytes with U+FFFD, so such a header is stored as
+// allows such bytes in a value, such as a Latin-1 Location) or hold a NUL. jsonb can only
+// hold text without NUL (it refuses \u0000: the answer could never be stored, and every
+// retry ran the handler again for a 503), and encoding/json would replace invalid bytes
+// with U+FFFD, so such a header is stored as
 // {"idem:b64":{base64(name):[base64(value)...]}}; a header name never holds ':', so no
 // real header can be mistaken for it. Every other header is stored as plain JSON, as it
 // always was.
@@ -33,17 +36,20 @@ func encodeHeader(h http.Header) ([]byte, error) {
 
 func headerIsText(h http.Header) bool {
 	for k, vs := range h {
-		if !utf8.ValidString(k) {
+		if !jsonbText(k) {
 			return false
 		}
 		for _, v := range vs {
-			if !utf8.ValidString(v) {
+			if !jsonbText(v) {
 				return false
 			}
 		}
 	}
 	return true
 }
+
+// jsonbText reports a string jsonb stores as it is: valid UTF-8 without NUL.
+func jsonbText(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
 
 // decodeHeader reads what encodeHeader wrote (and every header stored before it existed).
 func decodeHeader(data []byte) (http.Header, error) {

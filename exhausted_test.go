@@ -1,0 +1,40 @@
+package idem
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// ErrExhausted says what the last attempt got: "3 of 3 attempts used" alone did not tell an
+// API that refused connections from one that answered 503 (newcomer run). The transport error
+// is text, not wrapped: an attempt's own timeout must not match the caller's deadline.
+func TestExhaustedNamesTheLastOutcome(t *testing.T) {
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close() // connections refused
+	busy := newLedgerAPI(t, unavailable503("0"))
+	for _, tc := range []struct {
+		name, base, want string
+	}{
+		{"connection refused", down.URL, "2 of 2 attempts used; the last failed: "},
+		{"503", busy.srv.URL, "2 of 2 attempts used; the last got HTTP 503"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := ledgerClient(t, busy, func(cfg *Config) {
+				cfg.BaseURL, cfg.KeyStatusURL = tc.base, ""
+				cfg.Policy = Policy{MaxAttempts: 2}
+			})
+			_, err := c.Do(context.Background(), payment(1, "order-x"))
+			require.ErrorIs(t, err, ErrExhausted)
+			assert.Contains(t, err.Error(), tc.want)
+			if tc.name == "connection refused" {
+				assert.Contains(t, err.Error(), "connection refused")
+			}
+			assert.NotErrorIs(t, err, context.DeadlineExceeded)
+		})
+	}
+}
