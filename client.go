@@ -349,6 +349,11 @@ const (
 // that a business lookup found. It is never sent to the server.
 const SourceHeader = "Idem-Source"
 
+// KeyResponseHeader is the response header the Transport sets, next to SourceHeader, to the
+// operation's idempotency key (Result.Key), so that code under a generated client can log
+// the key of a success as well as of an error (OperationError.Key). Never sent to the server.
+const KeyResponseHeader = "Idem-Key"
+
 // Result is the final, successful answer for an operation.
 type Result struct {
 	Key             string      // the idempotency key used

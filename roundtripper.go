@@ -252,6 +252,9 @@ func response(req *http.Request, r *Result) (*http.Response, error) {
 		h.Set("Content-Type", "application/json")
 	}
 	h.Set(SourceHeader, string(r.Source))
+	if r.Key != "" {
+		h.Set(KeyResponseHeader, r.Key)
+	}
 	h.Del("Transfer-Encoding")
 	h.Set("Content-Length", strconv.Itoa(len(r.Body)))
 	return &http.Response{

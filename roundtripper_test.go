@@ -246,6 +246,9 @@ func TestTransportOutcomes(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusCreated, resp.StatusCode)
 		assert.Equal(t, "response", resp.Header.Get(SourceHeader))
+		keys := log.all()
+		require.Len(t, keys, 1)
+		assert.Equal(t, keys[0], resp.Header.Get(KeyResponseHeader), "the key of a success, to log")
 
 		e.srv.Script(idemtest.FaultStored500AfterCharge)
 		resp, body, err := postPayment(t, context.Background(), hc, e.srv.URL, paymentBody(2, "found"), nil)

@@ -13,7 +13,7 @@ type Stats struct {
 	Retries            int64 // resends scheduled
 	KeyStatusChecks    int64 // status-endpoint asks
 	Replays            int64 // answers the server marked Idempotent-Replayed
-	KeyConflicts       int64 // answers saying the key was reused with another payload (422, or 400 idempotency_error)
+	KeyConflicts       int64 // key reuse: answers saying so (422, or 400 idempotency_error), and requests refused locally because their key or intent holds another request
 	SameKeyConcurrency int64 // calls that waited for another call of the same key or intent
 	KeyExpired         int64 // unknown outcomes with a key past KeyTTL: manual reconcile
 	InProgress         int64 // 409 "in progress" answers waited on
