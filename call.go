@@ -389,6 +389,7 @@ func (cl *call) halt(kind error, cause error) {
 // storedServerError ends the call on a 5xx the server stored for the key: outcome unknown
 // for good, the record goes manual with the stored answer.
 func (cl *call) storedServerError(resp *Result, cause error) {
+	cause = fmt.Errorf("%w; the key can tell no more: the record is manual until Config.Lookup or Client.Resolve (a person's verdict) settles it; never pay it again under a new key", cause)
 	cl.unknown = true
 	cl.stop = &OperationError{Kind: ErrStoredServerError, Unknown: true, LastStatusCode: resp.StatusCode,
 		Response: resp, Cause: cause}

@@ -106,6 +106,9 @@ func (c *Client) Resolve(ctx context.Context, scope, key string, r Resolution) (
 	defer unlock.Unlock()
 	rec, err := c.get(ctx, scope, key)
 	if err != nil {
+		if errors.Is(err, keystore.ErrNotFound) {
+			return nil, fmt.Errorf("idem: resolving key %q in tenant %q: %w (a record of another tenant needs its scope)", key, scope, err)
+		}
 		return nil, fmt.Errorf("idem: resolving key %q: %w", key, err)
 	}
 	if rec.State != keystore.StateManual {

@@ -42,12 +42,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // prober holds one run's findings.
 type prober struct {
-	s     *sender
-	rows  map[string]Row
-	ids   map[string][]string // "id" members of the 2xx answers, per reference
-	codes []string            // key-reuse codes idem.IsKeyReuse does not recognise
-	first answer              // the create answer
-	found bool                // the search by reference found the probe's payments
+	s      *sender
+	rows   map[string]Row
+	ids    map[string][]string // "id" members of the 2xx answers, per reference
+	codes  []string            // key-reuse codes idem.IsKeyReuse does not recognise
+	first  answer              // the create answer
+	found  bool                // the search by reference found the probe's payments
+	denied bool                // an answer refused the probe's credentials (unauthorized)
 }
 
 func (p *prober) set(check string, res Result, format string, args ...any) {
@@ -96,6 +97,10 @@ func (p *prober) create(ctx context.Context) (key, ref string, ok bool) {
 			continue
 		case transient(a):
 			p.notObservedTransient(CheckCreate, a, met)
+			return "", "", false
+		case unauthorized(a):
+			p.denied = true
+			p.set(CheckCreate, NotObserved, "a fresh key got %s: %s", a, authAdvice)
 			return "", "", false
 		}
 		p.set(CheckCreate, Broken, "a fresh key got %s%s", a, transientNote(met))
@@ -179,9 +184,23 @@ func (p *prober) statusNotFound(ctx context.Context) {
 	case idem.KeyStatusCompleted, idem.KeyStatusProcessing:
 		p.set(CheckKeyStatusNotFound, Broken, "a key never sent is %s (%s)", st.State, a)
 	default:
+		if unauthorized(a) {
+			p.denied = true
+			p.set(CheckKeyStatusNotFound, NotObserved, "%s at %s: %s", a, p.s.cfg.KeyStatusPath, authAdvice)
+			return
+		}
 		p.set(CheckKeyStatusNotFound, NotObserved, "%s at %s: no status endpoint in the default convention", a, p.s.cfg.KeyStatusPath)
 	}
 }
+
+// unauthorized reports an answer that refused the probe's credentials (401, 403): it says
+// nothing of the contract, only that the probe was not let in.
+func unauthorized(a answer) bool {
+	return a.err == nil && (a.status == http.StatusUnauthorized || a.status == http.StatusForbidden)
+}
+
+// authAdvice is what an unauthorized answer's row says.
+const authAdvice = "the API refused the probe's credentials; send them with Config.Header (idemctl probe -auth-env NAME)"
 
 // statusCompleted asks the status endpoint about the create key.
 func (p *prober) statusCompleted(ctx context.Context, key string) {

@@ -370,3 +370,28 @@ func TestRefusedInBurstIsNotBroken(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// An API that refuses the probe's credentials breaks no rule: the rows say so and how to pass
+// them, where a 401 graded the create Broken and the status endpoint "not in the default
+// convention" (newcomer run).
+func TestUnauthorizedIsNotBroken(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	rep, err := probe.Run(context.Background(), probe.Config{BaseURL: srv.URL, Sandbox: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := rep.Broken(); len(b) != 0 {
+		t.Fatalf("broken rows %v", b)
+	}
+	for _, c := range []string{probe.CheckCreate, probe.CheckKeyStatusNotFound} {
+		if row, _ := rep.Row(c); row.Result != probe.NotObserved || !strings.Contains(row.Evidence, "refused the probe's credentials") {
+			t.Errorf("%s: %+v", c, row)
+		}
+	}
+	if n := rep.Suggestion.Notes; len(n) == 0 || !strings.Contains(n[0], "refused the probe's credentials") {
+		t.Errorf("notes %q", n)
+	}
+}
