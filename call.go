@@ -287,12 +287,14 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 // lastOutcome says what the last attempt got, for an error message: its status, or its
 // transport error as text (not wrapped: an attempt's own timeout must not read as the
 // caller's context.DeadlineExceeded).
-func lastOutcome(a *Attempt) string {
+func (cl *call) lastOutcome(a *Attempt) string {
 	switch {
 	case a == nil:
 		return ""
 	case a.Response != nil:
 		return fmt.Sprintf("; the last got HTTP %d", a.Response.StatusCode)
+	case errors.Is(a.Err, context.DeadlineExceeded) && cl.bound.Err() == nil:
+		return fmt.Sprintf("; the last got no answer within the attempt timeout (%s)", cl.s.policy.AttemptTimeout)
 	case a.Err != nil:
 		return fmt.Sprintf("; the last failed: %v", a.Err)
 	}
@@ -304,7 +306,7 @@ func lastOutcome(a *Attempt) string {
 // waited for this resend (409 in progress), so no further delay is added.
 func (cl *call) retry(ctx context.Context, a *Attempt, reason Class, waited bool) (bool, error) {
 	if cl.attempts >= cl.s.policy.MaxAttempts {
-		cl.halt(ErrExhausted, fmt.Errorf("%d of %d attempts used%s", cl.attempts, cl.s.policy.MaxAttempts, lastOutcome(a)))
+		cl.halt(ErrExhausted, fmt.Errorf("%d of %d attempts used%s", cl.attempts, cl.s.policy.MaxAttempts, cl.lastOutcome(a)))
 		return false, errStopped
 	}
 	var d time.Duration
@@ -397,12 +399,22 @@ func (cl *call) storedServerError(resp *Result, cause error) {
 }
 
 // keyExpired reports a key the server may have forgotten: older than KeyTTL, or created
-// later than this clock's now by more than MaxClockSkew (a clock stepped back since, or one
+// later than this clock's now by more than twice MaxClockSkew (a clock stepped back since, or one
 // far ahead when it wrote the record): its age is then unknown and may be past KeyTTL, and
 // a resend could execute it a second time.
 func (cl *call) keyExpired() bool {
 	age := cl.c.cfg.Now().Sub(cl.rec.CreatedAt)
-	return age > cl.c.cfg.KeyTTL || age < -max(cl.c.cfg.MaxClockSkew, 0)
+	return age > cl.c.cfg.KeyTTL || age < -cl.c.clockBackTolerance()
+}
+
+// clockBackTolerance is how far in the future a record's CreatedAt may be before its age
+// counts as unknown: twice MaxClockSkew, since two instances each within it of the store
+// may be that far apart (twice DefaultMaxClockSkew when the check is off).
+func (c *Client) clockBackTolerance() time.Duration {
+	if c.cfg.MaxClockSkew > 0 {
+		return 2 * c.cfg.MaxClockSkew
+	}
+	return 2 * DefaultMaxClockSkew
 }
 
 func (cl *call) expire() {

@@ -400,7 +400,7 @@ func (r *Result) Replayed() bool { return r.Source != SourceResponse }
 // instance waits, bounded by ctx (ErrCanceled, outcome unknown), until the record is final
 // (its stored outcome is returned) or the lease expired (the owner died: Do claims the record
 // and continues the same key, status endpoint first; a record created later than this
-// clock's now by more than MaxClockSkew, a clock stepped back, is past KeyTTL as far as Do can
+// clock's now by more than twice MaxClockSkew, a clock stepped back, is past KeyTTL as far as Do can
 // tell: ErrKeyExpired, never resent; when the store has a clock and this
 // client's differs from it by more than Config.MaxClockSkew, Do does not take over another
 // instance's record and returns ErrClockSkew, outcome unknown, without sending or writing). A call whose record another
@@ -489,30 +489,9 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 			key = rec.Key
 			continue
 		}
-		if !created && revivable(rec) {
-			// Resuming writes this clock's times on the record, as creating does (see open).
-			if err := c.checkWriteClock(ctx, rec); errors.Is(err, ErrClockSkew) {
-				return nil, &OperationError{Key: rec.Key, Scope: scope, Intent: rec.Intent, Kind: ErrClockSkew, Cause: err}
-			}
-			if err := c.revive(ctx, rec); err != nil {
+		if !created {
+			if rec, err = c.resume(ctx, s, rec); err != nil {
 				return nil, err
-			}
-		}
-		if !created && rec.State == keystore.StatePending {
-			// Resuming writes this clock's times on the record, as creating does (see open).
-			if err := c.checkWriteClock(ctx, rec); errors.Is(err, ErrClockSkew) {
-				return nil, &OperationError{Key: rec.Key, Scope: scope, Intent: rec.Intent, Kind: ErrClockSkew,
-					Unknown: true, LastStatusCode: rec.LastStatusCode, Cause: err}
-			}
-			// Another instance may be sending it: take the lease, waiting while it is live.
-			if rec, err = c.acquire(ctx, s, rec); err != nil {
-				return nil, err
-			}
-			// The resend carries the stored request: it must still be the one fingerprinted.
-			if rec.State == keystore.StatePending {
-				if err := c.checkStoredRequest(rec); err != nil {
-					return nil, c.unsendable(ctx, rec, err).Err
-				}
 			}
 		}
 		if !created && rec.State != keystore.StatePending {
@@ -524,6 +503,55 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 		}
 		return c.initCall(cl, s, rec, op.header, target).run(ctx, !created)
 	}
+}
+
+// resume brings a record Do found, not created, to where the call can run or return its
+// stored outcome: a withdrawn record of the intent is revived (revivable), a pending one is
+// leased, waiting while another instance holds a live lease, and one withdrawn while Do
+// waited is revived too: it was never sent, and ErrNotExecuted here would let the caller pay
+// under a new intent while the intent's own retry sends it. A revival another instance made
+// first (ErrFenced) is read again.
+func (c *Client) resume(ctx context.Context, s callSettings, rec *keystore.Record) (*keystore.Record, error) {
+	for range 3 {
+		if revivable(rec) {
+			// Resuming writes this clock's times on the record, as creating does (see open).
+			if err := c.checkWriteClock(ctx, rec); errors.Is(err, ErrClockSkew) {
+				return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrClockSkew, Cause: err}
+			}
+			if err := c.revive(ctx, rec); errors.Is(err, keystore.ErrFenced) {
+				var gerr error
+				if rec, gerr = c.get(ctx, rec.Scope, rec.Key); gerr != nil {
+					return nil, fmt.Errorf("idem: reading keystore: %w", gerr)
+				}
+				continue
+			} else if err != nil {
+				return nil, err
+			}
+		}
+		if rec.State != keystore.StatePending {
+			return rec, nil
+		}
+		if err := c.checkWriteClock(ctx, rec); errors.Is(err, ErrClockSkew) {
+			return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrClockSkew,
+				Unknown: true, LastStatusCode: rec.LastStatusCode, Cause: err}
+		}
+		// Another instance may be sending it: take the lease, waiting while it is live.
+		var err error
+		if rec, err = c.acquire(ctx, s, rec); err != nil {
+			return nil, err
+		}
+		if revivable(rec) { // withdrawn by its creator while we waited
+			continue
+		}
+		// The resend carries the stored request: it must still be the one fingerprinted.
+		if rec.State == keystore.StatePending {
+			if err := c.checkStoredRequest(rec); err != nil {
+				return nil, c.unsendable(ctx, rec, err).Err
+			}
+		}
+		return rec, nil
+	}
+	return nil, fmt.Errorf("idem: the record of key %q kept changing while Do read it; nothing was sent", rec.Key)
 }
 
 func (c *Client) settings(opts []CallOption) (callSettings, error) {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/keystore"
 )
 
 // A record written while the clock ran far ahead, then read after the clock was corrected,
@@ -60,4 +62,58 @@ func TestClockSteppedBackNeverResendsAnOldKey(t *testing.T) {
 	require.ErrorIs(t, err, ErrExhausted) // resent under its key: the server replays, the answer is lost again
 	assert.Greater(t, a.posts.Load(), posts)
 	assert.Equal(t, 1, a.charges("order-near"))
+}
+
+// Two instances each within MaxClockSkew of the store may be twice that apart: a record
+// written by one 4 s ahead of the store, continued by one 4 s behind (default 5 s), was
+// "created in the future" and expired, a fresh key never executed going manual; with the
+// check off (MaxClockSkew < 0) instances 1 s apart did the same (adversarial run). The
+// tolerance is twice MaxClockSkew (twice the default when the check is off).
+func TestFleetSkewWithinTheBoundIsNoClockStep(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		ahead, behind time.Duration
+		maxSkew       time.Duration
+		wantExpired   bool
+	}{
+		{"each 4s from the store", 4 * time.Second, 4 * time.Second, 0, false},
+		{"check off, 1s apart", 500 * time.Millisecond, 500 * time.Millisecond, -1, false},
+		{"check off, 11s apart", 6 * time.Second, 5 * time.Second, -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var down atomic.Bool
+			down.Store(true)
+			a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, _ int64) {
+				if down.Load() {
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return
+				}
+				a.charge(w, key, ref)
+			})
+			base := time.Now().Truncate(time.Second)
+			store := &clockStore{Memory: keystore.NewMemory(), now: base}
+			clkA, clkB := newFakeClock(), newFakeClock()
+			clkA.now, clkB.now = base.Add(tc.ahead), base.Add(-tc.behind)
+			mk := func(clk *fakeClock, owner string) *Client {
+				c, err := NewClient(Config{BaseURL: a.srv.URL, KeyStatusURL: statusPath, Store: store, Owner: owner,
+					Now: clk.Now, Sleep: clk.Sleep, MaxClockSkew: tc.maxSkew,
+					Policy: Policy{MaxAttempts: 1}, Budget: BudgetConfig{Disabled: true}})
+				require.NoError(t, err)
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+			ca, cb := mk(clkA, "instance-a"), mk(clkB, "instance-b")
+			_, err := ca.Do(context.Background(), payment(1, "order-s", WithIntent("order-s")))
+			require.ErrorIs(t, err, ErrExhausted) // a 503: nothing executed, the record pending
+			down.Store(false)
+			_, err = cb.Do(context.Background(), payment(1, "order-s", WithIntent("order-s")))
+			if tc.wantExpired {
+				require.ErrorIs(t, err, ErrKeyExpired)
+				assert.Equal(t, 0, a.charges("order-s"))
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, 1, a.charges("order-s"))
+		})
+	}
 }

@@ -84,7 +84,7 @@ var (
 	// The record stays pending.
 	ErrBudgetExhausted = errors.New("idem: retry budget exhausted")
 	// ErrKeyExpired: the outcome is unknown and the key is older than Config.KeyTTL (the
-	// server's retention window), or created later than this clock's now by more than
+	// server's retention window), or created later than this clock's now by more than twice
 	// Config.MaxClockSkew (a clock stepped back: its age is unknown), so resending could
 	// execute the intent twice. The record
 	// is marked for manual reconciliation and never resent.

@@ -101,6 +101,8 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string, buf *key
 // may do with a request that differs from it.
 func conflictAdvice(rec *keystore.Record) string {
 	switch {
+	case revivable(rec):
+		return "that request was withdrawn before it was sent and goes out when its intent is retried: send the intent's own bytes, never pay it under a new intent"
 	case rec.State == keystore.StateFailed && rec.NotExecuted:
 		return "that request was not executed (ErrNotExecuted): send this one as a new intent"
 	case rec.State == keystore.StateFailed:
@@ -202,7 +204,15 @@ func (c *Client) withdraw(ctx context.Context, rec *keystore.Record, createErr e
 			return nil // already withdrawn
 		case got.State == keystore.StatePending && got.Attempts == 0 && got.Owner == rec.Owner && got.Fence == rec.Fence:
 			withdrawn(got, c.cfg.Now())
-			return c.store.Update(ctx, got)
+			if err := c.store.Update(ctx, got); err != nil {
+				return err
+			}
+			// Give the lease up too: a Do of the intent (here or on another instance, maybe
+			// waiting on it now) revives the record and must not wait out this lease first.
+			if err := c.store.Release(ctx, got.Scope, got.Key, got.Owner, got.Fence); err != nil && !errors.Is(err, keystore.ErrFenced) {
+				c.warn("releasing the lease of a withdrawn record", got, err)
+			}
+			return nil
 		default:
 			return fmt.Errorf("it is %s, held by %q (fence %d) after %d attempt(s): another instance took it over and may have sent it", got.State, got.Owner, got.Fence, got.Attempts)
 		}

@@ -12,9 +12,9 @@
 // serves as the oracle at the end, counted per business payment (reference), whatever the
 // keys. With -target the API is external and its search by reference (when it has one) and
 // status endpoint are the oracle instead. -serve ADDR serves the same fault-injecting API
-// standalone, for a -target run from another process. Each -target run with a temporary
-// keystore tags its references with a random -run-id (pay-3f9a1c-7), so that a second run
-// against the same API pays new references instead of counting the first run's as duplicates.
+// standalone, for a -target run from another process. Each -target run tags its references
+// with a random -run-id (pay-3f9a1c-7), so that a second run against the same API pays new
+// references instead of counting the first run's as duplicates.
 //
 // With -store postgres://... the keystore is PostgreSQL (keystore/pgstore, in a schema of
 // its own created and migrated for the run, dropped after it) and -instances N senders run
@@ -83,7 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.statusPath, "status-path", "/v1/payments/operations/{key}", "status endpoint path; {key} is replaced by the key")
 	fs.StringVar(&o.lookupPath, "lookup", "/v1/payments?reference={reference}",
 		"search by reference that settles a stored 5xx ({reference} is replaced); empty: none, such payments need reconciliation")
-	fs.StringVar(&o.runID, "run-id", "", "tag in every reference (pay-TAG-7), so that runs against one -target API never share a reference; default: a random one with -target and a temporary keystore, none otherwise")
+	fs.StringVar(&o.runID, "run-id", "", "tag in every reference (pay-TAG-7), so that runs against one -target API never share a reference; default: a random one with -target, none otherwise")
 	fs.StringVar(&o.serve, "serve", "", "serve the fault-injecting API on this address (e.g. 127.0.0.1:8080) until interrupted, for -target")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -170,9 +170,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		baseURL = srv.URL
 	}
 
-	if o.target != "" && o.store == "" && o.runID == "" {
-		// A fresh keystore makes fresh keys: without a tag of its own, a second run against
-		// the same API would pay pay-0... again, and its ledger would count them twice.
+	if o.target != "" && o.runID == "" {
+		// Every run makes fresh keys (a new keystore, or a new schema): without a tag of its
+		// own, a second run against the same API would pay pay-0... again, and the API's
+		// ledger would count them twice.
 		o.runID = newRunID()
 	}
 	payments := generate(o.n, o.seed)
