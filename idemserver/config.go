@@ -96,8 +96,9 @@ type Config struct {
 	// that the claim still ends.
 	OnEvent func(Event)
 	// Fingerprint computes a request's fingerprint from its method, operation (as
-	// Config.Operation names it; then a space and the request's path when the operation does
-	// not end with it, a route pattern; then "?" and the raw query when the request has one)
+	// Config.Operation names it; then a space and the request's escaped path when the
+	// operation does not end with the path, a route pattern; then "?" and the raw query when
+	// the request has one)
 	// and body bytes; nil means the package's Fingerprint, over
 	// the canonical body (JSON key order and whitespace do not matter). A stricter function,
 	// such as SHA-256 over the raw bytes, lets a test server catch clients that do not resend

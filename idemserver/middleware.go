@@ -110,7 +110,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// path itself: POST /customers/cus_B/charges must not replay cus_A's answer.
 	fpOp := op
 	if !strings.HasSuffix(op, " "+r.URL.Path) {
-		fpOp = op + " " + r.URL.Path
+		fpOp = op + " " + r.URL.EscapedPath() // escaped: a "?" in the path stays %3F, apart from the query
 	}
 	if q := r.URL.RawQuery; q != "" {
 		fpOp += "?" + q

@@ -28,7 +28,6 @@ type claim struct {
 	lock      int64         // lockID(scope), held at session level while pc is not nil
 	xid       string        // the claim's transaction (pg_current_xact_id): another one on pc is the handler's
 	checked   bool          // RollsBack asked the connection which transaction is open
-	tries     int           // completeEnded attempts
 	owner     string
 	point     string
 	expired   bool
@@ -209,7 +208,7 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 	batch := &pgx.Batch{}
 	batch.Queue(sameTxGuard, c.xid)
 	batch.Queue(fmt.Sprintf(ownedUpdate, "state = 2, owner = NULL, expires_at = $5, response_status = $6, response_header = $7, response_body = $8"),
-		s.Tenant, s.Operation, s.Key, c.owner, expires, resp.StatusCode, header, body)
+		s.Tenant, s.Operation, s.Key, c.owner, expires, resp.StatusCode, string(header), body) // text: jsonb takes no bytea literal (simple protocol)
 	// The client is told of the payment once this commits: a commit PostgreSQL acknowledges
 	// before its WAL is written (synchronous_commit off, by the session's default or the
 	// handler's SET LOCAL) could vanish in a crash with the charge it confirmed.
@@ -295,15 +294,17 @@ func (c *claim) RollsBack() bool {
 // 500 "effect unknown"), in a transaction of its own on the claim's connection, whose
 // session-level lock keeps every retry out until it is stored: the row is inserted if the
 // handler's rollback took it away, or completed if this claim still owns it; a row another
-// request has claimed since is left to it (ErrNotOwner). The lock is dropped once the answer
-// is stored, or refused, or after endedTries failures (the middleware's keepFailed tries
-// three times, then keeps the key only as far as the row says).
+// request has claimed since is left to it (ErrNotOwner). The lock is dropped after the first
+// try, whatever it gave: a failed try's next one (the middleware's keepFailed tries three
+// times) goes through the pool, as the connection may be the reason it failed.
 func (c *claim) completeEnded(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
 	header, body, err := answerColumns(resp)
 	if err != nil {
 		return fmt.Errorf("pgserver: complete: %w", err)
 	}
-	c.tries++
+	if c.pc != nil && c.pc.Conn().IsClosed() {
+		c.end(ctx) // lost: its lock went with it, and the answer goes through the pool
+	}
 	var tx pgx.Tx
 	if c.pc != nil {
 		tx, err = c.pc.Begin(ctx)
@@ -313,7 +314,10 @@ func (c *claim) completeEnded(ctx context.Context, resp *idemserver.Response, no
 	if err == nil {
 		err = c.storeEnded(ctx, tx, resp.StatusCode, header, body, expires, now)
 	}
-	if c.pc != nil && (err == nil || errors.Is(err, idemserver.ErrNotOwner) || c.tries >= endedTries) {
+	// A connection that failed the write is given up (closed if it cannot drop the lock), so
+	// that the next try goes through the pool: on a lost connection, every try failed and
+	// nothing was stored, and a retry ran the handler again.
+	if c.pc != nil {
 		c.end(ctx)
 	}
 	if err != nil {
@@ -321,9 +325,6 @@ func (c *claim) completeEnded(ctx context.Context, resp *idemserver.Response, no
 	}
 	return nil
 }
-
-// endedTries is how many failed stores of an ended claim's answer keep its lock.
-const endedTries = 3
 
 // storeEnded is completeEnded's transaction, rolled back unless it commits.
 func (c *claim) storeEnded(ctx context.Context, tx pgx.Tx, status int, header, body []byte, expires, now time.Time) error {
@@ -336,7 +337,7 @@ func (c *claim) storeEnded(ctx context.Context, tx pgx.Tx, status int, header, b
 			response_status = EXCLUDED.response_status, response_header = EXCLUDED.response_header,
 			response_body = EXCLUDED.response_body
 		WHERE idem_server_keys.owner = $11`,
-		s.Tenant, s.Operation, s.Key, c.fp, c.created, now, expires, status, header, body, c.owner)
+		s.Tenant, s.Operation, s.Key, c.fp, c.created, now, expires, status, string(header), body, c.owner)
 	if err != nil {
 		return err
 	}

@@ -77,6 +77,7 @@ import (
 
 	"github.com/idemkit/idem/idemserver"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -138,6 +139,9 @@ var ErrTxOwned = errors.New("pgserver: the claim's transaction is committed by t
 // unknown" (ErrTxEnded): nothing can tell which of its writes stand. The key's session-level
 // lock keeps retries out (409) until that 500 is stored. PREPARE TRANSACTION is refused by
 // PostgreSQL (the claim holds the key's lock at both levels) and rolls the transaction back.
+// Not detected: a handler that ends the claim's transaction, begins another, and leaves that
+// one aborted (a failed statement) looks like the claim's own aborted transaction, which
+// gets 503 and runs again on a retry.
 func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
 	c, _ := ctx.Value(ctxKey{}).(*claim)
 	if c == nil || c.tx == nil {
@@ -260,7 +264,10 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 		ON CONFLICT (tenant, operation, key) DO NOTHING`, s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil, lock)
 	batch.Queue(`SELECT CASE WHEN pg_try_advisory_xact_lock($1) THEN pg_try_advisory_lock($1) ELSE false END,
 		clock_timestamp(), pg_current_xact_id_if_assigned()::text`, lock)
-	batch.Queue(selectRow+" FOR UPDATE", s.Tenant, s.Operation, s.Key)
+	// NOWAIT: a row another transaction holds (a claim taking over or reusing it, which has
+	// the lock, so this request gets 409 anyway; a purge deleting it) is "in progress" at
+	// once, never a wait for a whole handler with a pool connection held.
+	batch.Queue(selectRow+" FOR UPDATE NOWAIT", s.Tenant, s.Operation, s.Key)
 	sent := time.Since(entry)
 	br := tx.SendBatch(ctx, batch)
 	inserted, err := br.Exec()
@@ -268,10 +275,10 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 		db  time.Time
 		xid *string
 	)
+	lockKnown := false // statement 2 answered: got says whether this session holds the lock
 	if err == nil {
 		err = br.QueryRow().Scan(&got, &db, &xid)
-	} else {
-		got = true // unknown: releaseConn drops it, or closes the connection
+		lockKnown = err == nil
 	}
 	var cur *row
 	if err == nil {
@@ -281,7 +288,12 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 		err = cerr
 	}
 	if err != nil {
-		got = true // the lock statement may have run: releaseConn drops it, or closes the connection
+		if !lockKnown {
+			got = true // the lock statement may have run: releaseConn drops it, or closes the connection
+		}
+		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == lockNotAvailable {
+			return nil, &idemserver.Record{State: idemserver.StateProcessing}, nil
+		}
 		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
 	}
 	// Checked after the batch so that the claim keeps its one round trip; the deferred
@@ -384,6 +396,9 @@ func (b *Backend) Purge(ctx context.Context, now time.Time, limit int) (int, err
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// lockNotAvailable is the SQLSTATE of FOR UPDATE NOWAIT on a row another transaction holds.
+const lockNotAvailable = "55P03"
 
 func newOwner() string {
 	var b [16]byte

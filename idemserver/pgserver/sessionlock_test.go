@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/idemkit/idem/idemserver"
 	"github.com/idemkit/idem/idemserver/pgserver"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestRetryWhileAnEndedClaimRuns: a retry that arrives while a handler that ended the claim's
@@ -147,6 +150,108 @@ func TestHandlerCannotPrepareTheClaim(t *testing.T) {
 	s.clock.Advance(2 * time.Minute)
 	if code, _, body := s.send(t, "POST", "/v1/payments", "k-prep", "{}"); code != 500 {
 		t.Fatalf("retry after the lease: %d %s", code, body)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+// A handler that ended the claim's transaction and whose connection is then lost: the 500 of
+// an unknown effect must still be stored, through another connection. When the answer's
+// store used the claim's own connection for every try, nothing was stored and the retry ran
+// the handler again (adversarial run).
+func TestEndedClaimWithALostConnectionKeepsA500(t *testing.T) {
+	var runs atomic.Int32
+	var s *txServer
+	s = newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		tx, _ := pgserver.MustTx(r.Context())
+		for _, q := range []string{"ROLLBACK", "INSERT INTO payments (reference, idem_key, amount) VALUES ('r-lost', 'k', 1)"} {
+			if _, err := tx.Exec(r.Context(), q); err != nil {
+				t.Error(q, err)
+			}
+		}
+		var gone bool // wait for the backend to exit, as TestCommitFailureRollsBack does
+		if err := s.pool.QueryRow(r.Context(), "SELECT pg_terminate_backend($1, 10000)", tx.Conn().PgConn().PID()).Scan(&gone); err != nil || !gone {
+			t.Errorf("terminate: %v, gone %v", err, gone)
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	if code, _, body := s.send(t, "POST", "/v1/payments", "k-lost", "{}"); code != 500 || !strings.Contains(body, idemserver.ProblemHandlerFailed) {
+		t.Fatalf("first: %d %s", code, body)
+	}
+	if code, h, body := s.send(t, "POST", "/v1/payments", "k-lost", "{}"); code != 500 || h.Get(idemserver.ReplayedHeader) != "true" {
+		t.Fatalf("retry: %d %s", code, body)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+// A request that reuses an expired key updates its row, which it holds while its handler
+// runs; a retry read that row FOR UPDATE whether or not it got the key's lock, and so waited
+// for the whole handler (a pool connection held) before its 409 (adversarial run). It gets
+// the 409 while the handler still runs.
+func TestRetryIsNotQueuedBehindARunningClaim(t *testing.T) {
+	release := make(chan struct{})
+	var runs atomic.Int32
+	s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 2 {
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	if code, _, _ := s.send(t, "POST", "/v1/payments", "k-exp", "{}"); code != 201 {
+		t.Fatal(code)
+	}
+	s.clock.Advance(25 * time.Hour) // past the retention: the next request runs the key again
+	first := make(chan int, 1)
+	go func() { code, _, _ := s.send(t, "POST", "/v1/payments", "k-exp", "{}"); first <- code }()
+	for runs.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	code, _, body := s.send(t, "POST", "/v1/payments", "k-exp", "{}") // a wait here would never end: release comes after
+	close(release)
+	if code != http.StatusConflict {
+		t.Errorf("retry while the handler runs: %d %s, want 409", code, body)
+	}
+	if code := <-first; code != 201 {
+		t.Fatalf("reuse: %d", code)
+	}
+}
+
+// With pgx's simple protocol (default_query_exec_mode=simple_protocol, the usual setting
+// behind PgBouncer) the answer's header went to the jsonb column as a bytea literal and every
+// store failed: 503 for ever (adversarial run).
+func TestSimpleProtocolStoresTheAnswer(t *testing.T) {
+	pool := testPool(t, 4)
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	simple, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer simple.Close()
+	mw, err := idemserver.New(idemserver.Config{Backend: pgserver.New(simple), Tenant: bearerTenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Location", "/v1/payments/caf\xe9")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":1}`)
+	}))
+	for i, want := range []string{"", "true"} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer acct_1")
+		req.Header.Set("Idempotency-Key", "k-simple")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 201 || rec.Header().Get(idemserver.ReplayedHeader) != want || rec.Header().Get("Location") != "/v1/payments/caf\xe9" {
+			t.Fatalf("request %d: %d replayed=%q %v %s", i+1, rec.Code, rec.Header().Get(idemserver.ReplayedHeader), rec.Header(), rec.Body)
+		}
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times", n)
