@@ -47,7 +47,7 @@ var ErrTxEnded = errors.New("pgserver: the handler ended the claim's transaction
 
 // handlerEnded reports whether the claim's transaction is no longer open on its connection
 // (as far as the connection's last status says: a transaction the handler began since is
-// told apart by its id, see sameTx).
+// told apart by its id, see sameTxGuard and RollsBack).
 func (c *claim) handlerEnded() bool {
 	return c.pc != nil && c.pc.Conn().PgConn().TxStatus() == 'I'
 }
