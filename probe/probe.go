@@ -33,7 +33,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if s := p.s; !s.answered {
 		return nil, fmt.Errorf("%w: %s: no answer to %d requests (last: %v)", ErrUnreachable, c.BaseURL, s.sent, s.lastErr)
 	}
-	rep := &Report{Target: c.BaseURL + c.Path, Suggestion: p.suggestion()}
+	rep := &Report{Target: c.BaseURL + c.Path, Suggestion: p.suggestion(), Unauthorized: p.denied}
 	for _, check := range Checks {
 		rep.Rows = append(rep.Rows, p.rows[check])
 	}
@@ -200,7 +200,7 @@ func unauthorized(a answer) bool {
 }
 
 // authAdvice is what an unauthorized answer's row says.
-const authAdvice = "the API refused the probe's credentials; send them with Config.Header (idemctl probe -auth-env NAME)"
+const authAdvice = "the API refused the probe's credentials; send them with probe.Config.Header (idemctl probe -auth-env NAME or -header)"
 
 // statusCompleted asks the status endpoint about the create key.
 func (p *prober) statusCompleted(ctx context.Context, key string) {

@@ -383,8 +383,8 @@ func TestUnauthorizedIsNotBroken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := rep.Broken(); len(b) != 0 {
-		t.Fatalf("broken rows %v", b)
+	if b := rep.Broken(); len(b) != 0 || !rep.Unauthorized {
+		t.Fatalf("broken rows %v, unauthorized %v", b, rep.Unauthorized)
 	}
 	for _, c := range []string{probe.CheckCreate, probe.CheckKeyStatusNotFound} {
 		if row, _ := rep.Row(c); row.Result != probe.NotObserved || !strings.Contains(row.Evidence, "refused the probe's credentials") {

@@ -101,6 +101,9 @@ type Report struct {
 	Target     string     `json:"target"`     // the probed POST endpoint: BaseURL and Path
 	Rows       []Row      `json:"rows"`       // one per check, in the order of Checks
 	Suggestion Suggestion `json:"suggestion"` // the idem client configuration that fits the API
+	// Unauthorized is true when the API refused the probe's credentials (401 or 403) on the
+	// create or the status endpoint: the rows then say little, and idemctl probe exits 1.
+	Unauthorized bool `json:"unauthorized,omitempty"`
 }
 
 // Row returns the row of check and true, or false when the report has none.

@@ -6,7 +6,7 @@ func (p *prober) suggestion() Suggestion {
 	s := Suggestion{BaseURL: cfg.BaseURL, KeyHeader: cfg.KeyHeader, KeyConflictCodes: p.codes, Safe: true}
 	if p.denied {
 		s.Notes = append(s.Notes, "the API refused the probe's credentials (401 or 403): what follows rests on rows not observed; "+
-			"probe again with them (Config.Header, idemctl probe -auth-env NAME)")
+			"probe again with them (probe.Config.Header, idemctl probe -auth-env NAME or -header)")
 	}
 	if p.rows[CheckKeyStatusCompleted].Result == Honoured && p.rows[CheckKeyStatusNotFound].Result != Broken {
 		s.KeyStatusURL = cfg.KeyStatusPath

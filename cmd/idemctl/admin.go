@@ -105,8 +105,12 @@ func (b *adminBackend) do(ctx context.Context, method, path string, q url.Values
 			p.Detail = strings.TrimSpace(string(data))
 		}
 		err := fmt.Errorf("admin endpoint answered %s: %s", resp.Status, p.Detail)
-		if resp.StatusCode == http.StatusNotFound && strings.HasPrefix(p.Detail, "no record") {
+		switch {
+		case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(p.Detail, "no record"):
 			err = fmt.Errorf("%w: %s", errNotFound, p.Detail)
+		case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed:
+			// Not the admin handler's own answer: the URL misses the path it is mounted under.
+			err = fmt.Errorf("%w (is -url the path the admin handler is mounted under, such as http://host:port/idem?)", err)
 		}
 		return err
 	}

@@ -216,6 +216,11 @@ func TestAdminURL(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errs, "purge works on -db or -dsn")
 
+	// A URL without the handler's mount path: net/http's 404 names the likely mistake.
+	code, _, errs = runCmd(t, "ls", "-url", srv.URL+"/nothing-here", "-token-env", "IDEMCTL_TEST_TOKEN", "-token-header", "X-Admin-Token")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, "is -url the path the admin handler is mounted under")
+
 	// A refused request: no token, or a wrong one.
 	code, _, errs = runCmd(t, "ls", "-url", url, "-token-env", "")
 	assert.Equal(t, 1, code)

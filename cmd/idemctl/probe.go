@@ -41,7 +41,7 @@ flags:
   -timeout D          per request (default 10s)
 
 exit status: 0 every row honoured or not observed, 1 a row broken or the probe failed (the
-API unreachable included: no row is graded then), 2 usage error (no -sandbox included)
+API unreachable or refusing the credentials included), 2 usage error (no -sandbox included)
 `
 
 // probeHeaders is the repeatable -header flag.
@@ -148,6 +148,10 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "idemctl probe:", err)
+		return 1
+	}
+	if rep.Unauthorized {
+		fmt.Fprintln(stderr, "idemctl probe: the API refused the probe's credentials (401 or 403): pass them with -auth-env NAME or -header; nothing above was observed behind them")
 		return 1
 	}
 	if len(rep.Broken()) > 0 {

@@ -156,6 +156,20 @@ func TestProbeUnreachableExitsOne(t *testing.T) {
 	}
 }
 
+// An API that refuses the probe's credentials is not graded broken, and the probe fails
+// (exit 1) saying how to pass them: it exited 0 with every row "not observed" (newcomer run).
+func TestProbeUnauthorizedExitsOne(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusUnauthorized) }))
+	defer srv.Close()
+	code, out, errOut := probeCmd(srv.URL, "-sandbox")
+	if code != 1 || !strings.Contains(errOut, "refused the probe's credentials") || !strings.Contains(errOut, "-auth-env") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if strings.Contains(out, string(probe.Broken)) {
+		t.Errorf("report %q gives a broken verdict", out)
+	}
+}
+
 // Without -sandbox (or with bad flags) nothing is sent and the exit status is 2.
 func TestProbeUsage(t *testing.T) {
 	var hits atomic.Int64

@@ -224,8 +224,8 @@ func runChild(ctx context.Context, exe string, cfg childConfig, killAt int, t *t
 		t.apply(cfg.Gen, ev)
 		if ev.T == "recover" && cfg.Gen > 0 && ev.Report != nil {
 			r := ev.Report
-			msg := fmt.Sprintf("child %d: Recover found %d pending records: %d succeeded, %d failed, %d still unknown",
-				cfg.Gen, r.Pending, r.Succeeded, r.Failed, r.Unknown)
+			msg := fmt.Sprintf("child %d: Recover found %d pending records: %d succeeded, %d failed, %d manual (a stored 5xx: lookup next), %d still unknown",
+				cfg.Gen, r.Pending, r.Succeeded, r.Failed, r.Manual, r.Unknown)
 			if r.Skipped > 0 {
 				msg += fmt.Sprintf(", %d held by a live lease (another sender's, or a dead one's until it expires)", r.Skipped)
 			}

@@ -133,7 +133,7 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 		fmt.Fprintf(w, "  %-24s %8v  %s\n", name, v, note)
 	}
 	row("intents", s.Intents, fmt.Sprintf("payments, %d invalid on purpose (amount 0)", s.Invalid))
-	row("succeeded", s.Succeeded, "")
+	row("succeeded", s.Succeeded, "paid: a 2xx, from the server, its status endpoint or the search")
 	row("failed permanently", s.Failed, "4xx validation errors fail at once, never retried")
 	if s.NotExecuted > 0 {
 		row("not executed (pending)", s.NotExecuted, "the API never executed them: resent with the same key later")

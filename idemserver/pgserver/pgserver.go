@@ -117,8 +117,10 @@ func NewWithOptions(pool *pgxpool.Pool, o Options) *Backend {
 	return &Backend{pool: pool, maxSkew: o.MaxClockSkew}
 }
 
-// ErrNoTx is returned by MustTx for a context that carries no claim transaction.
-var ErrNoTx = errors.New("pgserver: no claim transaction in context")
+// ErrNoTx is returned by MustTx for a context that carries no claim transaction: the request
+// did not go through a middleware whose Backend is this package's (idemserver.Config.Backend
+// = pgserver.New(pool)), or carried no key.
+var ErrNoTx = errors.New("pgserver: no claim transaction in context (is the middleware's Backend pgserver.New(pool)?)")
 
 type ctxKey struct{}
 
