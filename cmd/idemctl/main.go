@@ -120,12 +120,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, now func(
 	if err == errHelp {
 		return 0
 	}
+	if _, ok := err.(flagError); ok { // package flag wrote it, with the usage, already
+		return 2
+	}
 	fmt.Fprintln(stderr, "idemctl:", err)
 	if _, ok := err.(usageError); ok {
 		return 2
 	}
 	return 1
 }
+
+// flagError is a flag package flag could not parse (exit status 2): it has written the error
+// and the usage to stderr.
+type flagError struct{ msg string }
+
+func (e flagError) Error() string { return e.msg }
 
 // usageError is a mistake in the command line (exit status 2).
 type usageError struct{ msg string }
