@@ -326,22 +326,35 @@ func (c *claim) completeEnded(ctx context.Context, resp *idemserver.Response, no
 	return nil
 }
 
-// storeEnded is completeEnded's transaction, rolled back unless it commits.
+// storeEnded is completeEnded's transaction, rolled back unless it commits. It runs under the
+// key's lock (re-entrant on the claim's own connection): a request running the key now makes
+// it ErrNotOwner. Under the lock, any row but a live answer is this claim's to overwrite:
+// its own, or the one the handler's ROLLBACK restored (the expired answer a reuse replaced,
+// the dead owner's checkpoint a takeover took), which the answer must replace, else the key
+// would run again.
 func (c *claim) storeEnded(ctx context.Context, tx pgx.Tx, status int, header, body []byte, expires, now time.Time) error {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var locked bool
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", c.lock).Scan(&locked); err != nil {
+		return err
+	}
+	if !locked {
+		return idemserver.ErrNotOwner
+	}
 	s := c.scope
 	tag, err := tx.Exec(ctx, `INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at,
 			locked_until, expires_at, response_status, response_header, response_body)
 		VALUES ($1, $2, $3, $4, 2, NULL, $5, $6, $7, $8, $9, $10)
-		ON CONFLICT (tenant, operation, key) DO UPDATE SET state = 2, owner = NULL, expires_at = EXCLUDED.expires_at,
-			response_status = EXCLUDED.response_status, response_header = EXCLUDED.response_header,
-			response_body = EXCLUDED.response_body
-		WHERE idem_server_keys.owner = $11`,
+		ON CONFLICT (tenant, operation, key) DO UPDATE SET state = 2, owner = NULL, fingerprint = EXCLUDED.fingerprint,
+			recovery_point = '', created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until,
+			expires_at = EXCLUDED.expires_at, response_status = EXCLUDED.response_status,
+			response_header = EXCLUDED.response_header, response_body = EXCLUDED.response_body
+		WHERE idem_server_keys.owner = $11 OR idem_server_keys.state <> 2 OR idem_server_keys.expires_at <= $6`,
 		s.Tenant, s.Operation, s.Key, c.fp, c.created, now, expires, status, string(header), body, c.owner)
 	if err != nil {
 		return err
 	}
-	if tag.RowsAffected() != 1 {
+	if tag.RowsAffected() != 1 { // another request's live answer
 		return idemserver.ErrNotOwner
 	}
 	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit TO on"); err != nil {

@@ -13,7 +13,10 @@
 // before it.
 //
 // Each request in flight holds one pool connection until its answer commits: size the pool
-// for the executions you want in parallel. The handler never commits or rolls back the claim's
+// for the executions you want in parallel. Connect to PostgreSQL directly or through a pooler
+// in session mode: a claim holds the key's advisory lock at session level, which a pooler in
+// transaction mode (PgBouncer's pool_mode=transaction) would leave on a server connection,
+// holding the key (409) until that connection closes. pgx's simple protocol works. The handler never commits or rolls back the claim's
 // transaction itself (the middleware does, with the answer); a statement that may fail (a
 // unique violation it expects) runs in a savepoint (tx.Begin) so the transaction stays usable.
 // A handler that ends with the transaction aborted gets 503 and nothing is stored.
@@ -139,7 +142,9 @@ var ErrTxOwned = errors.New("pgserver: the claim's transaction is committed by t
 // makes a savepoint. A handler that ends the claim's transaction anyway (through Conn, or SQL
 // "COMMIT" or "ROLLBACK", then perhaps "BEGIN" again) makes the key keep a 500 "effect
 // unknown" (ErrTxEnded): nothing can tell which of its writes stand. The key's session-level
-// lock keeps retries out (409) until that 500 is stored. PREPARE TRANSACTION is refused by
+// lock keeps retries out (409) until that 500 is stored, unless the claim's connection is
+// lost while such a handler still runs: the lock goes with it, and a retry may then run the
+// handler again. PREPARE TRANSACTION is refused by
 // PostgreSQL (the claim holds the key's lock at both levels) and rolls the transaction back.
 // Not detected: a handler that ends the claim's transaction, begins another, and leaves that
 // one aborted (a failed statement) looks like the claim's own aborted transaction, which
@@ -361,13 +366,13 @@ func (b *Backend) Lookup(ctx context.Context, s idemserver.Scope, now time.Time)
 	if err != nil {
 		return nil, fmt.Errorf("pgserver: lookup: %w", err)
 	}
+	expired := cur != nil && cur.rec.State == idemserver.StateCompleted && !now.Before(cur.rec.ExpiresAt)
 	switch {
-	case held && (cur == nil || cur.rec.State != idemserver.StateCompleted):
-		if cur != nil {
-			return &cur.rec, nil
-		}
+	case held && cur != nil && cur.rec.State != idemserver.StateCompleted:
+		return &cur.rec, nil
+	case held && (cur == nil || expired): // a claim in flight, maybe reusing an expired key
 		return &idemserver.Record{State: idemserver.StateProcessing}, nil
-	case cur == nil, cur.rec.State == idemserver.StateCompleted && !now.Before(cur.rec.ExpiresAt):
+	case cur == nil, expired:
 		return nil, nil
 	}
 	return &cur.rec, nil

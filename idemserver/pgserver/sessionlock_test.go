@@ -220,8 +220,8 @@ func TestRetryIsNotQueuedBehindARunningClaim(t *testing.T) {
 	}
 }
 
-// With pgx's simple protocol (default_query_exec_mode=simple_protocol, the usual setting
-// behind PgBouncer) the answer's header went to the jsonb column as a bytea literal and every
+// With pgx's simple protocol (default_query_exec_mode=simple_protocol, which some proxies
+// and poolers need) the answer's header went to the jsonb column as a bytea literal and every
 // store failed: 503 for ever (adversarial run).
 func TestSimpleProtocolStoresTheAnswer(t *testing.T) {
 	pool := testPool(t, 4)
@@ -255,5 +255,84 @@ func TestSimpleProtocolStoresTheAnswer(t *testing.T) {
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+// A claim that took over a dead owner's checkpoint, or reused an expired key, and whose
+// handler then ends the transaction with ROLLBACK: the ROLLBACK puts the previous row back
+// (the dead owner's, or the expired answer), whose owner is not this claim's, and the 500 of
+// an unknown effect was refused (ErrNotOwner): never stored, every retry ran the handler
+// again (adversarial run). Under the key's lock, the claim overwrites that row.
+func TestEndedTakeoverAndReuseKeepA500(t *testing.T) {
+	for _, how := range []string{"takeover", "expired reuse"} {
+		t.Run(how, func(t *testing.T) {
+			var runs atomic.Int32
+			s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+				n := runs.Add(1)
+				ctx := r.Context()
+				if n == 1 {
+					if how == "takeover" {
+						if err := idemserver.Checkpoint(r, "p1"); err != nil {
+							t.Errorf("checkpoint: %v", err)
+						}
+						panic(http.ErrAbortHandler) // the owner dies after its checkpoint
+					}
+					w.WriteHeader(http.StatusCreated) // the answer that expires
+					return
+				}
+				tx, _ := pgserver.MustTx(ctx)
+				for _, q := range []string{"ROLLBACK", "INSERT INTO payments (reference, idem_key, amount) VALUES ('r-ended', 'k', 1)"} {
+					if _, err := tx.Exec(ctx, q); err != nil {
+						t.Error(q, err)
+					}
+				}
+				w.WriteHeader(http.StatusCreated)
+			})
+			s.send(t, "POST", "/v1/payments", "k-ended", "{}")
+			s.clock.Advance(25 * time.Hour) // past the lease and the retention
+			if code, _, body := s.send(t, "POST", "/v1/payments", "k-ended", "{}"); code != 500 || !strings.Contains(body, idemserver.ProblemHandlerFailed) {
+				t.Fatalf("%s: %d %s, want the 500 of an unknown effect", how, code, body)
+			}
+			for _, wait := range []time.Duration{0, 2 * time.Minute} {
+				s.clock.Advance(wait)
+				if code, h, body := s.send(t, "POST", "/v1/payments", "k-ended", "{}"); code != 500 || h.Get(idemserver.ReplayedHeader) != "true" {
+					t.Fatalf("retry after %s: %d %s", wait, code, body)
+				}
+			}
+			if n, pay := runs.Load(), s.count(t, "SELECT count(*) FROM payments WHERE reference = 'r-ended'"); n != 2 || pay != 1 {
+				t.Fatalf("handler ran %d times (want 2), charges %d (want 1)", n, pay)
+			}
+		})
+	}
+}
+
+// While a request reuses an expired key, the status endpoint said "not_found" (the row is
+// the expired answer; the lock held by the reuse was read as nothing): a client may resend on
+// that (adversarial run). It says "processing".
+func TestStatusDuringExpiredReuseIsProcessing(t *testing.T) {
+	hold := make(chan struct{})
+	var runs atomic.Int32
+	s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 2 {
+			<-hold
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	if code, _, _ := s.send(t, "POST", "/v1/payments", "k-reuse", "{}"); code != 201 {
+		t.Fatal(code)
+	}
+	s.clock.Advance(25 * time.Hour)
+	done := make(chan int, 1)
+	go func() { code, _, _ := s.send(t, "POST", "/v1/payments", "k-reuse", "{}"); done <- code }()
+	for runs.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	code, _, body := s.send(t, "GET", "/v1/payments/operations/k-reuse", "", "")
+	close(hold)
+	if code != http.StatusAccepted || body != `{"status":"processing"}` {
+		t.Errorf("status during the reuse: %d %s, want 202 processing", code, body)
+	}
+	if code := <-done; code != 201 {
+		t.Fatalf("reuse: %d", code)
 	}
 }
