@@ -193,31 +193,50 @@ func TestEndedClaimWithALostConnectionKeepsA500(t *testing.T) {
 // for the whole handler (a pool connection held) before its 409 (adversarial run). It gets
 // the 409 while the handler still runs.
 func TestRetryIsNotQueuedBehindARunningClaim(t *testing.T) {
-	release := make(chan struct{})
-	var runs atomic.Int32
-	s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if runs.Add(1) == 2 {
-			<-release
-		}
-		w.WriteHeader(http.StatusCreated)
-	})
-	if code, _, _ := s.send(t, "POST", "/v1/payments", "k-exp", "{}"); code != 201 {
-		t.Fatal(code)
-	}
-	s.clock.Advance(25 * time.Hour) // past the retention: the next request runs the key again
-	first := make(chan int, 1)
-	go func() { code, _, _ := s.send(t, "POST", "/v1/payments", "k-exp", "{}"); first <- code }()
-	for runs.Load() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	s := newReusingServer(t)
+	first := s.reuse(t, "k-exp")
 	code, _, body := s.send(t, "POST", "/v1/payments", "k-exp", "{}") // a wait here would never end: release comes after
-	close(release)
+	close(s.release)
 	if code != http.StatusConflict {
 		t.Errorf("retry while the handler runs: %d %s, want 409", code, body)
 	}
 	if code := <-first; code != 201 {
 		t.Fatalf("reuse: %d", code)
 	}
+}
+
+// reusingServer answers 201 and holds the second execution of a key until release is closed:
+// reuse sends key once, moves past the retention, and starts the request that reuses it,
+// returning when its handler runs (its answer's status comes on the channel).
+type reusingServer struct {
+	*txServer
+	release chan struct{}
+	runs    atomic.Int32
+}
+
+func newReusingServer(t *testing.T) *reusingServer {
+	rs := &reusingServer{release: make(chan struct{})}
+	rs.txServer = newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if rs.runs.Add(1) == 2 {
+			<-rs.release
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	return rs
+}
+
+func (rs *reusingServer) reuse(t *testing.T, key string) <-chan int {
+	t.Helper()
+	if code, _, _ := rs.send(t, "POST", "/v1/payments", key, "{}"); code != 201 {
+		t.Fatal(code)
+	}
+	rs.clock.Advance(25 * time.Hour) // past the retention: the next request runs the key again
+	done := make(chan int, 1)
+	go func() { code, _, _ := rs.send(t, "POST", "/v1/payments", key, "{}"); done <- code }()
+	for rs.runs.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	return done
 }
 
 // With pgx's simple protocol (default_query_exec_mode=simple_protocol, which some proxies
@@ -310,25 +329,10 @@ func TestEndedTakeoverAndReuseKeepA500(t *testing.T) {
 // the expired answer; the lock held by the reuse was read as nothing): a client may resend on
 // that (adversarial run). It says "processing".
 func TestStatusDuringExpiredReuseIsProcessing(t *testing.T) {
-	hold := make(chan struct{})
-	var runs atomic.Int32
-	s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if runs.Add(1) == 2 {
-			<-hold
-		}
-		w.WriteHeader(http.StatusCreated)
-	})
-	if code, _, _ := s.send(t, "POST", "/v1/payments", "k-reuse", "{}"); code != 201 {
-		t.Fatal(code)
-	}
-	s.clock.Advance(25 * time.Hour)
-	done := make(chan int, 1)
-	go func() { code, _, _ := s.send(t, "POST", "/v1/payments", "k-reuse", "{}"); done <- code }()
-	for runs.Load() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	s := newReusingServer(t)
+	done := s.reuse(t, "k-reuse")
 	code, _, body := s.send(t, "GET", "/v1/payments/operations/k-reuse", "", "")
-	close(hold)
+	close(s.release)
 	if code != http.StatusAccepted || body != `{"status":"processing"}` {
 		t.Errorf("status during the reuse: %d %s, want 202 processing", code, body)
 	}
