@@ -67,7 +67,7 @@ func (c *claim) giveUpEnded(ctx context.Context, refuse bool) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
 		if err := c.pc.Conn().PgConn().Exec(ctx, "ROLLBACK").Close(); err != nil {
-			c.end(ctx) // unlocks, or closes the connection: the lock goes with it
+			c.drop(ctx) // the lock goes with it; the 500 then goes through the pool
 		}
 	}
 }
@@ -291,55 +291,84 @@ func (c *claim) RollsBack() bool {
 }
 
 // completeEnded stores resp for a claim whose transaction the handler ended (the middleware's
-// 500 "effect unknown"), in a transaction of its own on the claim's connection, whose
-// session-level lock keeps every retry out until it is stored: the row is inserted if the
-// handler's rollback took it away, or completed if this claim still owns it; a row another
-// request has claimed since is left to it (ErrNotOwner). The lock is dropped after the first
-// try, whatever it gave: a failed try's next one (the middleware's keepFailed tries three
-// times) goes through the pool, as the connection may be the reason it failed.
+// 500 "effect unknown") in a transaction of its own: the row is inserted if the handler's
+// rollback took it away, or overwritten unless it is another request's live answer
+// (ErrNotOwner; see storeEnded). It tries the claim's own connection first, whose
+// session-level lock keeps every retry out; if that fails with the connection alive (the
+// handler may have left its session read-only, say), it tries through the pool while that
+// lock is still held; if the connection is lost, through the pool under the key's lock. The
+// claim's connection is then closed, never pooled: the handler may have changed its session.
 func (c *claim) completeEnded(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
 	header, body, err := answerColumns(resp)
 	if err != nil {
 		return fmt.Errorf("pgserver: complete: %w", err)
 	}
-	if c.pc != nil && c.pc.Conn().IsClosed() {
-		c.end(ctx) // lost: its lock went with it, and the answer goes through the pool
+	store := func(begin func(context.Context) (pgx.Tx, error), lockHeld bool) error {
+		tx, err := begin(ctx)
+		if err != nil {
+			return err
+		}
+		return c.storeEnded(ctx, tx, lockHeld, resp.StatusCode, header, body, expires, now)
 	}
-	var tx pgx.Tx
+	err = errors.New("the claim's connection is gone")
+	if c.pc != nil && !c.pc.Conn().IsClosed() {
+		err = store(c.pc.Begin, true)
+		if err != nil && !errors.Is(err, idemserver.ErrNotOwner) && !c.pc.Conn().IsClosed() {
+			err = store(c.b.pool.Begin, true) // this claim's connection still holds the key's lock
+		}
+	}
 	if c.pc != nil {
-		tx, err = c.pc.Begin(ctx)
-	} else {
-		tx, err = c.b.pool.Begin(ctx)
+		lockHeld := !c.pc.Conn().IsClosed()
+		c.drop(ctx)
+		if lockHeld { // the tries above ran under the lock and gave their verdict
+			return wrapComplete(err)
+		}
 	}
-	if err == nil {
-		err = c.storeEnded(ctx, tx, resp.StatusCode, header, body, expires, now)
+	if err != nil && !errors.Is(err, idemserver.ErrNotOwner) {
+		err = store(c.b.pool.Begin, false) // lost with its connection: take it again
 	}
-	// A connection that failed the write is given up (closed if it cannot drop the lock), so
-	// that the next try goes through the pool: on a lost connection, every try failed and
-	// nothing was stored, and a retry ran the handler again.
-	if c.pc != nil {
-		c.end(ctx)
-	}
+	return wrapComplete(err)
+}
+
+// wrapComplete is Complete's error, nil for nil.
+func wrapComplete(err error) error {
 	if err != nil {
 		return fmt.Errorf("pgserver: complete: %w", err)
 	}
 	return nil
 }
 
+// drop closes the claim's connection (the key's lock goes with it) and hands it back to the
+// pool, which discards it: a handler that ended the claim's transaction may have changed the
+// session (a read-only default, a search_path), which the next request must not inherit.
+func (c *claim) drop(ctx context.Context) {
+	c.tx = nil
+	if c.pc == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	_ = c.pc.Conn().Close(ctx)
+	c.pc.Release()
+	c.pc = nil
+}
+
 // storeEnded is completeEnded's transaction, rolled back unless it commits. It runs under the
-// key's lock (re-entrant on the claim's own connection): a request running the key now makes
-// it ErrNotOwner. Under the lock, any row but a live answer is this claim's to overwrite:
+// key's lock: held by the claim's connection (lockHeld), or taken here, where a request
+// running the key now makes it ErrNotOwner. Under the lock, any row but a live answer is this claim's to overwrite:
 // its own, or the one the handler's ROLLBACK restored (the expired answer a reuse replaced,
 // the dead owner's checkpoint a takeover took), which the answer must replace, else the key
 // would run again.
-func (c *claim) storeEnded(ctx context.Context, tx pgx.Tx, status int, header, body []byte, expires, now time.Time) error {
+func (c *claim) storeEnded(ctx context.Context, tx pgx.Tx, lockHeld bool, status int, header, body []byte, expires, now time.Time) error {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var locked bool
-	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", c.lock).Scan(&locked); err != nil {
-		return err
-	}
-	if !locked {
-		return idemserver.ErrNotOwner
+	if !lockHeld {
+		var locked bool
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", c.lock).Scan(&locked); err != nil {
+			return err
+		}
+		if !locked { // another request runs the key now
+			return idemserver.ErrNotOwner
+		}
 	}
 	s := c.scope
 	tag, err := tx.Exec(ctx, `INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at,

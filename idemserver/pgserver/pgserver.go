@@ -144,7 +144,10 @@ var ErrTxOwned = errors.New("pgserver: the claim's transaction is committed by t
 // unknown" (ErrTxEnded): nothing can tell which of its writes stand. The key's session-level
 // lock keeps retries out (409) until that 500 is stored, unless the claim's connection is
 // lost while such a handler still runs: the lock goes with it, and a retry may then run the
-// handler again. PREPARE TRANSACTION is refused by
+// handler again. pgx closes a connection whose query's context ends: a handler whose queries
+// use the request's context loses the claim when the client goes away mid-query (all its
+// writes roll back and the key is free, which is right for writes only); work that cannot
+// roll back belongs after a Checkpoint, as above. PREPARE TRANSACTION is refused by
 // PostgreSQL (the claim holds the key's lock at both levels) and rolls the transaction back.
 // Not detected: a handler that ends the claim's transaction, begins another, and leaves that
 // one aborted (a failed statement) looks like the claim's own aborted transaction, which

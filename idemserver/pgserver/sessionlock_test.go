@@ -340,3 +340,40 @@ func TestStatusDuringExpiredReuseIsProcessing(t *testing.T) {
 		t.Fatalf("reuse: %d", code)
 	}
 }
+
+// A handler that ended the claim's transaction and then left its session read-only: the 500's
+// store on the claim's connection failed, the claim dropped the key's lock and pooled that
+// read-only connection, the tries through the pool failed on it too, nothing was stored, and
+// the retry ran the handler again (adversarial run). The store goes through the pool while
+// the claim's connection still holds the lock, and that connection is closed, never pooled.
+func TestEndedClaimWithAReadOnlySessionKeepsA500(t *testing.T) {
+	var runs atomic.Int32
+	s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		tx, _ := pgserver.MustTx(r.Context())
+		for _, q := range []string{"ROLLBACK", "INSERT INTO payments (reference, idem_key, amount) VALUES ('r-ro', 'k', 1)",
+			"SET default_transaction_read_only = on"} {
+			if _, err := tx.Exec(r.Context(), q); err != nil {
+				t.Error(q, err)
+			}
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	if code, _, body := s.send(t, "POST", "/v1/payments", "k-ro", "{}"); code != 500 || !strings.Contains(body, idemserver.ProblemHandlerFailed) {
+		t.Fatalf("first: %d %s", code, body)
+	}
+	for i := range 3 {
+		if code, h, body := s.send(t, "POST", "/v1/payments", "k-ro", "{}"); code != 500 || h.Get(idemserver.ReplayedHeader) != "true" {
+			t.Fatalf("retry %d: %d %s", i+1, code, body)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	var ro string // no pooled connection kept the handler's session
+	for range 8 {
+		if err := s.pool.QueryRow(context.Background(), "SHOW default_transaction_read_only").Scan(&ro); err != nil || ro != "off" {
+			t.Fatalf("a pooled connection is read-only: %q %v", ro, err)
+		}
+	}
+}
