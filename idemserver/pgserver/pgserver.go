@@ -22,7 +22,9 @@
 // A handler that ends with the transaction aborted gets 503 and nothing is stored.
 //
 // Round trips per fresh key: BEGIN; one pipelined batch (the conditional insert under the
-// advisory lock, the locks, the row); the handler's own statements; one pipelined batch (a
+// advisory lock, the locks, the row locked by the lock holder only, and the row as
+// committed, which replays a stored answer to a request that found the lock taken by
+// another replay); the handler's own statements; one pipelined batch (a
 // check that the open transaction is still the claim's, the answer, guarded so that it fails
 // unless the claim still owns the row, COMMIT, and the session-level unlock). A replay or a
 // 409 ends with one more (ROLLBACK, and the unlock when the lock was taken).
@@ -274,10 +276,13 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 		ON CONFLICT (tenant, operation, key) DO NOTHING`, s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil, lock)
 	batch.Queue(`SELECT CASE WHEN pg_try_advisory_xact_lock($1) THEN pg_try_advisory_lock($1) ELSE false END,
 		clock_timestamp(), pg_current_xact_id_if_assigned()::text`, lock)
-	// NOWAIT: a row another transaction holds (a claim taking over or reusing it, which has
-	// the lock, so this request gets 409 anyway; a purge deleting it) is "in progress" at
-	// once, never a wait for a whole handler with a pool connection held.
-	batch.Queue(selectRow+" FOR UPDATE NOWAIT", s.Tenant, s.Operation, s.Key)
+	// The row, locked only by the key's lock holder: a request without the lock takes no row
+	// lock (it would make concurrent replays of a stored answer 409 each other). NOWAIT: a
+	// row a purge holds is "in progress" at once, never a wait with a connection held.
+	batch.Queue(selectRow+" AND pg_try_advisory_xact_lock($4) FOR UPDATE NOWAIT", s.Tenant, s.Operation, s.Key, lock)
+	// And the row as committed, for a request without the lock: a live stored answer is
+	// final, whoever holds the lock (another replay), so it is replayed rather than 409.
+	batch.Queue(selectRow, s.Tenant, s.Operation, s.Key)
 	sent := time.Since(entry)
 	br := tx.SendBatch(ctx, batch)
 	inserted, err := br.Exec()
@@ -290,9 +295,12 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 		err = br.QueryRow().Scan(&got, &db, &xid)
 		lockKnown = err == nil
 	}
-	var cur *row
+	var cur, seen *row
 	if err == nil {
 		cur, err = scanRow(br.QueryRow())
+	}
+	if err == nil {
+		seen, err = scanRow(br.QueryRow())
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -315,7 +323,11 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 		c.xid, keep = *xid, true
 		return c, nil, nil
 	}
-	if !got { // another transaction holds the key: in progress, fingerprint not visible yet
+	if !got {
+		if seen != nil && seen.rec.State == idemserver.StateCompleted && req.Now.Before(seen.rec.ExpiresAt) {
+			return nil, &seen.rec, nil // a stored answer: replayed (or 422) while another request replays it too
+		}
+		// Another transaction holds the key: in progress, fingerprint not visible yet.
 		return nil, &idemserver.Record{State: idemserver.StateProcessing}, nil
 	}
 	// Each write below returns the transaction's id, which Complete checks (see claim).

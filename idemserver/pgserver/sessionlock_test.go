@@ -377,3 +377,38 @@ func TestEndedClaimWithAReadOnlySessionKeepsA500(t *testing.T) {
 		}
 	}
 }
+
+// Simultaneous retries of a key whose answer is stored are replays: each took the key's lock
+// and the row's for an instant, and the others got 409 "in progress" for a finished payment
+// (adversarial run: 66 of 120).
+func TestConcurrentReplaysAreReplays(t *testing.T) {
+	var runs atomic.Int32
+	s := newTxServer(t, func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":"pay_1"}`)
+	})
+	if code, _, _ := s.send(t, "POST", "/v1/payments", "k-many", "{}"); code != 201 {
+		t.Fatal(code)
+	}
+	for round := range 10 {
+		codes := make(chan int, 6)
+		for range 6 {
+			go func() {
+				code, h, body := s.send(t, "POST", "/v1/payments", "k-many", "{}")
+				if h.Get(idemserver.ReplayedHeader) != "true" || body != `{"id":"pay_1"}` {
+					code = -code
+				}
+				codes <- code
+			}()
+		}
+		for range 6 {
+			if code := <-codes; code != 201 {
+				t.Fatalf("round %d: a retry got %d (negative: not the replay)", round, code)
+			}
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
