@@ -324,8 +324,11 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 		return c, nil, nil
 	}
 	if !got {
-		if seen != nil && seen.rec.State == idemserver.StateCompleted && req.Now.Before(seen.rec.ExpiresAt) {
-			return nil, &seen.rec, nil // a stored answer: replayed (or 422) while another request replays it too
+		// A stored answer is replayed (or 422) while another request replays it too, unless
+		// it expires so soon that the lock holder, whose clock may be up to twice the allowed
+		// skew ahead, may be running the key again: then, as for any key in flight, 409.
+		if seen != nil && seen.rec.State == idemserver.StateCompleted && req.Now.Add(b.skewMargin()).Before(seen.rec.ExpiresAt) {
+			return nil, &seen.rec, nil
 		}
 		// Another transaction holds the key: in progress, fingerprint not visible yet.
 		return nil, &idemserver.Record{State: idemserver.StateProcessing}, nil
@@ -417,6 +420,15 @@ func (b *Backend) Purge(ctx context.Context, now time.Time, limit int) (int, err
 		return 0, fmt.Errorf("pgserver: purge: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// skewMargin is how far two middlewares' clocks may be apart when each passes the clock check:
+// twice MaxClockSkew (twice DefaultMaxClockSkew with the check off).
+func (b *Backend) skewMargin() time.Duration {
+	if b.maxSkew > 0 {
+		return 2 * b.maxSkew
+	}
+	return 2 * DefaultMaxClockSkew
 }
 
 // lockNotAvailable is the SQLSTATE of FOR UPDATE NOWAIT on a row another transaction holds.

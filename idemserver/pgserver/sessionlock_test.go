@@ -412,3 +412,53 @@ func TestConcurrentReplaysAreReplays(t *testing.T) {
 		t.Fatalf("handler ran %d times", n)
 	}
 }
+
+// Two servers of a fleet on one database, one 2 s ahead of it and one 2 s behind (both
+// within the default MaxClockSkew). An answer stored with a 3 s retention is expired for the
+// fast server, which runs the key again for a new request, and still live for the slow one.
+// A retry reaching the slow server while that handler runs was answered from the old row
+// (422 for the running request's own body, the old answer for the old body) where every
+// request in flight gets 409 (adversarial run): a stored answer is replayed to a request
+// without the key's lock only while it is live by twice the allowed skew.
+func TestSkewedRetryDuringExpiredReuseIs409(t *testing.T) {
+	pool := testPool(t, 8)
+	var runs atomic.Int32
+	release := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		if n == 2 {
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":"pay_%d"}`, n)
+	})
+	server := func(off time.Duration) *txServer {
+		clk := &offsetClock{}
+		clk.set(off)
+		mw, err := idemserver.New(idemserver.Config{Backend: pgserver.New(pool), Tenant: bearerTenant, Now: clk.Now, Retention: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(mw.Handler(h))
+		t.Cleanup(srv.Close)
+		return &txServer{Server: srv, pool: pool}
+	}
+	fast, slow := server(2*time.Second), server(-2*time.Second)
+	if code, _, body := slow.send(t, "POST", "/v1/payments", "k-skew", `{"amount":1}`); code != 201 {
+		t.Fatal(code, body)
+	}
+	done := make(chan int, 1)
+	go func() { code, _, _ := fast.send(t, "POST", "/v1/payments", "k-skew", `{"amount":2}`); done <- code }()
+	for runs.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	codeNew, _, bodyNew := slow.send(t, "POST", "/v1/payments", "k-skew", `{"amount":2}`)
+	codeOld, _, bodyOld := slow.send(t, "POST", "/v1/payments", "k-skew", `{"amount":1}`)
+	close(release)
+	if codeNew != http.StatusConflict || codeOld != http.StatusConflict {
+		t.Errorf("while the key runs again: the running request's retry %d %s, the old one %d %s; want 409 both", codeNew, bodyNew, codeOld, bodyOld)
+	}
+	if code := <-done; code != 201 {
+		t.Fatalf("reuse: %d", code)
+	}
+}
