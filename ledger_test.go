@@ -314,7 +314,7 @@ func TestCreateErrorWithdrawsTheRecord(t *testing.T) {
 			require.NoError(t, gerr)
 			assert.Equal(t, keystore.StateFailed, rec.State)
 			assert.True(t, rec.NotExecuted)
-			assert.Equal(t, ReasonNotExecuted, rec.Reason)
+			assert.Equal(t, ReasonWithdrawn, rec.Reason)
 			assert.Zero(t, rec.Attempts)
 			// The same key again: not executed, nothing sent.
 			_, err = c.Do(context.Background(), op)

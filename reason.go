@@ -27,6 +27,11 @@ const (
 	// ReasonNotExecuted: a manual record was resolved as not executed; the record is failed
 	// and Do returns ErrNotExecuted. Record.Note says who.
 	ReasonNotExecuted = "not_executed"
+	// ReasonWithdrawn: the keystore reported an error creating the record and nothing was
+	// sent; Do withdrew it (failed, Record.NotExecuted). Not a verdict on the payment: a
+	// later Do of its intent sends it under its key, so never start a new intent for it. A
+	// withdrawn record without an intent stays failed, and Do of it returns ErrNotExecuted.
+	ReasonWithdrawn = "withdrawn"
 )
 
 var reasonKinds = map[string]error{
@@ -46,6 +51,9 @@ var reasonKinds = map[string]error{
 }
 
 func reasonKind(reason string) error {
+	if reason == ReasonWithdrawn { // not in reasonKinds: kindReason(ErrNotExecuted) is ReasonNotExecuted
+		return ErrNotExecuted
+	}
 	if k, ok := reasonKinds[reason]; ok {
 		return k
 	}

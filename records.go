@@ -151,8 +151,11 @@ func (c *Client) storedOutcome(rec *keystore.Record) (*Result, error) {
 	if rec.Error != "" {
 		e.Cause = errors.New(rec.Error)
 	}
-	if rec.Reason == ReasonNotExecuted {
+	switch rec.Reason {
+	case ReasonNotExecuted:
 		e.Cause = fmt.Errorf("resolved as not executed: %s", rec.Note)
+	case ReasonWithdrawn:
+		e.Cause = errors.New(rec.Note)
 	}
 	e.Response = storedResponse(rec)
 	return nil, e
@@ -222,7 +225,7 @@ func (c *Client) withdraw(ctx context.Context, rec *keystore.Record, createErr e
 
 // withdrawn marks rec failed, not executed: nothing of it was sent.
 func withdrawn(rec *keystore.Record, now time.Time) {
-	rec.State, rec.NotExecuted, rec.Reason = keystore.StateFailed, true, ReasonNotExecuted
+	rec.State, rec.NotExecuted, rec.Reason = keystore.StateFailed, true, ReasonWithdrawn
 	rec.Note = withdrawnNote
 	rec.UpdatedAt = now
 }
@@ -237,7 +240,7 @@ const withdrawnNote = "withdrawn: the keystore reported an error creating it, an
 // under a new key.
 func revivable(rec *keystore.Record) bool {
 	return rec.Intent != "" && rec.State == keystore.StateFailed && rec.NotExecuted && rec.Attempts == 0 &&
-		rec.Reason == ReasonNotExecuted && rec.Note == withdrawnNote
+		(rec.Reason == ReasonWithdrawn || rec.Reason == ReasonNotExecuted && rec.Note == withdrawnNote) // the latter: written before ReasonWithdrawn
 }
 
 // revive makes a withdrawn record (revivable) pending again, not executed, so that the call

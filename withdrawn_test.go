@@ -30,6 +30,11 @@ func TestWithdrawnIntentIsSentWhenRetried(t *testing.T) {
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			require.NotContains(t, err.Error(), "could not be withdrawn")
 			require.EqualValues(t, 0, a.posts.Load())
+			// Listed apart from a "not executed" verdict (an operator reading not_executed
+			// paid a new intent while the intent's retry sent this one: adversarial run).
+			w, err := store.Memory.Get(context.Background(), "", op.Key())
+			require.NoError(t, err)
+			assert.Equal(t, ReasonWithdrawn, w.Reason)
 
 			// Retried as told, with a new Operation of the same intent (a restarted process).
 			res, err := c.Do(context.Background(), payment(1, "order-w", WithIntent("order-w")))
