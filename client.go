@@ -23,6 +23,11 @@ const (
 	DefaultKeyHeader = "Idempotency-Key" // IETF Idempotency-Key draft §2
 	DefaultKeyTTL    = 24 * time.Hour    // server's key retention window (Stripe keeps keys 24 h)
 	DefaultRetention = 72 * time.Hour    // how long terminal records stay in the keystore
+	// ExpiredKeySettleDelay is how long after the last request of an expired key
+	// (ErrKeyExpired) a business lookup that finds no payment may settle it as not executed:
+	// the server may have forgotten the key, so a request still on its way would execute
+	// after the search. A lookup that finds the payment settles it at once.
+	ExpiredKeySettleDelay = time.Minute
 
 	DefaultRecoverConcurrency = 16 // records Recover reconciles at once
 
@@ -74,7 +79,10 @@ type Config struct {
 	// "not found" is refused (a 4xx that is not the key's stored answer): if it finds the
 	// payment, the call succeeds (SourceLookup); otherwise the call ends as the refusal says
 	// (ErrOutcomeUnknown, the record pending; ErrPermanent for a 400 after "not found"), since
-	// the earlier request may still land after a search that found nothing.
+	// the earlier request may still land after a search that found nothing. For the same
+	// reason an expired key is settled as not executed only ExpiredKeySettleDelay after its
+	// last request; until then it stays manual (ErrKeyExpired) and is asked again by the next
+	// Do or Recover.
 	// LookupByReference builds one for APIs that search payments by the caller's reference.
 	// Nil: such manual records wait for Client.Resolve.
 	Lookup LookupFunc

@@ -162,6 +162,19 @@ func TestLookupSettlesExpiredKey(t *testing.T) {
 	require.ErrorIs(t, err, ErrExhausted)
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	e.clock.Advance(DefaultKeyTTL + time.Minute)
+	// The search finds nothing, but the key is past the server's retention: a request still on
+	// its way would execute after it. The record stays manual until ExpiredKeySettleDelay
+	// after the last time a request of the key can have been sent: the lease of the call
+	// that made it manual (which sent nothing, but could have).
+	_, err = e.c.Do(ctx, payment(5, "order-exp", WithIntent("order-exp")))
+	require.ErrorIs(t, err, ErrKeyExpired)
+	manual := e.record(op.Key())
+	assert.Equal(t, keystore.StateManual, manual.State)
+	require.True(t, manual.LeaseUntil.After(manual.UpdatedAt))
+	e.clock.Advance(manual.LeaseUntil.Add(ExpiredKeySettleDelay - time.Second).Sub(e.clock.Now()))
+	_, err = e.c.Do(ctx, payment(5, "order-exp", WithIntent("order-exp")))
+	require.ErrorIs(t, err, ErrKeyExpired)
+	e.clock.Advance(time.Second)
 	_, err = e.c.Do(ctx, payment(5, "order-exp", WithIntent("order-exp")))
 	require.ErrorIs(t, err, ErrNotExecuted)
 	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()), "an expired key is never resent")

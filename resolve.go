@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/idemkit/idem/keystore"
 )
@@ -208,6 +209,9 @@ func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, heade
 	if err == nil {
 		err = r.check() // never a succeeded record with a non-2xx answer
 	}
+	if err == nil && r.Verdict == VerdictNotExecuted {
+		err = c.tooSoonForNotExecuted(rec)
+	}
 	if err != nil {
 		c.warn("business lookup inconclusive; the record stays manual", rec, err)
 		return nil, nil, false
@@ -240,4 +244,27 @@ func (c *Client) resolvedOutcome(rec *keystore.Record, stop error) (*Result, err
 		e.Attempts, e.Response, e.Stored = prev.Attempts, prev.Response, prev.Stored
 	}
 	return nil, e, true
+}
+
+// tooSoonForNotExecuted refuses a lookup's "not executed" for an expired key whose last
+// request may still land. The server may have forgotten such a key, so nothing stops a
+// request sent under it from executing after a search that found nothing; the verdict
+// counts only once ExpiredKeySettleDelay has passed since the latest time a request of the
+// key can have been sent: the record's UpdatedAt (it is written manual after the call that
+// sent last) or, after a crash mid-call, its LeaseUntil (no attempt outlives the lease it
+// was sent under). A clock stepped back puts that time in the future and the wait grows
+// with it. A stored 5xx needs no wait: the server ended the key's execution.
+func (c *Client) tooSoonForNotExecuted(rec *keystore.Record) error {
+	if rec.Reason != reasonKeyExpired {
+		return nil
+	}
+	last := rec.UpdatedAt
+	if rec.LeaseUntil.After(last) {
+		last = rec.LeaseUntil
+	}
+	if ready := last.Add(ExpiredKeySettleDelay); c.cfg.Now().Before(ready) {
+		return fmt.Errorf("no payment found, but a request sent under the expired key may still land until %s: asked again after that (Do, Recover)",
+			ready.UTC().Format(time.RFC3339))
+	}
+	return nil
 }

@@ -67,6 +67,9 @@ func (t *Transport) roundTripSafe(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOperation, err)
 	}
 	rreq.Header = req.Header.Clone()
+	if rreq.Header == nil { // a RoundTrip called directly; http.Client never sends nil
+		rreq.Header = http.Header{}
+	}
 	rreq.Host = req.Host
 	if cred := c.cfg.Credentials; cred != nil {
 		if err := cred(rreq.Request); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,4 +104,29 @@ func TestTransportSafeAttemptTimeout(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
 	assert.Equal(t, int32(2), hits.Load())
+}
+
+// A request with a nil Header given to RoundTrip directly (http.Client fills one in) made
+// Credentials' Header.Set panic on a nil map (adversarial run): the safe path sends it with
+// an empty header, as the operation path does.
+func TestTransportSafeNilHeaderWithCredentials(t *testing.T) {
+	var auth []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth = append(auth, r.Header.Get("Authorization"))
+	}))
+	defer srv.Close()
+	c, err := NewClient(Config{BaseURL: srv.URL,
+		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", "Bearer sk"); return nil }})
+	require.NoError(t, err)
+	defer c.Close()
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		req, err := http.NewRequest(method, srv.URL+"/v1/payments/ch_1", nil)
+		require.NoError(t, err)
+		req.Header = nil
+		resp, err := (&Transport{Client: c}).RoundTrip(req)
+		require.NoError(t, err, method)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, http.StatusOK, resp.StatusCode, method)
+	}
+	assert.Equal(t, []string{"Bearer sk", "Bearer sk"}, auth)
 }
