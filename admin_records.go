@@ -213,24 +213,31 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
 // names the last record of a page, and after=that lists what follows it, so that records
 // settled or added between pages shift no other record out of the listing (an offset does).
 type listCursor struct {
-	created int64 // CreatedAt, Unix nanoseconds
-	name    string
+	created    int64 // CreatedAt, Unix nanoseconds
+	scope, key string
 }
 
 func cursorOf(r *AdminRecord) listCursor {
-	return listCursor{created: r.CreatedAt.UnixNano(), name: r.Scope + "\x00" + r.Key}
+	return listCursor{created: r.CreatedAt.UnixNano(), scope: r.Scope, key: r.Key}
 }
 
+// compare orders by time, then scope, then key: compared apart, since a scope may hold any
+// byte and a joined name would make ("a\x00b", "c") and ("a", "b\x00c") one place.
 func (c listCursor) compare(d listCursor) int {
 	if c.created != d.created {
 		return cmp.Compare(c.created, d.created)
 	}
-	return strings.Compare(c.name, d.name)
+	if n := strings.Compare(c.scope, d.scope); n != 0 {
+		return n
+	}
+	return strings.Compare(c.key, d.key)
 }
 
-// String is the cursor as next_after carries it: URL-safe base64 of the time and the name.
+// String is the cursor as next_after carries it: URL-safe base64 of the time, the scope's
+// length, and the scope and key.
 func (c listCursor) String() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.created, 10) + "\x00" + c.name))
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.created, 10) + "\x00" +
+		strconv.Itoa(len(c.scope)) + "\x00" + c.scope + c.key))
 }
 
 func parseListCursor(s string) (listCursor, error) {
@@ -238,12 +245,20 @@ func parseListCursor(s string) (listCursor, error) {
 	if err != nil {
 		return listCursor{}, err
 	}
-	t, name, ok := strings.Cut(string(b), "\x00")
-	if !ok {
-		return listCursor{}, errors.New("no name")
+	t, rest, ok := strings.Cut(string(b), "\x00")
+	l, name, ok2 := strings.Cut(rest, "\x00")
+	if !ok || !ok2 {
+		return listCursor{}, errors.New("not a cursor of this listing")
 	}
 	n, err := strconv.ParseInt(t, 10, 64)
-	return listCursor{created: n, name: name}, err
+	if err != nil {
+		return listCursor{}, err
+	}
+	scopeLen, err := strconv.Atoi(l)
+	if err != nil || scopeLen < 0 || scopeLen > len(name) {
+		return listCursor{}, errors.New("bad scope length")
+	}
+	return listCursor{created: n, scope: name[:scopeLen], key: name[scopeLen:]}, nil
 }
 
 // adminDamaged is a record the store could not decode, as the admin handler lists it.

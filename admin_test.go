@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"reflect"
 	"strings"
 	"sync"
@@ -149,7 +150,7 @@ func TestAdminList(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(body), &page))
 			c, err := parseListCursor(page.NextAfter)
 			require.NoError(t, err)
-			assert.Equal(t, "\x00k-pending", c.name)
+			assert.Equal(t, listCursor{created: c.created, scope: "", key: "k-pending"}, c)
 			tt.want = strings.Replace(tt.want, "<after k-pending>", page.NextAfter, 1)
 			// The next page after it: what follows, whatever was settled meanwhile.
 			_, _, next := adminDo(t, h, "GET", "/records?state=pending,manual&after="+page.NextAfter, "", true)
@@ -425,4 +426,39 @@ func TestAdminRecoverAndStats(t *testing.T) {
 	assert.Equal(t, map[keystore.State]int{"pending": 0, "manual": 1, "succeeded": 2, "failed": 0}, st.Records.ByState)
 	assert.Equal(t, int64(2), st.Client["recovered"])
 	assert.Equal(t, int64(2), st.Client["attempts"])
+}
+
+// Pages ended by a cursor joining scope and key with NUL: ("a\x00b", "c") and
+// ("a", "b\x00c"), created at the same instant, were one place, and the page after the first
+// skipped the second (adversarial run). Each record is listed once, page by page.
+func TestAdminRecordsCursorKeepsScopeAndKeyApart(t *testing.T) {
+	store := keystore.NewMemory()
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, sk := range [][2]string{{"a\x00b", "c"}, {"a", "b\x00c"}, {"a", "b"}, {"", "a\x00bc"}} {
+		require.NoError(t, store.Create(context.Background(), &keystore.Record{Scope: sk[0], Key: sk[1], Fingerprint: "f",
+			Request: keystore.Request{Method: "POST", URL: "/v1/p"}, State: keystore.StatePending, CreatedAt: at, UpdatedAt: at}))
+	}
+	c, err := NewClient(Config{BaseURL: "http://127.0.0.1:1", Store: store, Now: func() time.Time { return at.Add(time.Hour) }})
+	require.NoError(t, err)
+	defer c.Close()
+	h := NewAdminHandler(c, AdminOptions{Authorize: func(*http.Request) error { return nil }})
+	var seen []string
+	q := url.Values{"limit": {"1"}}
+	for range 10 {
+		code, _, body := adminDo(t, h, "GET", "/records?"+q.Encode(), "", true)
+		require.Equal(t, 200, code, body)
+		var page struct {
+			Records []AdminRecord `json:"records"`
+			Next    string        `json:"next_after"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &page))
+		for _, r := range page.Records {
+			seen = append(seen, r.Scope+"|"+r.Key)
+		}
+		if page.Next == "" {
+			break
+		}
+		q.Set("after", page.Next)
+	}
+	assert.Equal(t, []string{"|a\x00bc", "a|b", "a|b\x00c", "a\x00b|c"}, seen)
 }
