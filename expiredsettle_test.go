@@ -56,6 +56,12 @@ func TestExpiredKeyNotSettledWhileItsRequestMayLand(t *testing.T) {
 	_, err = c.Do(context.Background(), op)
 	require.ErrorIs(t, err, ErrKeyExpired, "a search that found nothing settled a key whose request may still land")
 	require.NotErrorIs(t, err, ErrNotExecuted)
+	rep, err := c.Recover(context.Background(), nil) // nor does Recover settle it yet
+	require.NoError(t, err)
+	assert.Equal(t, 0, rep.Resolved)
+	rec, err := c.store.Get(context.Background(), "", op.Key())
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StateManual, rec.State)
 
 	mu.Lock()
 	land() // the first request executes
