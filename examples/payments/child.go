@@ -69,7 +69,7 @@ func childMain(raw string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer client.Close() // stops the background reclaimer (fleet)
-	em := &emitter{w: stdout}
+	em := &emitter{w: stdout, stats: client.Stats}
 	stopStats := flushStats(client, em)
 	defer stopStats()
 
@@ -120,8 +120,7 @@ func childMain(raw string, stdout, stderr io.Writer) int {
 // flushStats sends the client's counters every statsEvery and once more when stopped.
 func flushStats(client *idem.Client, em *emitter) (stop func()) {
 	send := func() {
-		st := client.Stats()
-		em.emit(event{T: "stats", Stats: &st})
+		em.emit(event{T: "stats"})
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -184,10 +183,7 @@ func (s *sender) settle(ctx context.Context, p payment, intent string) (*idem.Re
 		start := time.Now()
 		res, err := s.client.Do(ctx, op)
 		if !fromStore(res, err) {
-			// The counters ride along: a child runs in bursts, and one killed between two
-			// periodic snapshots would otherwise take a whole burst's counters with it.
-			st := s.client.Stats()
-			s.em.emit(event{T: "call", I: p.Index, MS: float64(time.Since(start).Microseconds()) / 1000, Stats: &st})
+			s.em.emit(event{T: "call", I: p.Index, MS: float64(time.Since(start).Microseconds()) / 1000})
 		}
 		if err == nil || final(err) || round == maxRounds {
 			return res, err

@@ -30,7 +30,7 @@ import (
 type verdict struct {
 	Succeeded, Failed, Pending int
 	ExecutedOnce               int
-	BusinessRetries            int      // extra intents (new keys) after a key settled as not executed
+	NewIntents                 int      // extra intents (new keys) after a key settled as not executed
 	StoredErrors               int      // keys that ended in a stored 5xx
 	ReconciledByLookup         int      // of those, settled by the search by reference
 	NeedsReconciliation        int      // payments whose last key is manual: a person must decide
@@ -131,7 +131,7 @@ func (v *verdict) tallyStates(rs []*keystore.Record) *keystore.Record {
 		return nil
 	}
 	last := rs[len(rs)-1]
-	v.BusinessRetries += len(rs) - 1
+	v.NewIntents += len(rs) - 1
 	for _, r := range rs {
 		if storedError(r) {
 			v.StoredErrors++

@@ -83,7 +83,7 @@ func TestCheckLedgerCatchesDuplicatesAndLosses(t *testing.T) {
 	assert.Equal(t, 4, v.Succeeded)
 	assert.Equal(t, 1, v.Failed)
 	assert.Equal(t, 1, v.Pending)
-	assert.Equal(t, 1, v.BusinessRetries)
+	assert.Equal(t, 1, v.NewIntents)
 	assert.Equal(t, 4, v.ExecutedOnce) // pay-0, pay-4, pay-5 and pay-6, by the ledger
 	assert.Equal(t, 2, v.StoredErrors)
 	assert.Equal(t, 1, v.ReconciledByLookup)

@@ -26,23 +26,33 @@ type event struct {
 
 	Report    *idem.RecoverReport `json:"report,omitempty"`    // recover
 	Recovered int                 `json:"recovered,omitempty"` // recover: records now final
-	Stats     *idem.Stats         `json:"stats,omitempty"`     // stats, call: cumulative for this child
+	Stats     *idem.Stats         `json:"stats,omitempty"`     // every event but sending: cumulative for this child
 }
 
 // emitter writes events as single lines. Each line is one write of far less than PIPE_BUF
-// bytes, so lines from concurrent senders never interleave.
+// bytes, so lines from concurrent senders never interleave. With stats set, every event but
+// "sending" carries the client's counters, read under the same lock as the write: the
+// parent keeps the last snapshot it reads, so the snapshots must reach it in the order they
+// were taken. The parent kills a child right after one of its events, so each event carries
+// them: a child killed just after Recover, or after payments answered from the keystore,
+// would otherwise take Recover's counters with it.
 type emitter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu    sync.Mutex
+	w     io.Writer
+	stats func() idem.Stats
 }
 
 func (e *emitter) emit(ev event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stats != nil && ev.T != "sending" {
+		st := e.stats()
+		ev.Stats = &st
+	}
 	b, err := json.Marshal(ev)
 	if err != nil {
 		return
 	}
 	b = append(b, '\n')
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	_, _ = e.w.Write(b) // the parent reads until we die; nothing to do if it is gone
 }

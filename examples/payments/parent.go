@@ -72,6 +72,9 @@ func (t *tally) child(gen int) *childState {
 func (t *tally) apply(gen int, ev event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if ev.Stats != nil { // cumulative, and in the order the child took them
+		t.stats[gen] = *ev.Stats
+	}
 	switch ev.T {
 	case "recover":
 		if ev.Report != nil {
@@ -82,9 +85,6 @@ func (t *tally) apply(gen int, ev event) {
 		t.child(gen).sending = true
 	case "call":
 		t.latencies = append(t.latencies, ev.MS)
-		if ev.Stats != nil {
-			t.stats[gen] = *ev.Stats
-		}
 	case "done":
 		t.child(gen).inflight = ev.Inflight
 		if ev.ID != "" {
@@ -96,10 +96,6 @@ func (t *tally) apply(gen int, ev event) {
 		if _, seen := t.outcome[ev.I]; !seen && !ev.Pending {
 			t.outcome[ev.I] = ev.OK
 			t.child(gen).newDone++
-		}
-	case "stats":
-		if ev.Stats != nil {
-			t.stats[gen] = *ev.Stats
 		}
 	}
 }
@@ -224,8 +220,12 @@ func runChild(ctx context.Context, exe string, cfg childConfig, killAt int, t *t
 		t.apply(cfg.Gen, ev)
 		if ev.T == "recover" && cfg.Gen > 0 && ev.Report != nil {
 			r := ev.Report
-			msg := fmt.Sprintf("child %d: Recover found %d pending records: %d succeeded, %d failed, %d manual (a stored 5xx: lookup next), %d still unknown",
-				cfg.Gen, r.Pending, r.Succeeded, r.Failed, r.Manual, r.Unknown)
+			next := "the search by reference settles it"
+			if cfg.LookupPath == "" {
+				next = "no -lookup: left for a person"
+			}
+			msg := fmt.Sprintf("child %d: Recover found %d pending records: %d succeeded, %d failed, %d manual (a stored 5xx: %s), %d still unknown",
+				cfg.Gen, r.Pending, r.Succeeded, r.Failed, r.Manual, next, r.Unknown)
 			if r.Skipped > 0 {
 				msg += fmt.Sprintf(", %d held by a live lease (another sender's, or a dead one's until it expires)", r.Skipped)
 			}
@@ -235,7 +235,7 @@ func runChild(ctx context.Context, exe string, cfg childConfig, killAt int, t *t
 			if c, num, ok := t.killDue(cfg.Gen, cfg.Instance, cmd.Process.Pid, killAt); ok {
 				_ = cmd.Process.Kill() // SIGKILL: no defer, no flush, no goodbye
 				killed = true
-				prog.println(fmt.Sprintf("crash %d: SIGKILL child %d (pid %d) at %d/%d payments done, %d in flight",
+				prog.println(fmt.Sprintf("crash %d: SIGKILL child %d (pid %d) at %d/%d payments done, %d others under way",
 					num, cfg.Gen, c.PID, c.Done, cfg.N, c.Inflight))
 			}
 		}

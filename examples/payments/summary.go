@@ -54,7 +54,7 @@ type summary struct {
 	ReconciledByLookup  int `json:"reconciled_by_lookup"`
 	NeedsReconciliation int `json:"needs_reconciliation"`
 
-	BusinessRetries  int     `json:"business_retries"`  // new intents after a key settled as not executed
+	NewIntents       int     `json:"new_intents"`       // new intents after a key settled as not executed
 	Crashes          int     `json:"crashes"`           // SIGKILLs that interrupted a sender
 	CrashesRequested int     `json:"crashes_requested"` // -crashes
 	Children         int     `json:"children"`
@@ -97,7 +97,7 @@ func (s *summary) addStats(st idem.Stats) {
 
 func (s *summary) addVerdict(v verdict) {
 	s.Succeeded, s.Failed, s.Pending = v.Succeeded, v.Failed, v.Pending
-	s.ExecutedOnce, s.BusinessRetries = v.ExecutedOnce, v.BusinessRetries
+	s.ExecutedOnce, s.NewIntents = v.ExecutedOnce, v.NewIntents
 	s.Duplicates, s.DuplicateDetails = len(v.Duplicates), v.Duplicates
 	s.Lost, s.LostDetails = len(v.Lost), v.Lost
 	s.NotExecuted, s.NotExecutedDetails, s.unanswered = len(v.NotExecuted), v.NotExecuted, v.Unanswered
@@ -154,7 +154,7 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	row("stored_errors", s.StoredErrors, "keys the server stored a 5xx for: effect unknown, not resent")
 	row("reconciled_by_lookup", s.ReconciledByLookup, "of those, settled by the search by reference (-lookup)")
 	row("needs_reconciliation", s.NeedsReconciliation, "payments a stored 5xx left unsettled: never paid again blindly")
-	row("new intents", s.BusinessRetries, "new keys, only after the search found no charge")
+	row("new intents", s.NewIntents, "new keys, only after the search found no charge")
 	serverNote := func(what string, v *int) string {
 		if v == nil {
 			return ""
@@ -167,7 +167,11 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	}
 	row("attempts", s.Attempts, attempts)
 	row("retries", s.Retries, "resends scheduled, same key and same body")
-	row("status checks", s.KeyStatusChecks, serverNote("status GETs", s.ServerKeyStatusChecks))
+	statusChecks := "status GETs idem sent before deciding to resend"
+	if s.ServerKeyStatusChecks != nil {
+		statusChecks = serverNote("status GETs", s.ServerKeyStatusChecks)
+	}
+	row("status checks", s.KeyStatusChecks, statusChecks)
 	row("replays", s.Replays, "answers marked Idempotent-Replayed")
 	row("throttled waits", s.ThrottledWaits, "waits honouring Retry-After")
 	row("unknown resolved", s.UnknownResolved,
