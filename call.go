@@ -39,6 +39,7 @@ type call struct {
 	mayLand      bool // the key may have been sent before (this call, or a resumed record): a request that may still arrive after a "not found"
 	lookupAfter  bool // a refused resend after an unknown outcome or a "not found" ended the call: Config.Lookup may find the payment (refusal.go)
 	last         *Attempt
+	unknownCause string                // why the outcome became unknown ("; attempt 1 got ..."), for messages
 	delay        time.Duration         // wait before the next attempt, decided in checkRetry
 	spent        int                   // retry-budget tokens this call took
 	lastCode     int                   // status of the last response in this call, 0 if none
@@ -132,6 +133,7 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		}
 	case resumed:
 		cl.unknown = true // an earlier call or process may have sent it
+		cl.unknownCause = "; an earlier call or process may have sent the key"
 		cl.mayLand = true // and that request may still arrive after a "not found"
 		cl.c.stats.unknown.Add(1)
 		if !cl.resolve(ctx) {
@@ -260,6 +262,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		return false, errStopped
 	case ClassInProgress:
 		cl.unknown = true
+		cl.unknownCause = cl.outcome(a, fmt.Sprintf("attempt %d", cl.attempts))
 		wait, fromRA := cl.nextDelay(a.Response)
 		cl.c.onInProgress(cl, wait)
 		if !cl.wait(ctx, wait, fromRA) {
@@ -271,6 +274,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		return cl.retry(ctx, a, class, true)
 	case ClassUnknown:
 		cl.unknown = true
+		cl.unknownCause = cl.outcome(a, fmt.Sprintf("attempt %d", cl.attempts))
 		cl.c.onUnknown(cl, a)
 		if cl.s.status != nil && !cl.resolve(ctx) {
 			return false, errStopped
@@ -287,16 +291,19 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 // lastOutcome says what the last attempt got, for an error message: its status, or its
 // transport error as text (not wrapped: an attempt's own timeout must not read as the
 // caller's context.DeadlineExceeded).
-func (cl *call) lastOutcome(a *Attempt) string {
+func (cl *call) lastOutcome(a *Attempt) string { return cl.outcome(a, "the last") }
+
+// outcome is lastOutcome with the attempt named as which.
+func (cl *call) outcome(a *Attempt, which string) string {
 	switch {
 	case a == nil:
 		return ""
 	case a.Response != nil:
-		return fmt.Sprintf("; the last got HTTP %d", a.Response.StatusCode)
+		return fmt.Sprintf("; %s got HTTP %d", which, a.Response.StatusCode)
 	case errors.Is(a.Err, context.DeadlineExceeded) && cl.bound.Err() == nil:
-		return fmt.Sprintf("; the last got no answer within the attempt timeout (%s)", cl.s.policy.AttemptTimeout)
+		return fmt.Sprintf("; %s got no answer within the attempt timeout (%s)", which, cl.s.policy.AttemptTimeout)
 	case a.Err != nil:
-		return fmt.Sprintf("; the last failed: %v", a.Err)
+		return fmt.Sprintf("; %s failed: %v", which, a.Err)
 	}
 	return ""
 }

@@ -38,3 +38,25 @@ func TestExhaustedNamesTheLastOutcome(t *testing.T) {
 		})
 	}
 }
+
+// A call that ran out of status checks said only "status endpoint gave no final answer in 5
+// checks": nothing about the attempt whose outcome was unknown (newcomer run, an attempt
+// timeout). The message names it, or says an earlier call may have sent the key.
+func TestStatusChecksRunOutNamesWhyTheOutcomeIsUnknown(t *testing.T) {
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, _ int64) {
+		panic(http.ErrAbortHandler) // no answer
+	})
+	c, _ := ledgerClient(t, a, func(cfg *Config) {
+		cfg.Policy = Policy{MaxAttempts: 3, MaxKeyStatusChecks: 2}
+		cfg.KeyStatusFunc = func(context.Context, KeyStatusRequest) (KeyStatus, error) {
+			return KeyStatus{State: KeyStatusProcessing}, nil
+		}
+	})
+	op := payment(1, "order-s", WithIntent("order-s"))
+	_, err := c.Do(context.Background(), op)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.Contains(t, err.Error(), "status endpoint gave no final answer in 2 checks; attempt 1 failed: ")
+	_, err = c.Do(context.Background(), op) // resumed: no attempt of its own before the checks
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.Contains(t, err.Error(), "status endpoint gave no final answer in 2 checks; an earlier call or process may have sent the key")
+}

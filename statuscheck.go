@@ -86,7 +86,7 @@ func (cl *call) resolve(ctx context.Context) bool {
 		// Processing, or no usable answer: back off, or wait longer if the server asks.
 		wait, fromRA = cl.floorDelay(st.RetryAfter, st.HasRetryAfter)
 	}
-	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks", cl.s.policy.MaxKeyStatusChecks))
+	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks%s", cl.s.policy.MaxKeyStatusChecks, cl.unknownCause))
 	return false
 }
 
