@@ -6,9 +6,11 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
@@ -122,7 +124,9 @@ func age(d time.Duration) string {
 	}
 }
 
-// writeRecord prints show and resolve: a label column of 14 and values clipped to 84 runes.
+// writeRecord prints show and resolve: a label column of 14 and values clipped to 84 runes,
+// but for the bodies, printed whole (bodyText, wrapped at 84 runes): they are the evidence
+// an operator settles a record on.
 // The lease is printed only on a pending record while it is held at now: an expired one
 // claims nothing, and a finished record's only lapses.
 func writeRecord(w io.Writer, r *keystore.Record, now time.Time) error {
@@ -140,7 +144,15 @@ func writeRecord(w io.Writer, r *keystore.Record, now time.Time) error {
 			row("  header", name+": "+v)
 		}
 	}
-	row("  body", string(r.Request.Body))
+	whole := func(k string, b []byte) { // wrapped at 84 runes, continued under the label
+		r := []rune(bodyText(b))
+		for len(r) > 84 {
+			fmt.Fprintf(tw, "%s\t%s\n", k, string(r[:84]))
+			k, r = "", r[84:]
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", k, string(r))
+	}
+	whole("  body", r.Request.Body)
 	row("fingerprint", r.Fingerprint)
 	row("attempts", r.Attempts)
 	if resolved(r) {
@@ -170,7 +182,7 @@ func writeRecord(w io.Writer, r *keystore.Record, now time.Time) error {
 	}
 	if r.Response != nil {
 		row("response", r.Response.StatusCode)
-		row("  body", string(r.Response.Body))
+		whole("  body", r.Response.Body)
 	}
 	return tw.Flush()
 }
@@ -241,4 +253,21 @@ func writeRecover(w io.Writer, out recoverOut) error {
 			clip(r.Key, 36), clip(errText(e), cols[2]))
 	}
 	return tw.Flush()
+}
+
+// bodyText is a body on one line: UTF-8 text with its line breaks and tabs as spaces, quoted
+// Go-style if it holds other control characters (a terminal would act on them), or its size
+// if it is not UTF-8 (-json has the bytes, base64).
+func bodyText(b []byte) string {
+	switch {
+	case len(b) == 0:
+		return "-"
+	case !utf8.Valid(b):
+		return fmt.Sprintf("(%d bytes, not UTF-8 text: -json has them, base64)", len(b))
+	}
+	s := strings.NewReplacer("\r\n", " ", "\n", " ", "\t", " ").Replace(string(b))
+	if strings.ContainsFunc(s, unicode.IsControl) {
+		return strconv.Quote(string(b))
+	}
+	return s
 }

@@ -94,3 +94,27 @@ func TestTenantColumnWidth(t *testing.T) {
 	assert.Equal(t, []int{13, 13, 13}, fitWidths(39, 40, 30, 20))
 	assert.Equal(t, []int{6, 6, 19}, fitWidths(39, 6, 6, 19))
 }
+
+// show clipped bodies to 84 runes though its help said "bodies included" (newcomer run):
+// they are the evidence an operator settles a record on, printed whole (wrapped), with
+// control characters quoted and bytes that are not text described.
+func TestShowPrintsBodiesWhole(t *testing.T) {
+	long := `{"amount":1250,"currency":"EUR","customer":"cus_1","reference":"order-4242-4242","description":"a body longer than the 84 runes a value gets"}`
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	rec := &keystore.Record{Key: "k1", State: keystore.StateSucceeded, CreatedAt: at, UpdatedAt: at,
+		Request:  keystore.Request{Method: "POST", URL: "/v1/payments", Body: []byte(long)},
+		Response: &keystore.Response{StatusCode: 201, Body: []byte("{\n\t\"id\": \"ch_1\"\n}")}}
+	var b strings.Builder
+	require.NoError(t, writeRecord(&b, rec, at))
+	assert.Contains(t, b.String(), "  body       "+long[:84]+"\n             "+long[84:]+"\n")
+	assert.Contains(t, b.String(), "  body       {  \"id\": \"ch_1\" }\n")
+
+	for _, tc := range []struct{ body, want string }{
+		{"", "-"},
+		{"ok\x1b[2Jgone", `"ok\x1b[2Jgone"`},
+		{"\xff\xfe", "(2 bytes, not UTF-8 text: -json has them, base64)"},
+		{"plain", "plain"},
+	} {
+		assert.Equal(t, tc.want, bodyText([]byte(tc.body)), "%q", tc.body)
+	}
+}

@@ -37,8 +37,8 @@
 // shell history and the process list, and never persisted. With -url the service recovers.
 //
 // Output is a human table within 100 columns by default (long values clipped with "…") and
-// JSON with -json. Records hold no credentials (idem never persists them, and idemctl strips
-// them again before printing), but show prints request and response bodies.
+// JSON with -json (bodies base64, as []byte). Records hold no credentials (idem never persists them, and idemctl strips
+// them again before printing), but show prints request and response bodies, whole.
 //
 // Exit status: 0 on success, 1 on an error (a locked or damaged file, an unknown key, a
 // record that is not manual, a refused admin request), 2 on a usage error.
@@ -66,7 +66,7 @@ const usage = `idemctl: the operator's view of an idem keystore
 
 commands:
   ls       list records: -state pending,manual -min-age 10m -tenant T
-  show     one record by KEY or -intent, bodies included
+  show     one record by KEY or -intent, bodies whole (as text; -json: base64)
   stats    records by state, oldest pending and manual
   resolve  settle a manual record: -verdict executed|not_executed -note "who, evidence"
   recover  run Recover now (-db/-dsn: -base-url, -status-path, -auth-env NAME)
