@@ -72,7 +72,8 @@ func pay(ctx context.Context, baseURL, dbPath, apiKey string) (string, error) {
 func markOrder(order string, res *idem.Result, err error) {
 	switch {
 	case err == nil:
-		fmt.Printf("order %s: paid, HTTP %d %s\n", order, res.StatusCode, res.Body)
+		// res.Source: "response" first; "store" when the keystore already held the answer.
+		fmt.Printf("order %s: paid, HTTP %d %s (%s)\n", order, res.StatusCode, res.Body, res.Source)
 	case errors.Is(err, idem.ErrPermanent), errors.Is(err, idem.ErrNotExecuted):
 		fmt.Printf("order %s: not paid: %v\n", order, err) // declined, or settled as never executed
 	default:
