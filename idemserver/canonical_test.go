@@ -3,6 +3,7 @@ package idemserver
 import (
 	"bytes"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -55,13 +56,18 @@ func decodeNumbers(b []byte, v *any) error {
 }
 
 // FuzzCanonicalBody: the canonical form of valid JSON is valid JSON equal in value to the
-// input (after the 'j' marker), and canonicalising is idempotent.
+// input (after the 'j' marker), canonicalising is idempotent, and the form is byte for byte
+// the reference implementation's (fingerprints stored before must still match).
 func FuzzCanonicalBody(f *testing.F) {
-	for _, s := range []string{`{"b":1,"a":[1,2,{"d":"x","c":null}]}`, `[]`, `"\u00e9"`, `1e5`, `{"a":{"a":{}}}`, `nope`} {
+	for _, s := range []string{`{"b":1,"a":[1,2,{"d":"x","c":null}]}`, `[]`, `"\u00e9"`, `1e5`, `{"a":{"a":{}}}`, `nope`,
+		`{"B":[{"z":1,"y":[2,{"x":{}}]}],"a":{"c":" ","b":"\u0041"},"A":0}`, `[[[{"b":{"d":1,"c":2},"a":[]}]]]`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, isJSON := CanonicalBody(in)
+		if ref, refJSON := referenceCanonical(in); !bytes.Equal(out, ref) || isJSON != refJSON {
+			t.Fatalf("CanonicalBody(%q) = %q, %v; the reference gives %q, %v", in, out, isJSON, ref, refJSON)
+		}
 		if !json.Valid(in) || len(bytes.TrimSpace(in)) == 0 {
 			if !bytes.Equal(out, in) || isJSON {
 				t.Fatalf("non-JSON body changed: %q -> %q %v", in, out, isJSON)
@@ -155,6 +161,37 @@ func TestDuplicateMember(t *testing.T) {
 		got, dup := duplicateMember([]byte(in))
 		if got != want || dup != (want != "") {
 			t.Errorf("duplicateMember(%s) = %q, %v; want %q", in, got, dup, want)
+		}
+	}
+}
+
+// Each member's value was built apart and copied into its object, so a byte was copied once
+// per enclosing object: a 1 MiB body nested 9,999 deep took 14 s and 9.6 GB, before the claim,
+// for any caller with a key (adversarial run). Canonicalising allocates a small multiple of
+// the body, whatever the nesting; sorted members at every level included.
+func TestCanonicalBodyCostIsLinearInNesting(t *testing.T) {
+	const size = 1 << 20
+	for _, tc := range []struct {
+		name       string
+		open, shut string
+	}{
+		{"one member per level", `{"a":`, `}`},
+		{"sorted at every level", `{"b":1,"a":`, `}`},
+		{"arrays", `[0,`, `]`},
+	} {
+		for _, depth := range []int{1, 1000, 9999} {
+			inner := `"` + strings.Repeat("x", size-len(tc.open)*depth-len(tc.shut)*depth-2) + `"`
+			body := []byte(strings.Repeat(tc.open, depth) + inner + strings.Repeat(tc.shut, depth))
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			out, isJSON := CanonicalBody(body)
+			runtime.ReadMemStats(&after)
+			if !isJSON || len(out) > len(body) {
+				t.Fatalf("%s, depth %d: not canonicalised (%v, %d bytes)", tc.name, depth, isJSON, len(out))
+			}
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8*size {
+				t.Errorf("%s, depth %d: %d bytes allocated for a %d-byte body", tc.name, depth, alloc, len(body))
+			}
 		}
 	}
 }
