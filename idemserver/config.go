@@ -54,7 +54,9 @@ type Config struct {
 	// Operation names the operation; nil means r.Method + " " + r.URL.Path. Give the route
 	// pattern when a path carries ids that should not split the key space differently: the
 	// path is then fingerprinted with the body, so one key sent to another path is key reuse
-	// (422), never a replay of the first path's answer. At most MaxOperationLength bytes.
+	// (422), never a replay of the first path's answer. So is a path escaped otherwise than by
+	// default (a%2Fb, which decodes to the Path of a/b that a router may route elsewhere). At
+	// most MaxOperationLength bytes.
 	Operation func(r *http.Request) string
 	// Required reports whether a request must carry a key (else 400); nil means every
 	// request that reaches the middleware (wrap only the unsafe routes). A request without

@@ -107,9 +107,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// 100 and ?amount=200 under one key must not replay one as the other (idem's client
 	// fingerprints the query too). Without one, the fingerprint is what it always was. So is
 	// the path, when the operation names a route pattern (Config.Operation) rather than the
-	// path itself: POST /customers/cus_B/charges must not replay cus_A's answer.
+	// path itself: POST /customers/cus_B/charges must not replay cus_A's answer. And so it is
+	// when the path was escaped otherwise than by default (RawPath set): /files/a%2Fb and
+	// /files/a/b decode to one Path, but a router may send them to different handlers.
 	fpOp := op
-	if !strings.HasSuffix(op, " "+r.URL.Path) {
+	if !strings.HasSuffix(op, " "+r.URL.Path) || r.URL.RawPath != "" {
 		fpOp = op + " " + r.URL.EscapedPath() // escaped: a "?" in the path stays %3F, apart from the query
 	}
 	if q := r.URL.RawQuery; q != "" {

@@ -1,8 +1,10 @@
 package idemserver_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -145,5 +147,67 @@ func TestRoutePatternFingerprintsThePath(t *testing.T) {
 	}
 	if n := execs.Load(); n != 2 {
 		t.Fatalf("executed %d times, want 2", n)
+	}
+}
+
+// With the default Operation (method and decoded path), /v1/files/a%2Fb and /v1/files/a/b
+// were one scope and one fingerprint, though ServeMux sends them to {name} and
+// {dir}/{name}: the second route replayed the first's answer (adversarial run). A path
+// escaped otherwise than by default is fingerprinted as sent: 422, never a replay.
+func TestEscapedSlashIsNotTheSamePath(t *testing.T) {
+	mw, err := idemserver.New(idemserver.Config{Backend: idemserver.NewMemory(),
+		Tenant: func(*http.Request) (string, error) { return "acct_1", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var execs atomic.Int64
+	mux := http.NewServeMux()
+	for _, pattern := range []string{"POST /v1/files/{name}", "POST /v1/files/{dir}/{name}"} {
+		mux.Handle(pattern, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			execs.Add(1)
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"route":"` + r.Pattern + `"}`))
+		})))
+	}
+	post := func(target, key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", key)
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := post("/v1/files/a%2Fb", "k1"); rec.Code != http.StatusCreated {
+		t.Fatalf("a%%2Fb: %d %s", rec.Code, rec.Body)
+	}
+	if rec := post("/v1/files/a/b", "k1"); rec.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("a/b under a%%2Fb's key: %d replayed=%q %s, want 422", rec.Code, rec.Header().Get(idemserver.ReplayedHeader), rec.Body)
+	}
+	if rec := post("/v1/files/a%2Fb", "k1"); rec.Header().Get(idemserver.ReplayedHeader) != "true" {
+		t.Fatalf("a%%2Fb again: %d, not a replay", rec.Code)
+	}
+	if n := execs.Load(); n != 1 {
+		t.Fatalf("executed %d times, want 1", n)
+	}
+	// What the fingerprint covers: a plain path, or one escaped as by default, adds nothing
+	// to the operation (fingerprints stored before stay valid); a%2Fb adds the path as sent.
+	var ops []string
+	fmw, err := idemserver.New(idemserver.Config{Backend: idemserver.NewMemory(),
+		Tenant: func(*http.Request) (string, error) { return "acct_1", nil },
+		Fingerprint: func(method, op string, body []byte) []byte {
+			ops = append(ops, op)
+			return idemserver.Fingerprint(method, op, body)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fmw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for i, target := range []string{"/v1/files/a", "/v1/files/a%20b", "/v1/files/a%2Fb"} {
+		req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", fmt.Sprint("f", i))
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	want := []string{"POST /v1/files/a", "POST /v1/files/a b", "POST /v1/files/a/b /v1/files/a%2Fb"}
+	if !slices.Equal(ops, want) {
+		t.Fatalf("fingerprinted operations %q, want %q", ops, want)
 	}
 }
