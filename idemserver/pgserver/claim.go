@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/idemserver"
@@ -24,7 +25,11 @@ type claim struct {
 	b         *Backend
 	scope     idemserver.Scope
 	pc        *pgxpool.Conn // nil once released to the pool
+	conn      *pgx.Conn     // pc's, for the handler's Tx while its transaction is open
 	tx        pgx.Tx        // nil once committed or rolled back
+	sem       chan struct{} // the connection's turn, one at a time: claim methods (take) and the handler's statements (handlerTx)
+	txN       uint64        // the transactions begun for the handler (a checkpoint begins the next)
+	open      atomic.Uint64 // txN of the one the handler's Tx may run statements in, 0 once it ended
 	lock      int64         // lockID(scope), held at session level while pc is not nil
 	xid       string        // the claim's transaction (pg_current_xact_id): another one on pc is the handler's
 	checked   bool          // RollsBack asked the connection which transaction is open
@@ -60,6 +65,7 @@ func (c *claim) handlerEnded() bool {
 // then stores its 500).
 func (c *claim) giveUpEnded(ctx context.Context, refuse bool) {
 	c.ended, c.refuse, c.tx = true, refuse, nil // the pgx.Tx must not send its own ROLLBACK
+	c.open.Store(0)
 	if c.pc == nil {
 		return
 	}
@@ -102,11 +108,44 @@ const divisionByZero = "22012"
 // (releaseConn).
 func (c *claim) end(ctx context.Context) {
 	c.tx = nil // releaseConn's ROLLBACK ends it
+	c.open.Store(0)
 	if c.pc != nil {
 		releaseConn(ctx, c.pc, c.lock)
 		c.pc = nil
 	}
 }
+
+// take gives the claim's connection to a claim method, ending (end) the handler's use of its
+// transaction: a statement the handler's Tx runs (a goroutine it left behind, an inner handler
+// still running after http.TimeoutHandler answered) finishes first, in the claim's
+// transaction, and none runs after (handlerTx). One still running after releaseTimeout is
+// cancelled and its socket closed (as pgx does when a query's context ends): it fails, and so
+// does the claim, which closing rolls back; the server then drops the key's lock.
+func (c *claim) take(end bool) {
+	if end {
+		c.open.Store(0)
+	}
+	select {
+	case c.sem <- struct{}{}:
+		return
+	default:
+	}
+	t := time.NewTimer(releaseTimeout)
+	defer t.Stop()
+	select {
+	case c.sem <- struct{}{}:
+		return
+	case <-t.C:
+	}
+	pg := c.conn.PgConn() // c.conn, not c.pc: the holder may be changing c.pc
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	_ = pg.CancelRequest(ctx) // both safe beside the statement's goroutine
+	cancel()
+	_ = pg.Conn().Close()
+	c.sem <- struct{}{}
+}
+
+func (c *claim) give() { <-c.sem }
 
 // releaseTimeout bounds the statements that give a claim's connection back (time.Duration).
 const releaseTimeout = 5 * time.Second
@@ -131,6 +170,8 @@ func releaseConn(ctx context.Context, pc *pgxpool.Conn, lock int64) {
 // Checkpoint commits the phase (the handler's writes and the recovery point) and opens the
 // next phase's transaction on the same connection, under the same advisory lock.
 func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lease time.Duration) error {
+	c.take(true) // the handler asks Tx again for the next phase's
+	defer c.give()
 	if c.tx == nil {
 		return idemserver.ErrNotOwner
 	}
@@ -178,6 +219,8 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 		c.end(ctx)
 		return fmt.Errorf("pgserver: checkpoint: next phase: %w", err)
 	}
+	c.txN++
+	c.open.Store(c.txN)
 	return nil
 }
 
@@ -185,6 +228,8 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 // round trip (the transaction check, the UPDATE, SET LOCAL synchronous_commit, COMMIT and the
 // session-level unlock pipelined).
 func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
+	c.take(true)
+	defer c.give()
 	if c.ended {
 		if c.refuse {
 			c.refuse = false
@@ -270,6 +315,8 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 // ended the claim's and begun another. If it cannot be asked (an aborted transaction, a
 // lost connection), the claim's own is assumed, as the connection's status says.
 func (c *claim) RollsBack() bool {
+	c.take(false)
+	defer c.give()
 	if c.ended {
 		return false
 	}
@@ -343,6 +390,7 @@ func wrapComplete(err error) error {
 // session (a read-only default, a search_path), which the next request must not inherit.
 func (c *claim) drop(ctx context.Context) {
 	c.tx = nil
+	c.open.Store(0)
 	if c.pc == nil {
 		return
 	}
@@ -395,6 +443,8 @@ func (c *claim) storeEnded(ctx context.Context, tx pgx.Tx, lockHeld bool, status
 // Release rolls back: the claim (and the handler's writes of this phase) vanish; a row a
 // checkpoint committed stays processing until its lease passes.
 func (c *claim) Release(ctx context.Context) error {
+	c.take(true)
+	defer c.give()
 	if c.tx == nil {
 		c.end(ctx)
 		return idemserver.ErrNotOwner

@@ -153,20 +153,22 @@ var ErrTxOwned = errors.New("pgserver: the claim's transaction is committed by t
 // PostgreSQL (the claim holds the key's lock at both levels) and rolls the transaction back.
 // Not detected: a handler that ends the claim's transaction, begins another, and leaves that
 // one aborted (a failed statement) looks like the claim's own aborted transaction, which
-// gets 503 and runs again on a retry.
+// gets 503 and runs again on a retry. Once the claim's transaction ends (its answer stored,
+// the claim released, a checkpoint), the Tx, its savepoints, rows and batches return an error
+// wrapping pgx.ErrTxClosed and send nothing, and its Conn is nil: the connection then serves
+// other requests. A statement in flight then (a goroutine the handler left, an inner handler
+// still running after http.TimeoutHandler answered) finishes first, in the claim's transaction.
 func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
 	c, _ := ctx.Value(ctxKey{}).(*claim)
-	if c == nil || c.tx == nil {
+	if c == nil {
 		return nil, false
 	}
-	return handlerTx{c.tx}, true
+	id := c.open.Load()
+	if id == 0 {
+		return nil, false
+	}
+	return &handlerTx{c: c, id: id}, true
 }
-
-// handlerTx is the claim's transaction as a handler holds it.
-type handlerTx struct{ pgx.Tx }
-
-func (handlerTx) Commit(context.Context) error   { return ErrTxOwned }
-func (handlerTx) Rollback(context.Context) error { return ErrTxOwned }
 
 // MustTx is Tx with an error (ErrNoTx) instead of ok.
 func MustTx(ctx context.Context) (pgx.Tx, error) {
@@ -268,7 +270,8 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 	// claim holds for its whole life (see claim), and the row, each statement with its own
 	// snapshot, so the row read after the lock includes every commit before it. CASE takes
 	// the session-level lock only with the other, so that it is held once or not at all.
-	c := &claim{b: b, scope: s, pc: pc, tx: tx, lock: lock, owner: newOwner(), fp: req.Fingerprint, created: req.Now}
+	c := &claim{b: b, scope: s, pc: pc, conn: pc.Conn(), tx: tx, sem: make(chan struct{}, 1), txN: 1, lock: lock, owner: newOwner(), fp: req.Fingerprint, created: req.Now}
+	c.open.Store(c.txN)
 	lockedUntil := req.Now.Add(req.Lease)
 	batch := &pgx.Batch{}
 	batch.Queue(`INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at, locked_until)
