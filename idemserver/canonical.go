@@ -3,6 +3,7 @@ package idemserver
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"slices"
 	"unicode"
 	"unicode/utf8"
@@ -36,15 +37,15 @@ type canonical struct {
 // canonicalize is CanonicalBody, also reporting an exact duplicate member name, so that the
 // middleware walks a body once for its duplicate check and its fingerprint.
 func canonicalize(body []byte) canonical {
-	if len(bytes.TrimSpace(body)) == 0 || !json.Valid(body) {
+	if len(body) > math.MaxInt32 || len(bytes.TrimSpace(body)) == 0 || !json.Valid(body) {
 		return canonical{out: body}
 	}
 	c := canon{in: body}
-	c.scan()
-	c.pos = 0
-	c.ws()
+	objects, members := count(body)
+	c.objs, c.members = make([]object, 0, objects), make([]member, 0, members)
+	c.scan(skipWS(body, 0))
 	c.out = make([]byte, 0, len(body))
-	c.emit(c.pos)
+	c.emit(skipWS(body, 0), 0)
 	return canonical{out: c.out, isJSON: true, dup: c.dup, hasDup: c.hasDup}
 }
 
@@ -55,162 +56,171 @@ func duplicateMember(body []byte) (name string, dup bool) {
 	return c.dup, c.hasDup
 }
 
-// canon re-encodes a document json.Valid accepted; it trusts that validation. It works in two
-// passes over the input, each byte read a bounded number of times whatever the nesting: scan
-// finds every object's members (where each name and value starts) and orders them, emit then
-// writes each value once, following that order. Building each member's value apart and
-// copying it into its object instead copied a byte once per enclosing object: a 1 MiB body
-// nested 10,000 deep took seconds and gigabytes.
+// canon re-encodes a document json.Valid accepted; it trusts that validation. It works in
+// passes over the input, each byte read a bounded number of times whatever the shape: count
+// sizes the tables, scan records every object's members (where each name and value starts)
+// in the order emit must write them, and emit writes each value once, following them.
+// Building each member's value apart and copying it into its object instead copied a byte
+// once per enclosing object: a 1 MiB body nested 9,999 deep took seconds and gigabytes.
+// Offsets are int32 (bodies over 2 GiB are not canonicalised) so that the tables stay a small
+// multiple of the body even for one made of empty objects.
 type canon struct {
-	in     []byte
-	pos    int
-	out    []byte
-	objs   []object // every object of the document, by the offset of its '{'
-	dup    string   // the first exact duplicate member name seen, decoded
-	hasDup bool
+	in      []byte
+	out     []byte
+	objs    []object // every object of the document, in the order of their '{'
+	members []member // every object's members, object by object, in emit's order
+	stack   []member // members of the objects scan is inside of
+	dup     string   // the first exact duplicate member name seen, decoded
+	hasDup  bool
 }
 
-// object is one object of the input, its members in the order emit writes them.
+// object is one object of the input.
 type object struct {
-	start, end int // offsets of '{' and just past '}'
-	members    []member
+	end   int32 // offset just past its '}'
+	first int32 // its members are members[first : first+n]
+	n     int32
+	next  int32 // index in objs of the first object after it and all it holds
 }
 
-// member is one member of an object: its name as written (quotes included) and the offset
-// of its value.
+// member is one member of an object.
 type member struct {
-	key []byte
-	val int
+	ks, ke int32 // its name as written, quotes included: in[ks:ke]
+	val    int32 // offset of its value
+	obj    int32 // index in objs of the first object at or after val
 }
 
-func (c *canon) ws() {
-	for c.pos < len(c.in) {
-		switch c.in[c.pos] {
+// key is m's name as written, quotes included.
+func (c *canon) key(m member) []byte { return c.in[m.ks:m.ke] }
+
+// count returns how many objects and members (a ':' outside strings) a valid document holds.
+func count(in []byte) (objects, members int) {
+	for i := 0; i < len(in); i++ {
+		switch in[i] {
+		case '{':
+			objects++
+		case ':':
+			members++
+		case '"':
+			i = stringEnd(in, i) - 1
+		}
+	}
+	return objects, members
+}
+
+// skipWS returns the offset of the first byte at or after i that is not JSON whitespace.
+func skipWS(in []byte, i int) int {
+	for i < len(in) {
+		switch in[i] {
 		case ' ', '\t', '\n', '\r':
-			c.pos++
+			i++
 		default:
-			return
+			return i
 		}
 	}
+	return i
 }
 
-// scan walks the value at c.pos (after whitespace), recording its objects.
-func (c *canon) scan() {
-	c.ws()
-	switch c.in[c.pos] {
+// stringEnd returns the offset just past the string that starts (with its quote) at i.
+func stringEnd(in []byte, i int) int {
+	i++
+	for in[i] != '"' {
+		if in[i] == '\\' {
+			i++
+		}
+		i++
+	}
+	return i + 1
+}
+
+// scalarEnd returns the offset just past the number or literal that starts at i.
+func scalarEnd(in []byte, i int) int {
+	for i < len(in) && !bytes.ContainsRune([]byte(" \t\r\n,]}"), rune(in[i])) {
+		i++
+	}
+	return i
+}
+
+// scan records the objects of the value at i (no whitespace before it) and returns the
+// offset just past it.
+func (c *canon) scan(i int) int {
+	switch c.in[i] {
 	case '{':
-		i := len(c.objs)
-		c.objs = append(c.objs, object{start: c.pos})
-		c.pos++
-		var members []member
-		for {
-			c.ws()
-			if c.in[c.pos] == '}' {
-				c.pos++
-				break
-			}
-			key := c.in[c.pos:c.stringEnd()]
-			c.ws()
-			c.pos++ // ':'
-			c.ws()
-			members = append(members, member{key: key, val: c.pos})
-			c.scan()
-			c.ws()
-			if c.in[c.pos] == ',' {
-				c.pos++
+		o := len(c.objs)
+		c.objs = append(c.objs, object{})
+		base := len(c.stack)
+		for i = skipWS(c.in, i+1); c.in[i] != '}'; i = skipWS(c.in, i) {
+			ks := i
+			ke := stringEnd(c.in, i)
+			i = skipWS(c.in, skipWS(c.in, ke)+1) // past ':'
+			c.stack = append(c.stack, member{ks: int32(ks), ke: int32(ke), val: int32(i), obj: int32(len(c.objs))})
+			i = skipWS(c.in, c.scan(i))
+			if c.in[i] == ',' {
+				i++
 			}
 		}
-		if !c.alike(members) {
-			slices.SortFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+		ms := c.stack[base:] // nested objects pushed and popped theirs meanwhile
+		if !c.alike(ms) {
+			slices.SortFunc(ms, func(a, b member) int { return bytes.Compare(c.key(a), c.key(b)) })
 		}
-		c.objs[i].members, c.objs[i].end = members, c.pos // by index: nested objects grew c.objs
+		first := len(c.members)
+		c.members = append(c.members, ms...)
+		c.stack = c.stack[:base]
+		c.objs[o] = object{end: int32(i + 1), first: int32(first), n: int32(len(ms)), next: int32(len(c.objs))}
+		return i + 1
 	case '[':
-		c.pos++
-		for {
-			c.ws()
-			if c.in[c.pos] == ']' {
-				c.pos++
-				return
-			}
-			c.scan()
-			c.ws()
-			if c.in[c.pos] == ',' {
-				c.pos++
+		for i = skipWS(c.in, i+1); c.in[i] != ']'; i = skipWS(c.in, i) {
+			i = skipWS(c.in, c.scan(i))
+			if c.in[i] == ',' {
+				i++
 			}
 		}
+		return i + 1
 	case '"':
-		c.stringEnd()
+		return stringEnd(c.in, i)
 	default:
-		c.scalarEnd()
+		return scalarEnd(c.in, i)
 	}
 }
 
-// emit writes the canonical form of the value starting at at (no whitespace before it) and
-// returns the offset just past it.
-func (c *canon) emit(at int) int {
-	switch c.in[at] {
+// emit writes the canonical form of the value at i (no whitespace before it), whose first
+// object, if it holds any, is objs[o]. It returns the offset just past the value and the
+// index of the first object after it.
+func (c *canon) emit(i, o int) (int, int) {
+	switch c.in[i] {
 	case '{':
-		i, _ := slices.BinarySearchFunc(c.objs, at, func(o object, at int) int { return o.start - at })
-		o := &c.objs[i]
+		obj := c.objs[o]
 		c.out = append(c.out, '{')
-		for k, m := range o.members {
+		for k, m := range c.members[obj.first : obj.first+obj.n] {
 			if k > 0 {
 				c.out = append(c.out, ',')
 			}
-			c.out = append(c.out, m.key...)
+			c.out = append(c.out, c.key(m)...)
 			c.out = append(c.out, ':')
-			c.emit(m.val)
+			c.emit(int(m.val), int(m.obj))
 		}
 		c.out = append(c.out, '}')
-		return o.end
+		return int(obj.end), int(obj.next)
 	case '[':
 		c.out = append(c.out, '[')
-		c.pos = at + 1
-		for {
-			c.ws()
-			if c.in[c.pos] == ']' {
-				c.out = append(c.out, ']')
-				return c.pos + 1
-			}
-			c.pos = c.emit(c.pos)
-			c.ws()
-			if c.in[c.pos] == ',' {
+		for i = skipWS(c.in, i+1); c.in[i] != ']'; i = skipWS(c.in, i) {
+			i, o = c.emit(i, o)
+			i = skipWS(c.in, i)
+			if c.in[i] == ',' {
 				c.out = append(c.out, ',')
-				c.pos++
+				i++
 			}
 		}
+		c.out = append(c.out, ']')
+		return i + 1, o
 	case '"':
-		c.pos = at
-		end := c.stringEnd()
-		c.out = append(c.out, c.in[at:end]...)
-		return end
+		end := stringEnd(c.in, i)
+		c.out = append(c.out, c.in[i:end]...)
+		return end, o
 	default: // number, true, false, null
-		c.pos = at
-		end := c.scalarEnd()
-		c.out = append(c.out, c.in[at:end]...)
-		return end
+		end := scalarEnd(c.in, i)
+		c.out = append(c.out, c.in[i:end]...)
+		return end, o
 	}
-}
-
-// stringEnd advances past the string at c.pos and returns the index after its closing quote.
-func (c *canon) stringEnd() int {
-	c.pos++
-	for c.in[c.pos] != '"' {
-		if c.in[c.pos] == '\\' {
-			c.pos++
-		}
-		c.pos++
-	}
-	c.pos++
-	return c.pos
-}
-
-// scalarEnd advances past the number or literal at c.pos and returns the index after it.
-func (c *canon) scalarEnd() int {
-	for c.pos < len(c.in) && !bytes.ContainsRune([]byte(" \t\r\n,]}"), rune(c.in[c.pos])) {
-		c.pos++
-	}
-	return c.pos
 }
 
 // alike reports whether two of members have names a parser may read as one (see
@@ -219,13 +229,13 @@ func (c *canon) alike(members []member) bool {
 	if len(members) < 2 {
 		return false
 	}
-	if len(members) <= 16 && allPlain(members) {
+	if len(members) <= 16 && allPlain(c.in, members) {
 		return c.alikePlain(members)
 	}
 	names := make([]string, len(members))
 	folded := make([]string, len(members))
 	for i, m := range members {
-		names[i] = decodeName(m.key)
+		names[i] = decodeName(c.key(m))
 		folded[i] = foldName(names[i])
 	}
 	alike := false
@@ -264,9 +274,9 @@ func (c *canon) alike(members []member) bool {
 
 // allPlain reports whether every name is ASCII without escapes, the common case: such names
 // decode to themselves and fold as ASCII, so they compare without allocating.
-func allPlain(members []member) bool {
+func allPlain(in []byte, members []member) bool {
 	for _, m := range members {
-		for _, b := range m.key[1 : len(m.key)-1] {
+		for _, b := range in[m.ks+1 : m.ke-1] {
 			if b == '\\' || b >= utf8.RuneSelf {
 				return false
 			}
@@ -280,7 +290,7 @@ func (c *canon) alikePlain(members []member) bool {
 	alike := false
 	for i := range members {
 		for j := range i {
-			a, b := members[j].key, members[i].key
+			a, b := c.key(members[j]), c.key(members[i])
 			if !asciiEqualFold(a, b) {
 				continue
 			}

@@ -19,9 +19,29 @@ func referenceCanonical(body []byte) ([]byte, bool) {
 	return r.out, true
 }
 
-type refCanon struct{ canon }
+// refCanon keeps the reference's own cursor; it borrows canon's alike, so that both
+// implementations decide sorting by the same rule.
+type refCanon struct {
+	canon
+	pos int
+}
 
-type refMember struct{ key, value []byte }
+type refMember struct {
+	key, value []byte
+	ks, ke     int
+}
+
+func (c *refCanon) ws() { c.pos = skipWS(c.in, c.pos) }
+
+func (c *refCanon) stringEnd() int {
+	c.pos = stringEnd(c.in, c.pos)
+	return c.pos
+}
+
+func (c *refCanon) scalarEnd() int {
+	c.pos = scalarEnd(c.in, c.pos)
+	return c.pos
+}
 
 func (c *refCanon) value() {
 	c.ws()
@@ -66,12 +86,13 @@ func (c *refCanon) object() {
 		}
 		start := c.pos
 		key := c.in[start:c.stringEnd()]
+		end := c.pos
 		c.ws()
 		c.pos++
 		saved := c.out
 		c.out = nil
 		c.value()
-		members = append(members, refMember{key: key, value: c.out})
+		members = append(members, refMember{key: key, value: c.out, ks: start, ke: end})
 		c.out = saved
 		c.ws()
 		if c.in[c.pos] == ',' {
@@ -80,7 +101,7 @@ func (c *refCanon) object() {
 	}
 	keys := make([]member, len(members))
 	for i, m := range members {
-		keys[i] = member{key: m.key}
+		keys[i] = member{ks: int32(m.ks), ke: int32(m.ke)}
 	}
 	if !c.alike(keys) {
 		slices.SortFunc(members, func(a, b refMember) int { return bytes.Compare(a.key, b.key) })

@@ -55,8 +55,10 @@ type Config struct {
 	// pattern when a path carries ids that should not split the key space differently: the
 	// path is then fingerprinted with the body, so one key sent to another path is key reuse
 	// (422), never a replay of the first path's answer. So is a path escaped otherwise than by
-	// default (a%2Fb, which decodes to the Path of a/b that a router may route elsewhere). At
-	// most MaxOperationLength bytes.
+	// default (a%2Fb, which decodes to the Path of a/b that a router may route elsewhere), and
+	// the host when the ServeMux pattern that matched names one. A server that routes by host
+	// otherwise (the middleware around the whole mux, or another router) names the host in
+	// its Operation. At most MaxOperationLength bytes.
 	Operation func(r *http.Request) string
 	// Required reports whether a request must carry a key (else 400); nil means every
 	// request that reaches the middleware (wrap only the unsafe routes). A request without
@@ -99,8 +101,10 @@ type Config struct {
 	OnEvent func(Event)
 	// Fingerprint computes a request's fingerprint from its method, operation (as
 	// Config.Operation names it; then a space and the request's escaped path when the
-	// operation does not end with the path, a route pattern; then "?" and the raw query when
-	// the request has one)
+	// operation does not end with the path (a route pattern), when the path was escaped
+	// otherwise than by default (a%2Fb), or, preceded by "//" and the Host, when the
+	// ServeMux pattern that matched names a host; then "?" and the raw query when the
+	// request has one)
 	// and body bytes; nil means the package's Fingerprint, over
 	// the canonical body (JSON key order and whitespace do not matter). A stricter function,
 	// such as SHA-256 over the raw bytes, lets a test server catch clients that do not resend

@@ -71,7 +71,8 @@ func (m *Memory) Lookup(ctx context.Context, s Scope, now time.Time) (*Record, e
 	return copyRecord(&r.Record), nil
 }
 
-// Purge implements Backend: it deletes the oldest-expiring records first.
+// Purge implements Backend: it deletes up to limit expired completed records, in no
+// particular order, and stops there.
 func (m *Memory) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err

@@ -110,9 +110,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// path itself: POST /customers/cus_B/charges must not replay cus_A's answer. And so it is
 	// when the path was escaped otherwise than by default (RawPath set): /files/a%2Fb and
 	// /files/a/b decode to one Path, but a router may send them to different handlers.
+	// So is the host, when the route that matched names one (ServeMux's "POST a.example/x"):
+	// the same path on another host is then another handler.
 	fpOp := op
-	if !strings.HasSuffix(op, " "+r.URL.Path) || r.URL.RawPath != "" {
-		fpOp = op + " " + r.URL.EscapedPath() // escaped: a "?" in the path stays %3F, apart from the query
+	if host := hostRouted(r); !strings.HasSuffix(op, " "+r.URL.Path) || r.URL.RawPath != "" || host {
+		target := r.URL.EscapedPath() // escaped: a "?" in the path stays %3F, apart from the query
+		if host {
+			target = "//" + r.Host + target
+		}
+		fpOp = op + " " + target
 	}
 	if q := r.URL.RawQuery; q != "" {
 		fpOp += "?" + q
@@ -389,4 +395,14 @@ func badScopeText(tenant, operation string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// hostRouted reports whether the ServeMux pattern that matched r names a host
+// ("POST a.example/v1/orders"): r.Pattern is "[METHOD ][HOST]/[PATH]".
+func hostRouted(r *http.Request) bool {
+	p := r.Pattern
+	if i := strings.IndexAny(p, " \t"); i >= 0 {
+		p = strings.TrimLeft(p[i:], " \t")
+	}
+	return p != "" && p[0] != '/'
 }

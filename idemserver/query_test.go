@@ -211,3 +211,50 @@ func TestEscapedSlashIsNotTheSamePath(t *testing.T) {
 		t.Fatalf("fingerprinted operations %q, want %q", ops, want)
 	}
 }
+
+// ServeMux routes "POST a.example/v1/orders" and "POST b.example/v1/orders" to different
+// handlers, but the default Operation (method and path) made them one scope and one
+// fingerprint: b's request replayed a's answer (adversarial run). When the pattern that
+// matched names a host, the host is fingerprinted: 422.
+func TestHostRoutedRequestsAreNotOneRequest(t *testing.T) {
+	mw, err := idemserver.New(idemserver.Config{Backend: idemserver.NewMemory(),
+		Tenant: func(*http.Request) (string, error) { return "acct_1", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var execs atomic.Int64
+	mux := http.NewServeMux()
+	for _, pattern := range []string{"POST a.example/v1/orders", "POST b.example/v1/orders", "POST /v1/plain"} {
+		mux.Handle(pattern, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			execs.Add(1)
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"route":"` + r.Pattern + `"}`))
+		})))
+	}
+	post := func(target, key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(`{"item":1}`))
+		req.Header.Set("Idempotency-Key", key)
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := post("http://a.example/v1/orders", "k1"); rec.Code != http.StatusCreated {
+		t.Fatalf("a.example: %d %s", rec.Code, rec.Body)
+	}
+	if rec := post("http://b.example/v1/orders", "k1"); rec.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("b.example under a.example's key: %d replayed=%q %s, want 422", rec.Code, rec.Header().Get(idemserver.ReplayedHeader), rec.Body)
+	}
+	if rec := post("http://a.example/v1/orders", "k1"); rec.Header().Get(idemserver.ReplayedHeader) != "true" {
+		t.Fatalf("a.example again: %d, not a replay", rec.Code)
+	}
+	// A pattern without a host: the host is not part of the request's identity.
+	if rec := post("http://a.example/v1/plain", "k2"); rec.Code != http.StatusCreated {
+		t.Fatalf("plain: %d", rec.Code)
+	}
+	if rec := post("http://b.example/v1/plain", "k2"); rec.Header().Get(idemserver.ReplayedHeader) != "true" {
+		t.Fatalf("plain route on another host: %d, not a replay", rec.Code)
+	}
+	if n := execs.Load(); n != 2 {
+		t.Fatalf("executed %d times, want 2", n)
+	}
+}
