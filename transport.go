@@ -75,6 +75,11 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	// Reset here, after Credentials: a request it made with out's context fired the hooks too.
 	cl.written.Store(false)
 	cl.pooled.Store(false)
+	if err := ctx.Err(); err != nil { // timed out before it reached the transport (a starved host): unsent
+		a.Err = &notSentError{err}
+		cl.last = a
+		return nil, a.Err
+	}
 	resp, err := t.base.RoundTrip(out)
 	if err == nil {
 		var body []byte

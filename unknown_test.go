@@ -2,7 +2,9 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,3 +160,37 @@ func TestDoStatusStillUnknown(t *testing.T) {
 	assert.InDelta(t, float64(100*time.Millisecond), float64(sleeps[0]), float64(50*time.Millisecond))
 	assert.InDelta(t, float64(200*time.Millisecond), float64(sleeps[1]), float64(100*time.Millisecond))
 }
+
+// An attempt whose context ended before it reached the transport (a host so starved that the
+// attempt timeout passed first; here the caller cancels meanwhile) was counted as maybe sent:
+// an unknown outcome, asked about and never known unexecuted (the demo's unreachable-API test
+// reported a payment lost on a loaded machine). Nothing reached the transport: unsent.
+func TestAttemptEndedBeforeTheTransportIsUnsent(t *testing.T) {
+	var trips atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := NewClient(Config{BaseURL: "http://127.0.0.1:1", Store: keystore.NewMemory(),
+		KeyStatusURL: statusPath, Budget: BudgetConfig{Disabled: true},
+		HTTPClient: &http.Client{Transport: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			trips.Add(1)
+			return nil, errors.New("must not be called")
+		})},
+		Credentials: func(r *http.Request) error { cancel(); return nil }})
+	require.NoError(t, err)
+	defer c.Close()
+	op := payment(1, "order-starved", WithIntent("order-starved"))
+	_, err = c.Do(ctx, op)
+	require.ErrorIs(t, err, ErrCanceled)
+	assert.NotErrorIs(t, err, ErrOutcomeUnknown)
+	assert.Zero(t, trips.Load(), "the transport was called")
+	rec, err := c.store.Get(context.Background(), "", op.Key())
+	require.NoError(t, err)
+	assert.Equal(t, keystore.StatePending, rec.State)
+	assert.True(t, rec.NotExecuted, "the record does not say the request was never sent")
+	assert.Zero(t, c.Stats().KeyStatusChecks)
+}
+
+// roundTripperFunc is a RoundTripper made of a function.
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
