@@ -120,7 +120,7 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		// The last call ended knowing nothing was executed: send without asking, but first
 		// record durably that a send may now happen, so a crash mid-flight is asked about.
 		cl.rec.NotExecuted = false
-		cl.rec.UpdatedAt = cl.c.cfg.Now()
+		touch(cl.rec, cl.c.cfg.Now())
 		if err := cl.c.store.Update(ctx, cl.rec); err != nil { // nothing sent: the caller may retry
 			if errors.Is(err, keystore.ErrFenced) {
 				cl.loseLease(err)

@@ -74,6 +74,57 @@ func TestExpiredKeyNotSettledWhileItsRequestMayLand(t *testing.T) {
 	assert.EqualValues(t, 1, a.posts.Load(), "an expired key is never resent")
 }
 
+// The clock stepped back an hour after the send, then forward again: the write that made the
+// record manual, under the stepped-back clock, moved its UpdatedAt an hour back, so 5 s after
+// the only send the wait was over and "not executed" settled it; the late request and the new
+// intent charged twice (adversarial run). The client's writes never move UpdatedAt back, and
+// the wait never starts before CreatedAt.
+func TestExpiredKeyClockBackThenForward(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		land func()
+	)
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
+		if n == 1 {
+			mu.Lock()
+			land = func() { a.charge(discardWriter{}, key, ref) }
+			mu.Unlock()
+			panic(http.ErrAbortHandler)
+		}
+		a.charge(w, key, ref)
+	})
+	c, clk := ledgerClient(t, a, func(cfg *Config) {
+		cfg.KeyStatusURL = ""
+		cfg.Policy = Policy{MaxAttempts: 1}
+		cfg.Lookup = ledgerLookup(a)
+	})
+	op := payment(1, "order-vm", WithIntent("order-vm"))
+	_, err := c.Do(context.Background(), op) // sent at T0, the answer lost
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	sent := clk.Now()
+
+	clk.Advance(-time.Hour) // a snapshot restored: the clock an hour back
+	_, err = c.Do(context.Background(), op)
+	require.ErrorIs(t, err, ErrKeyExpired)
+	rec, err := c.store.Get(context.Background(), "", op.Key())
+	require.NoError(t, err)
+	assert.False(t, rec.UpdatedAt.Before(sent), "UpdatedAt moved back to %s", rec.UpdatedAt)
+
+	clk.Advance(time.Hour + 5*time.Second) // NTP corrects it: 5 s after the send
+	_, err = c.Do(context.Background(), op)
+	require.ErrorIs(t, err, ErrKeyExpired, "settled 5 s after the key's only request was sent")
+	require.NotErrorIs(t, err, ErrNotExecuted)
+
+	mu.Lock()
+	land()
+	mu.Unlock()
+	clk.Advance(ExpiredKeySettleDelay + time.Minute)
+	res, err := c.Do(context.Background(), op)
+	require.NoError(t, err)
+	assert.Equal(t, SourceLookup, res.Source)
+	assert.Equal(t, 1, a.charges("order-vm"))
+}
+
 // The wait counts from the latest time a request of the key can have been sent: the
 // record's last write, or its lease expiry when that is later (a crash mid-call leaves the
 // lease it sent under).

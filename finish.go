@@ -15,7 +15,7 @@ import (
 // A fenced refusal means another instance owns the record now: the call stops (false).
 func (cl *call) persistProgress(ctx context.Context) bool {
 	cl.rec.Attempts = cl.baseAttempts + cl.attempts
-	cl.rec.UpdatedAt = cl.c.cfg.Now()
+	touch(cl.rec, cl.c.cfg.Now())
 	if err := cl.c.store.Update(cl.detached(), cl.rec); err != nil {
 		if errors.Is(err, keystore.ErrFenced) {
 			cl.loseLease(err)
@@ -47,7 +47,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 	rec := cl.rec
 	var gaveUp *OperationError
 	rec.Attempts = cl.baseAttempts + cl.attempts
-	rec.UpdatedAt = cl.c.cfg.Now()
+	touch(rec, cl.c.cfg.Now())
 	rec.Reason, rec.Error, rec.NotExecuted = "", "", false
 	switch {
 	case cl.result != nil:

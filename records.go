@@ -227,7 +227,7 @@ func (c *Client) withdraw(ctx context.Context, rec *keystore.Record, createErr e
 func withdrawn(rec *keystore.Record, now time.Time) {
 	rec.State, rec.NotExecuted, rec.Reason = keystore.StateFailed, true, ReasonWithdrawn
 	rec.Note = withdrawnNote
-	rec.UpdatedAt = now
+	touch(rec, now)
 }
 
 // withdrawnNote marks a record withdraw wrote (the note is part of the record's meaning).
@@ -249,9 +249,18 @@ func revivable(rec *keystore.Record) bool {
 // decides which instance sends.
 func (c *Client) revive(ctx context.Context, rec *keystore.Record) error {
 	rec.State, rec.Reason, rec.Note, rec.Error = keystore.StatePending, "", "", ""
-	rec.NotExecuted, rec.UpdatedAt = true, c.cfg.Now()
+	rec.NotExecuted = true
+	touch(rec, c.cfg.Now())
 	if err := c.store.Update(ctx, rec); err != nil {
 		return fmt.Errorf("idem: sending intent %q, withdrawn after a keystore error, again: %w; nothing was sent", rec.Intent, err)
 	}
 	return nil
+}
+
+// touch sets rec.UpdatedAt to now, unless it is later already: a clock stepped back must not
+// move it back, since the time a key was last sent is judged from it (tooSoonForNotExecuted).
+func touch(rec *keystore.Record, now time.Time) {
+	if now.After(rec.UpdatedAt) {
+		rec.UpdatedAt = now
+	}
 }

@@ -231,7 +231,7 @@ func (c *Client) checkStoredRequest(rec *keystore.Record) error {
 
 func (c *Client) unsendable(ctx context.Context, rec *keystore.Record, cause error) Reconciled {
 	rec.State, rec.Reason, rec.Error = keystore.StateManual, reasonInvalid, cause.Error()
-	rec.UpdatedAt = c.cfg.Now()
+	touch(rec, c.cfg.Now())
 	if err := c.store.Update(context.WithoutCancel(ctx), rec); err != nil {
 		c.warn("marking an unsendable record manual", rec, err)
 	}

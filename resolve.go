@@ -175,7 +175,8 @@ func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution)
 		return errSettledElsewhere
 	}
 	next := rec.Clone()
-	next.Note, next.NotExecuted, next.UpdatedAt = r.Note, false, c.cfg.Now()
+	next.Note, next.NotExecuted = r.Note, false
+	touch(next, c.cfg.Now())
 	if r.Verdict == VerdictExecuted {
 		next.State, next.Reason = keystore.StateSucceeded, ReasonExecuted
 		next.Response = &keystore.Response{StatusCode: http.StatusOK}
@@ -251,16 +252,19 @@ func (c *Client) resolvedOutcome(rec *keystore.Record, stop error) (*Result, err
 // request sent under it from executing after a search that found nothing; the verdict
 // counts only once ExpiredKeySettleDelay has passed since the latest time a request of the
 // key can have been sent: the record's UpdatedAt (it is written manual after the call that
-// sent last) or, after a crash mid-call, its LeaseUntil (no attempt outlives the lease it
-// was sent under). A clock stepped back puts that time in the future and the wait grows
-// with it. A stored 5xx needs no wait: the server ended the key's execution.
+// sent last, and never moves back: touch) or, after a crash mid-call, its LeaseUntil (no
+// attempt outlives the lease it was sent under), and never before its CreatedAt. A clock
+// stepped back puts that time in the future and the wait grows with it. A stored 5xx needs
+// no wait: the server ended the key's execution.
 func (c *Client) tooSoonForNotExecuted(rec *keystore.Record) error {
 	if rec.Reason != reasonKeyExpired {
 		return nil
 	}
-	last := rec.UpdatedAt
-	if rec.LeaseUntil.After(last) {
-		last = rec.LeaseUntil
+	last := rec.CreatedAt
+	for _, t := range []time.Time{rec.UpdatedAt, rec.LeaseUntil} {
+		if t.After(last) {
+			last = t
+		}
 	}
 	if ready := last.Add(ExpiredKeySettleDelay); c.cfg.Now().Before(ready) {
 		return fmt.Errorf("no payment found, but a request sent under the expired key may still land until %s: asked again after that (Do, Recover)",
