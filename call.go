@@ -357,6 +357,14 @@ func (cl *call) prepareRetry(req *http.Request) error {
 		cl.halt(ErrCanceled, err)
 		return errStopped
 	}
+	// The wait may have carried the key past KeyTTL: a server that forgot it would run the
+	// resend as new, while an earlier request of it may have executed. Never resend a key
+	// older than KeyTTL that was ever sent, whatever made this resend due (a 503, a 409,
+	// a status check before the wait).
+	if cl.baseAttempts+cl.attempts > 0 && cl.keyExpired() {
+		cl.expire()
+		return errStopped
+	}
 	// Another instance may have taken the record during the wait: a fenced renewal proves
 	// this call still holds it before the resend, and extends the lease over the attempt.
 	if err := cl.renew(context.WithoutCancel(req.Context())); err != nil {

@@ -1,0 +1,86 @@
+package idem
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// forgetful charges like ledgerAPI.charge, but forgets a key KeyTTL after it first stored it
+// (its retention window), as servers do by the README's contract.
+type forgetful struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+	now  func() time.Time
+}
+
+func (f *forgetful) charge(a *ledgerAPI, w http.ResponseWriter, key, ref string) {
+	f.mu.Lock()
+	if at, ok := f.seen[key]; ok && f.now().Sub(at) > DefaultKeyTTL {
+		a.mu.Lock()
+		delete(a.keys, key) // past retention: forgotten
+		a.mu.Unlock()
+		delete(f.seen, key)
+	}
+	if _, ok := f.seen[key]; !ok {
+		f.seen[key] = f.now()
+	}
+	f.mu.Unlock()
+	a.charge(w, key, ref)
+}
+
+// A resumed record (its first request charged, the answer lost) was resent a little before
+// KeyTTL; the answer asked to wait (a 503 with Retry-After, or a 409 in progress), and the
+// resend after the wait went out past KeyTTL, to a server that had forgotten the key:
+// charged twice (adversarial run; no status endpoint, the check ran only on the unknown
+// outcome's path). A key ever sent is never resent past KeyTTL, whatever made it due.
+func TestResendAfterAWaitNeverCrossesKeyTTL(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wait func(w http.ResponseWriter)
+	}{
+		{"503 Retry-After", func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "20")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}},
+		{"409 in progress", func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "20")
+			w.WriteHeader(http.StatusConflict)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var now func() time.Time
+			f := &forgetful{seen: map[string]time.Time{}, now: func() time.Time { return now() }}
+			a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
+				switch n {
+				case 1: // charged, the answer lost
+					f.charge(a, discardWriter{}, key, ref)
+					panic(http.ErrAbortHandler)
+				case 2:
+					tc.wait(w)
+				default:
+					f.charge(a, w, key, ref)
+				}
+			})
+			c, clk := ledgerClient(t, a, func(cfg *Config) {
+				cfg.KeyStatusURL = "" // resent while younger than KeyTTL, never after
+				cfg.Policy = Policy{MaxAttempts: 1}
+			})
+			now = clk.Now
+			op := payment(1, "order-ttl", WithIntent("order-ttl"))
+			_, err := c.Do(context.Background(), op)
+			require.ErrorIs(t, err, ErrOutcomeUnknown)
+
+			clk.Advance(DefaultKeyTTL - 10*time.Second) // inside KeyTTL: a resend is allowed
+			_, err = c.Do(context.Background(), op, CallMaxAttempts(3))
+			require.ErrorIs(t, err, ErrKeyExpired)
+			assert.Equal(t, 1, a.charges("order-ttl"), "resent past KeyTTL and charged again")
+			assert.EqualValues(t, 2, a.posts.Load(), "the resend before KeyTTL, none after")
+		})
+	}
+}
