@@ -147,8 +147,11 @@ type Config struct {
 	Owner string
 	// LeaseTTL is how long a claim on a record lasts without renewal. A call creates its
 	// record already claimed (no extra write before the first byte), renews the lease every
-	// LeaseTTL/3 while it runs and before every resend, and releases it when it ends with the
-	// record still pending. Another instance waits for a live lease and takes over the record
+	// LeaseTTL/3 while it runs and before every resend. When it ends with the record still
+	// pending it keeps the lease for the wait the server asked (Retry-After) or the policy's
+	// backoff, at most LeaseTTL, so that no reclaim pass resends it sooner (released at once
+	// if the caller canceled or its deadline passed; this client's own Do or Recover takes it
+	// at once). Another instance waits for a live lease and takes over the record
 	// once it has expired, so a crashed instance's calls are continued after at most LeaseTTL.
 	// It must be longer than Policy.AttemptTimeout (ErrInvalidConfig otherwise), so that an
 	// attempt never outlives the lease it was sent under. Default DefaultLeaseTTL (30 s).

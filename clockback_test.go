@@ -103,8 +103,14 @@ func TestFleetSkewWithinTheBoundIsNoClockStep(t *testing.T) {
 				return c
 			}
 			ca, cb := mk(clkA, "instance-a"), mk(clkB, "instance-b")
-			_, err := ca.Do(context.Background(), payment(1, "order-s", WithIntent("order-s")))
+			op := payment(1, "order-s", WithIntent("order-s"))
+			_, err := ca.Do(context.Background(), op)
 			require.ErrorIs(t, err, ErrExhausted) // a 503: nothing executed, the record pending
+			// a holds its lease for the backoff (holdAfter), which b would wait out on its
+			// own fake clock, closing the gap under test: release it, as at a's exit.
+			held, err := store.Get(context.Background(), "", op.Key())
+			require.NoError(t, err)
+			require.NoError(t, store.Release(context.Background(), "", op.Key(), "instance-a", held.Fence))
 			down.Store(false)
 			_, err = cb.Do(context.Background(), payment(1, "order-s", WithIntent("order-s")))
 			if tc.wantExpired {

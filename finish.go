@@ -121,8 +121,9 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		}
 	} else if rec.State == keystore.StatePending && !cl.lease.keep {
 		// Ordered after the final write (a deferred write is committed with or before the
-		// release), and fenced like it: another instance may now reclaim the record at once.
-		cl.release(cl.detached())
+		// release), and fenced like it: another instance may reclaim the record once the
+		// hold ends (holdAfter), at once when there is none.
+		cl.c.releaseOrHold(cl.detached(), rec, cl.lease.fence, cl.c.holdAfter(cl.stop, rec.Attempts))
 	} else if cl.result != nil && cl.result.Source == SourceLookup {
 		cl.c.onResolved(rec, true, true) // once the verdict is written, as businessLookup does
 	}

@@ -380,3 +380,49 @@ func (c *Client) leaseFor(rec *keystore.Record) keystore.Lease {
 	}
 	return l
 }
+
+// holdAfter is how long a record a call left pending stays leased to this client after the
+// call, instead of being released at once: the wait the server asked for (Retry-After), or
+// the policy's backoff for the record's attempts so far, at most LeaseTTL; 0 when the caller
+// gave up (canceled, or its deadline passed without a Retry-After), so that another instance
+// may go on at once. Released at once, a record a call gave up on (an API down or
+// throttling) was taken again by the next reclaim pass of any instance, every
+// ReclaimInterval, whatever the server had asked: a fleet hammered an API that asked it to
+// wait an hour. A Do or Recover of this client still takes its own held record at once;
+// other instances wait for the hold like for any lease.
+func (c *Client) holdAfter(stop error, attempts int) time.Duration {
+	var e *OperationError
+	if !errors.As(stop, &e) {
+		return 0
+	}
+	var d time.Duration
+	switch {
+	case e.RetryAfter > 0:
+		d = e.RetryAfter
+	case e.Kind == ErrCanceled || e.Kind == ErrDeadline || e.Kind == ErrLeaseLost:
+		return 0
+	default:
+		p := c.policy
+		d = p.InitialDelay
+		for i := 1; i < attempts && d < p.MaxDelay; i++ {
+			d = time.Duration(float64(d) * p.Multiplier)
+		}
+		d = min(d, p.MaxDelay)
+	}
+	return min(d, c.cfg.LeaseTTL)
+}
+
+// releaseOrHold ends this client's lease on rec (at fence) after a call left it pending:
+// released when hold is 0, else kept until now+hold (see holdAfter). Fenced: another
+// instance may have taken the record already.
+func (c *Client) releaseOrHold(ctx context.Context, rec *keystore.Record, fence int64, hold time.Duration) {
+	var err error
+	if hold > 0 {
+		err = c.store.Renew(ctx, rec.Scope, rec.Key, c.cfg.Owner, fence, c.cfg.Now().Add(hold))
+	} else {
+		err = c.store.Release(ctx, rec.Scope, rec.Key, c.cfg.Owner, fence)
+	}
+	if err != nil && !errors.Is(err, keystore.ErrFenced) {
+		c.warn("ending the lease of a pending record", rec, err)
+	}
+}

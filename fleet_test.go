@@ -220,7 +220,7 @@ func TestExclusiveStoreTakesDeadProcessLease(t *testing.T) {
 
 // TestPendingEndReleasesLease: a call that ends with the record pending (retries
 // exhausted) releases its lease, so another instance may reclaim it at once.
-func TestPendingEndReleasesLease(t *testing.T) {
+func TestPendingEndHoldsTheLeaseForTheBackoff(t *testing.T) {
 	store := &countingStore{Store: openBolt(t)}
 	e := newEnv(t, idemtest.Config{RetryAfter: -1}, func(c *Config) {
 		c.Store = store
@@ -233,14 +233,28 @@ func TestPendingEndReleasesLease(t *testing.T) {
 	rec, err := store.Get(context.Background(), "", op.Key())
 	require.NoError(t, err)
 	assert.Equal(t, keystore.StatePending, rec.State)
-	assert.Equal(t, "", rec.Owner, "released")
-	assert.True(t, rec.LeaseUntil.IsZero())
+	// Kept for the policy's backoff after two attempts (100 ms, then 200 ms), not released:
+	// another instance's reclaimer must not resend it at once.
+	assert.Equal(t, e.c.cfg.Owner, rec.Owner, "held")
+	assert.True(t, e.clock.Now().Add(2*DefaultInitialDelay).Equal(rec.LeaseUntil), "lease until %s", rec.LeaseUntil)
 	assert.Equal(t, int64(1), rec.Fence)
-	assert.True(t, rec.NotExecuted, "the deferred final write was committed before the release")
+	assert.True(t, rec.NotExecuted, "the deferred final write was committed before the hold")
 	assert.Equal(t, 2, rec.Attempts)
 	calls := store.snapshot()
-	assert.Equal(t, 1, calls["Renew"], "one renewal, before the resend")
-	assert.Equal(t, 1, calls["Release"])
+	assert.Equal(t, 2, calls["Renew"], "one renewal before the resend, one for the hold")
+	assert.Equal(t, 0, calls["Release"])
+
+	// The caller canceled: released at once, another instance may go on.
+	e.srv.Script(idemtest.Fault503)
+	ctx, cancel := context.WithCancel(context.Background())
+	e.c.cfg.Hooks.OnRetry = func(RetryEvent) { cancel() }
+	op2 := payment(101, "ref-13")
+	_, err = e.c.Do(ctx, op2)
+	require.ErrorIs(t, err, ErrCanceled)
+	rec, err = store.Get(context.Background(), "", op2.Key())
+	require.NoError(t, err)
+	assert.Equal(t, "", rec.Owner, "released")
+	assert.True(t, rec.LeaseUntil.IsZero())
 }
 
 // TestReclaimer: with ReclaimInterval set, a running client takes over a dead instance's

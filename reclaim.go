@@ -22,6 +22,7 @@ type scopedKey struct{ scope, key string }
 type heldLease struct {
 	scope, key string
 	fence      int64
+	hold       time.Duration // kept this long after the pass (holdAfter), released if 0
 }
 
 // reclaimAhead is how many claimed records per worker a reclaim pass may hold before a
@@ -44,9 +45,9 @@ func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Recon
 		mu   sync.Mutex
 		held []heldLease
 	)
-	hold := func(rec *keystore.Record) {
+	hold := func(rec *keystore.Record, d time.Duration) {
 		mu.Lock()
-		held = append(held, heldLease{rec.Scope, rec.Key, rec.Fence})
+		held = append(held, heldLease{scope: rec.Scope, key: rec.Key, fence: rec.Fence, hold: d})
 		mu.Unlock()
 	}
 	work := make(chan *keystore.Record, workers*reclaimAhead)
@@ -59,13 +60,17 @@ func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Recon
 				default:
 				}
 				if ctx.Err() != nil { // never started: released at the end, untouched
-					hold(rec)
+					hold(rec, 0)
 					continue
 				}
 				g.run(func() {
 					r, ran, pending := c.reclaimOne(ctx, s, rec)
 					if pending {
-						hold(rec)
+						d := time.Duration(0)
+						if ran && r.Record != nil {
+							d = c.holdAfter(r.Err, r.Record.Attempts)
+						}
+						hold(rec, d)
 					}
 					out(r, ran)
 				})
@@ -76,10 +81,7 @@ func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Recon
 		close(work)
 		wg.Wait()
 		for _, h := range held { // fenced: another instance took it after our lease expired
-			err := c.store.Release(context.WithoutCancel(ctx), h.scope, h.key, c.cfg.Owner, h.fence)
-			if err != nil && !errors.Is(err, keystore.ErrFenced) {
-				c.warnf("releasing a reclaimed record", fmt.Errorf("key %q: %w", h.key, err))
-			}
+			c.releaseOrHold(context.WithoutCancel(ctx), &keystore.Record{Scope: h.scope, Key: h.key}, h.fence, h.hold)
 		}
 	}()
 	for ctx.Err() == nil {
@@ -106,7 +108,7 @@ func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Recon
 		for _, rec := range recs {
 			name := scopedKey{rec.Scope, rec.Key}
 			if claimed[name] { // handled in this pass and its lease ran out: hold, do not resend
-				hold(rec)
+				hold(rec, 0)
 				continue
 			}
 			claimed[name] = true
