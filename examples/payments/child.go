@@ -76,19 +76,16 @@ func childMain(raw string, stdout, stderr io.Writer) int {
 	ctx := context.Background()
 	// Recover first: records a killed process left pending are reconciled (status endpoint,
 	// then a resend with the same key only if the server never saw it) before new sends.
-	// The handler is where an application would mark its order paid or failed; here it
-	// counts the records brought to a final state.
-	var recovered atomic.Int64
-	rep, err := client.Recover(ctx, func(r idem.Reconciled) {
-		if r.Err == nil || final(r.Err) {
-			recovered.Add(1)
-		}
-	})
+	// An application would pass a handler that marks its orders paid or failed; here the
+	// senders below learn each payment's outcome from Do (answered from the keystore).
+	rep, err := client.Recover(ctx, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "child %d: recover: %v\n", cfg.Gen, err)
 		return 1
 	}
-	em.emit(event{T: "recover", Report: &rep, Recovered: int(recovered.Load())})
+	// Of the pending records it found, those now final or manual (not the manual records a
+	// lookup settled, which were never pending: rep.Resolved).
+	em.emit(event{T: "recover", Report: &rep, Recovered: rep.Succeeded + rep.Failed + rep.Manual})
 	em.emit(event{T: "sending"})
 
 	s := &sender{client: client, em: em}

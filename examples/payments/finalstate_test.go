@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keystore"
+)
+
+// A child's lookup of a stored 5xx was inconclusive (the 150 ms search timed out under
+// load); nothing was pending at the end, so the final reconciliation never ran Recover, the
+// lookup was never asked again, and the run reported the payment as needing reconciliation
+// and exited 1 though the search would now find the charge (adversarial run). The final
+// reconciliation runs Recover at least once.
+func TestFinalStateAsksTheLookupAboutManualRecords(t *testing.T) {
+	srv := idemtest.NewServer(idemtest.Config{})
+	defer srv.Close()
+	spec := storeSpec{Path: filepath.Join(t.TempDir(), "keys.db")}
+	ctx := context.Background()
+
+	// The payment is charged; its key is manual (a stored 500) with no verdict yet.
+	body := []byte(`{"amount":100,"currency":"EUR","customer":"cus_1","reference":"pay-1"}`)
+	op := idem.NewOperation(http.MethodPost, paymentsPath, body, idem.WithIntent("pay-1"))
+	req, err := http.NewRequest(http.MethodPost, srv.URL+paymentsPath, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", op.Key())
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+
+	st, closeStore, err := spec.open(ctx)
+	require.NoError(t, err)
+	now := time.Now()
+	require.NoError(t, st.Create(ctx, &keystore.Record{Scope: tenant, Key: op.Key(), Intent: "pay-1",
+		Fingerprint: idem.Fingerprint(http.MethodPost, srv.URL+paymentsPath, body), State: keystore.StateManual,
+		Reason: idem.ReasonStoredServerError, LastStatusCode: 500, CreatedAt: now, UpdatedAt: now,
+		Request: keystore.Request{Method: http.MethodPost, URL: paymentsPath, Body: body}}))
+	closeStore()
+
+	recs, _, _, err := finalState(ctx, spec, srv.URL, "/v1/payments/operations/{key}", "/v1/payments?reference={reference}", 4)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	assert.Equal(t, keystore.StateSucceeded, recs[0].State, "the final reconciliation never asked the lookup")
+}
