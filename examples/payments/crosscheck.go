@@ -41,8 +41,10 @@ type verdict struct {
 }
 
 // finalState opens the keystore after the last child, reconciles anything still pending
-// (a last Recover, as an operator would) and returns every record, with what it did.
-func finalState(ctx context.Context, spec storeSpec, baseURL, statusPath, lookupPath string, concurrency int) ([]*keystore.Record, idem.Stats, idem.RecoverReport, error) {
+// (a last Recover, as an operator would; at least one, for the manual records a lookup may
+// settle now), pays under a new intent what the lookup found never charged, as the children
+// do, and returns every record, with what it did.
+func finalState(ctx context.Context, spec storeSpec, payments []payment, baseURL, statusPath, lookupPath string, concurrency int) ([]*keystore.Record, idem.Stats, idem.RecoverReport, error) {
 	var total idem.RecoverReport
 	store, closeStore, err := spec.open(ctx)
 	if err != nil {
@@ -93,7 +95,40 @@ func finalState(ctx context.Context, spec storeSpec, baseURL, statusPath, lookup
 		time.Sleep(200 * time.Millisecond) // a slow request may still hold its key
 	}
 	recs, err := store.List(ctx)
-	return recs, client.Stats(), total, err
+	if err != nil {
+		return nil, client.Stats(), total, err
+	}
+	// A stored 5xx that this reconciliation settled as not executed (the lookup found no
+	// charge) left its payment unpaid: the children would have paid it under a new intent,
+	// and so does this one, as any application must. Without it the run counted a valid
+	// payment never made among the 4xx failures, and exited 0 (adversarial run).
+	if unpaid := unpaidAfterLookup(payments, recs); len(unpaid) > 0 {
+		s := &sender{client: client, em: &emitter{w: io.Discard}}
+		for _, p := range unpaid {
+			s.pay(ctx, p)
+		}
+		if recs, err = store.List(ctx); err != nil {
+			return nil, client.Stats(), total, err
+		}
+	}
+	return recs, client.Stats(), total, nil
+}
+
+// unpaidAfterLookup returns the valid payments whose last intent the lookup settled as not
+// executed, with tries left for a new intent.
+func unpaidAfterLookup(payments []payment, recs []*keystore.Record) []payment {
+	var out []payment
+	groups := byPayment(recs)
+	for _, p := range payments {
+		rs := groups[p.Index]
+		if p.Invalid || len(rs) == 0 || len(rs) >= maxTries {
+			continue
+		}
+		if last := rs[len(rs)-1]; last.State == keystore.StateFailed && last.Reason == idem.ReasonNotExecuted {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // allUnanswered reports whether every record is known not executed and the API never

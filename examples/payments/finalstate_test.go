@@ -48,8 +48,39 @@ func TestFinalStateAsksTheLookupAboutManualRecords(t *testing.T) {
 		Request: keystore.Request{Method: http.MethodPost, URL: paymentsPath, Body: body}}))
 	closeStore()
 
-	recs, _, _, err := finalState(ctx, spec, srv.URL, "/v1/payments/operations/{key}", "/v1/payments?reference={reference}", 4)
+	recs, _, _, err := finalState(ctx, spec, nil, srv.URL, "/v1/payments/operations/{key}", "/v1/payments?reference={reference}", 4)
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	assert.Equal(t, keystore.StateSucceeded, recs[0].State, "the final reconciliation never asked the lookup")
+}
+
+// A stored 500 without a charge, settled as not executed by the final reconciliation's
+// lookup, left its payment unpaid: counted among the 4xx failures, the run exiting 0
+// (adversarial run). The final reconciliation pays it under a new intent, as a child would:
+// one charge for the reference, the last record succeeded.
+func TestFinalStatePaysWhatTheLookupFoundUnpaid(t *testing.T) {
+	srv := idemtest.NewServer(idemtest.Config{})
+	defer srv.Close()
+	spec := storeSpec{Path: filepath.Join(t.TempDir(), "keys.db")}
+	ctx := context.Background()
+	p := payment{Index: 7, Amount: 1250, Currency: "EUR", Customer: "cus_1"}
+
+	// A child without a usable lookup: the stored 500 leaves the record manual.
+	srv.Script(idemtest.FaultStored500) // executed as a failure: a 500 stored, nothing charged
+	st, closeStore, err := spec.open(ctx)
+	require.NoError(t, err)
+	child, err := newClient(srv.URL, "/v1/payments/operations/{key}", "", st, 4, false)
+	require.NoError(t, err)
+	_, err = child.Do(ctx, idem.NewOperation(http.MethodPost, paymentsPath, p.body(), idem.WithIntent(intentName(p.Index, 1))))
+	require.ErrorIs(t, err, idem.ErrStoredServerError)
+	require.NoError(t, child.Close())
+	closeStore()
+
+	recs, _, _, err := finalState(ctx, spec, []payment{p}, srv.URL, "/v1/payments/operations/{key}", "/v1/payments?reference={reference}", 4)
+	require.NoError(t, err)
+	rs := byPayment(recs)[p.Index]
+	require.Len(t, rs, 2, "a new intent")
+	assert.Equal(t, idem.ReasonNotExecuted, rs[0].Reason)
+	assert.Equal(t, keystore.StateSucceeded, rs[1].State)
+	assert.Equal(t, 1, srv.Handler.ExecutionsByReference(p.ref()))
 }

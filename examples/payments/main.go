@@ -216,7 +216,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "payments:", msg)
 	}
 
-	recs, parentStats, rep, err := finalState(ctx, spec, baseURL, o.statusPath, o.lookupPath, o.concurrency)
+	recs, parentStats, rep, err := finalState(ctx, spec, payments, baseURL, o.statusPath, o.lookupPath, o.concurrency)
 	if err != nil {
 		fmt.Fprintln(stderr, "payments: final reconciliation:", err)
 		return 1
