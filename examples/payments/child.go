@@ -11,7 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/keystore"
 )
 
 // childEnv carries the child's configuration (JSON) from the parent. Its presence is what
@@ -57,7 +60,14 @@ func childMain(raw string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "child: bad %s: %v\n", childEnv, err)
 		return 2
 	}
-	store, closeStore, err := cfg.Store.open(context.Background())
+	var (
+		store      keystore.Store
+		closeStore func()
+	)
+	err := startupRetry(cfg.Store, func() (err error) {
+		store, closeStore, err = cfg.Store.open(context.Background())
+		return err
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "child %d: %v\n", cfg.Gen, err)
 		return 1
@@ -78,7 +88,11 @@ func childMain(raw string, stdout, stderr io.Writer) int {
 	// then a resend with the same key only if the server never saw it) before new sends.
 	// An application would pass a handler that marks its orders paid or failed; here the
 	// senders below learn each payment's outcome from Do (answered from the keystore).
-	rep, err := client.Recover(ctx, nil)
+	var rep idem.RecoverReport
+	err = startupRetry(cfg.Store, func() (err error) {
+		rep, err = client.Recover(ctx, nil)
+		return err
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "child %d: recover: %v\n", cfg.Gen, err)
 		return 1
@@ -230,4 +244,18 @@ func paymentID(body []byte) string {
 	}
 	_ = json.Unmarshal(body, &v)
 	return v.ID
+}
+
+// startupRetry runs f, and with a PostgreSQL keystore runs it again for up to 30 s while it
+// fails: a sender restarted during a database blip (a restart, its sessions terminated)
+// aborted the whole run, which then dropped its schema and the pending records with it
+// (adversarial run). Opening the store and Recover are safe to repeat. A bbolt file's
+// errors (damaged, locked by a live process) do not pass with time: f runs once.
+func startupRetry(spec storeSpec, f func() error) error {
+	if !spec.fleet() {
+		return f()
+	}
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(30*time.Second))
+	return backoff.Retry(f, b)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -83,4 +84,24 @@ func TestFinalStatePaysWhatTheLookupFoundUnpaid(t *testing.T) {
 	assert.Equal(t, idem.ReasonNotExecuted, rs[0].Reason)
 	assert.Equal(t, keystore.StateSucceeded, rs[1].State)
 	assert.Equal(t, 1, srv.Handler.ExecutionsByReference(p.ref()))
+}
+
+// A sender restarted during a PostgreSQL blip failed to open the store or to Recover and
+// aborted the whole run (adversarial run): with a PostgreSQL keystore both are tried again
+// while they fail; a bbolt file's errors do not pass with time, so they are tried once.
+func TestStartupRetry(t *testing.T) {
+	failTwice := func(calls *int) func() error {
+		return func() error {
+			*calls++
+			if *calls <= 2 {
+				return errors.New("connection reset by peer")
+			}
+			return nil
+		}
+	}
+	var pg, bolt int
+	require.NoError(t, startupRetry(storeSpec{DSN: "postgres://x"}, failTwice(&pg)))
+	assert.Equal(t, 3, pg)
+	require.Error(t, startupRetry(storeSpec{Path: "keys.db"}, failTwice(&bolt)))
+	assert.Equal(t, 1, bolt)
 }

@@ -3,6 +3,7 @@ module github.com/idemkit/idem/examples/payments
 go 1.26.0
 
 require (
+	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/idemkit/idem v0.1.0
 	github.com/idemkit/idem/keystore/pgstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -10,7 +11,6 @@ require (
 )
 
 require (
-	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/hashicorp/go-retryablehttp v0.7.8 // indirect
