@@ -298,7 +298,10 @@ func prepareStore(path string) (string, func(), error) {
 		}
 		return filepath.Join(dir, "keys.db"), func() { os.RemoveAll(dir) }, nil
 	}
-	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+	// Opened here, created if missing: a file that cannot be (a read-only folder, an empty or
+	// damaged file) is a keystore that cannot be prepared (exit 2), not a child failing
+	// mid-run (exit 1).
+	{
 		st, err := boltstore.Open(path, nil)
 		if err != nil {
 			return "", nil, err
