@@ -30,6 +30,7 @@ type claim struct {
 	sem       chan struct{} // the connection's turn, one at a time: claim methods (take) and the handler's statements (handlerTx)
 	txN       uint64        // the transactions begun for the handler (a checkpoint begins the next)
 	open      atomic.Uint64 // txN of the one the handler's Tx may run statements in, 0 once it ended
+	stuck     atomic.Bool   // take gave up waiting for a holder that ignored its closed socket
 	lock      int64         // lockID(scope), held at session level while pc is not nil
 	xid       string        // the claim's transaction (pg_current_xact_id): another one on pc is the handler's
 	checked   bool          // RollsBack asked the connection which transaction is open
@@ -120,21 +121,35 @@ func (c *claim) end(ctx context.Context) {
 // still running after http.TimeoutHandler answered) finishes first, in the claim's
 // transaction, and none runs after (handlerTx). One still running after releaseTimeout is
 // cancelled and its socket closed (as pgx does when a query's context ends): it fails, and so
-// does the claim, which closing rolls back; the server then drops the key's lock.
-func (c *claim) take(end bool) {
+// does the claim, which closing rolls back; the server then drops the key's lock. If its
+// holder still does not let go (a CopyFrom whose source is stuck in the application's code),
+// the claim gives the connection up a second later, and so do its later methods (held
+// false): they send nothing (the closed connection rolled the transaction back), and the
+// connection goes back to the pool, to be destroyed, once the holder returns.
+// With end, the handler's use is ended again once the turn is held: a Checkpoint that held it
+// meanwhile opened the next phase.
+func (c *claim) take(end bool) (held bool) {
 	if end {
 		c.open.Store(0)
+		defer func() {
+			if held {
+				c.open.Store(0)
+			}
+		}()
+	}
+	if c.stuck.Load() { // an earlier method gave up on the holder: it is stuck still
+		return false
 	}
 	select {
 	case c.sem <- struct{}{}:
-		return
+		return true
 	default:
 	}
 	t := time.NewTimer(releaseTimeout)
 	defer t.Stop()
 	select {
 	case c.sem <- struct{}{}:
-		return
+		return true
 	case <-t.C:
 	}
 	pg := c.conn.PgConn() // c.conn, not c.pc: the holder may be changing c.pc
@@ -142,10 +157,36 @@ func (c *claim) take(end bool) {
 	_ = pg.CancelRequest(ctx) // both safe beside the statement's goroutine
 	cancel()
 	_ = pg.Conn().Close()
-	c.sem <- struct{}{}
+	t.Reset(releaseTimeout / 5) // a statement on a closed socket fails at once
+	select {
+	case c.sem <- struct{}{}:
+		return true
+	case <-t.C:
+		c.stuck.Store(true)
+		go func() { // once the holder lets go, the closed connection goes back to be destroyed
+			c.sem <- struct{}{}
+			if c.pc != nil {
+				c.pc.Release()
+				c.pc = nil
+			}
+			c.tx = nil
+			<-c.sem
+		}()
+		return false
+	}
 }
 
-func (c *claim) give() { <-c.sem }
+// errAbandoned is a claim method's error once its connection was closed under a statement
+// that would not stop (take): the claim's transaction is rolled back, and nothing more is
+// sent on that connection.
+var errAbandoned = errors.New("the claim's connection was closed under a handler's statement that did not stop within the release timeout; its transaction is rolled back")
+
+// give ends a claim method's turn on the connection, if take gave it one.
+func (c *claim) give(held bool) {
+	if held {
+		<-c.sem
+	}
+}
 
 // releaseTimeout bounds the statements that give a claim's connection back (time.Duration).
 const releaseTimeout = 5 * time.Second
@@ -170,8 +211,11 @@ func releaseConn(ctx context.Context, pc *pgxpool.Conn, lock int64) {
 // Checkpoint commits the phase (the handler's writes and the recovery point) and opens the
 // next phase's transaction on the same connection, under the same advisory lock.
 func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lease time.Duration) error {
-	c.take(true) // the handler asks Tx again for the next phase's
-	defer c.give()
+	held := c.take(true) // the handler asks Tx again for the next phase's
+	defer c.give(held)
+	if !held {
+		return fmt.Errorf("pgserver: checkpoint: %w", errAbandoned)
+	}
 	if c.tx == nil {
 		return idemserver.ErrNotOwner
 	}
@@ -228,8 +272,11 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 // round trip (the transaction check, the UPDATE, SET LOCAL synchronous_commit, COMMIT and the
 // session-level unlock pipelined).
 func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
-	c.take(true)
-	defer c.give()
+	held := c.take(true)
+	defer c.give(held)
+	if !held {
+		return fmt.Errorf("pgserver: complete: %w", errAbandoned)
+	}
 	if c.ended {
 		if c.refuse {
 			c.refuse = false
@@ -315,8 +362,11 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 // ended the claim's and begun another. If it cannot be asked (an aborted transaction, a
 // lost connection), the claim's own is assumed, as the connection's status says.
 func (c *claim) RollsBack() bool {
-	c.take(false)
-	defer c.give()
+	held := c.take(false)
+	defer c.give(held)
+	if !held {
+		return true // the closed connection rolled the transaction back
+	}
 	if c.ended {
 		return false
 	}
@@ -443,8 +493,11 @@ func (c *claim) storeEnded(ctx context.Context, tx pgx.Tx, lockHeld bool, status
 // Release rolls back: the claim (and the handler's writes of this phase) vanish; a row a
 // checkpoint committed stays processing until its lease passes.
 func (c *claim) Release(ctx context.Context) error {
-	c.take(true)
-	defer c.give()
+	held := c.take(true)
+	defer c.give(held)
+	if !held {
+		return nil // the closed connection rolled the transaction back
+	}
 	if c.tx == nil {
 		c.end(ctx)
 		return idemserver.ErrNotOwner

@@ -46,7 +46,7 @@ func (h *handlerTx) take() (pgx.Tx, error) {
 		}
 		return nil, errTxBusy
 	}
-	if c.open.Load() != h.id {
+	if c.open.Load() != h.id || c.tx == nil { // c.tx is read under the turn: nil once ended
 		<-c.sem
 		return nil, errClaimEnded
 	}
