@@ -155,27 +155,7 @@ func TestRoutePatternFingerprintsThePath(t *testing.T) {
 // {dir}/{name}: the second route replayed the first's answer (adversarial run). A path
 // escaped otherwise than by default is fingerprinted as sent: 422, never a replay.
 func TestEscapedSlashIsNotTheSamePath(t *testing.T) {
-	mw, err := idemserver.New(idemserver.Config{Backend: idemserver.NewMemory(),
-		Tenant: func(*http.Request) (string, error) { return "acct_1", nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var execs atomic.Int64
-	mux := http.NewServeMux()
-	for _, pattern := range []string{"POST /v1/files/{name}", "POST /v1/files/{dir}/{name}"} {
-		mux.Handle(pattern, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			execs.Add(1)
-			w.WriteHeader(http.StatusCreated)
-			_, _ = w.Write([]byte(`{"route":"` + r.Pattern + `"}`))
-		})))
-	}
-	post := func(target, key string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(`{}`))
-		req.Header.Set("Idempotency-Key", key)
-		rec := httptest.NewRecorder()
-		mux.ServeHTTP(rec, req)
-		return rec
-	}
+	post, execs := routed(t, "POST /v1/files/{name}", "POST /v1/files/{dir}/{name}")
 	if rec := post("/v1/files/a%2Fb", "k1"); rec.Code != http.StatusCreated {
 		t.Fatalf("a%%2Fb: %d %s", rec.Code, rec.Body)
 	}
@@ -185,7 +165,7 @@ func TestEscapedSlashIsNotTheSamePath(t *testing.T) {
 	if rec := post("/v1/files/a%2Fb", "k1"); rec.Header().Get(idemserver.ReplayedHeader) != "true" {
 		t.Fatalf("a%%2Fb again: %d, not a replay", rec.Code)
 	}
-	if n := execs.Load(); n != 1 {
+	if n := execs(); n != 1 {
 		t.Fatalf("executed %d times, want 1", n)
 	}
 	// What the fingerprint covers: a plain path, or one escaped as by default, adds nothing
@@ -217,27 +197,7 @@ func TestEscapedSlashIsNotTheSamePath(t *testing.T) {
 // fingerprint: b's request replayed a's answer (adversarial run). When the pattern that
 // matched names a host, the host is fingerprinted: 422.
 func TestHostRoutedRequestsAreNotOneRequest(t *testing.T) {
-	mw, err := idemserver.New(idemserver.Config{Backend: idemserver.NewMemory(),
-		Tenant: func(*http.Request) (string, error) { return "acct_1", nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var execs atomic.Int64
-	mux := http.NewServeMux()
-	for _, pattern := range []string{"POST a.example/v1/orders", "POST b.example/v1/orders", "POST /v1/plain"} {
-		mux.Handle(pattern, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			execs.Add(1)
-			w.WriteHeader(http.StatusCreated)
-			_, _ = w.Write([]byte(`{"route":"` + r.Pattern + `"}`))
-		})))
-	}
-	post := func(target, key string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(`{"item":1}`))
-		req.Header.Set("Idempotency-Key", key)
-		rec := httptest.NewRecorder()
-		mux.ServeHTTP(rec, req)
-		return rec
-	}
+	post, execs := routed(t, "POST a.example/v1/orders", "POST b.example/v1/orders", "POST /v1/plain")
 	if rec := post("http://a.example/v1/orders", "k1"); rec.Code != http.StatusCreated {
 		t.Fatalf("a.example: %d %s", rec.Code, rec.Body)
 	}
@@ -254,7 +214,35 @@ func TestHostRoutedRequestsAreNotOneRequest(t *testing.T) {
 	if rec := post("http://b.example/v1/plain", "k2"); rec.Header().Get(idemserver.ReplayedHeader) != "true" {
 		t.Fatalf("plain route on another host: %d, not a replay", rec.Code)
 	}
-	if n := execs.Load(); n != 2 {
+	if n := execs(); n != 2 {
 		t.Fatalf("executed %d times, want 2", n)
 	}
+}
+
+// routed serves patterns on a ServeMux, each through one middleware (Memory backend, one
+// tenant, the default Operation) around a handler that answers 201 with the pattern, and
+// returns a poster (a POST with key) and the count of executions.
+func routed(t *testing.T, patterns ...string) (post func(target, key string) *httptest.ResponseRecorder, execs func() int64) {
+	mw, err := idemserver.New(idemserver.Config{Backend: idemserver.NewMemory(),
+		Tenant: func(*http.Request) (string, error) { return "acct_1", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	mux := http.NewServeMux()
+	for _, pattern := range patterns {
+		mux.Handle(pattern, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n.Add(1)
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"route":"` + r.Pattern + `"}`))
+		})))
+	}
+	post = func(target, key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(`{"item":1}`))
+		req.Header.Set("Idempotency-Key", key)
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		return rec
+	}
+	return post, n.Load
 }
