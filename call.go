@@ -40,6 +40,7 @@ type call struct {
 	lookupAfter  bool // a refused resend after an unknown outcome or a "not found" ended the call: Config.Lookup may find the payment (refusal.go)
 	last         *Attempt
 	unknownCause string                // why the outcome became unknown ("; attempt 1 got ..."), for messages
+	unsentBefore bool                  // no request of the key left before this call (resendExpired)
 	delay        time.Duration         // wait before the next attempt, decided in checkRetry
 	spent        int                   // retry-budget tokens this call took
 	lastCode     int                   // status of the last response in this call, 0 if none
@@ -98,6 +99,7 @@ func (cl *call) expBackoff() *backoff.ExponentialBackOff {
 func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 	cl.bind(ctx)
 	cl.startLease(ctx)
+	cl.unsentBefore = !resumed // a record this call created; a resumed one: below
 	defer func() {
 		// Every return has ended the lease (finish); only a panic gets here with it held (a
 		// hook, a KeyStatusFunc, a Classifier of the application's). Left registered, the
@@ -117,6 +119,7 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		cl.expire()
 		return cl.finish(ctx)
 	case resumed && cl.rec.NotExecuted:
+		cl.unsentBefore = cl.rec.Attempts == 0
 		// The last call ended knowing nothing was executed: send without asking, but first
 		// record durably that a send may now happen, so a crash mid-flight is asked about.
 		cl.rec.NotExecuted = false
@@ -361,7 +364,7 @@ func (cl *call) prepareRetry(req *http.Request) error {
 	// resend as new, while an earlier request of it may have executed. Never resend a key
 	// older than KeyTTL that was ever sent, whatever made this resend due (a 503, a 409,
 	// a status check before the wait).
-	if cl.baseAttempts+cl.attempts > 0 && cl.keyExpired() {
+	if cl.baseAttempts+cl.attempts > 0 && cl.resendExpired() {
 		cl.expire()
 		return errStopped
 	}
@@ -420,6 +423,20 @@ func (cl *call) storedServerError(resp *Result, cause error) {
 func (cl *call) keyExpired() bool {
 	age := cl.c.cfg.Now().Sub(cl.rec.CreatedAt)
 	return age > cl.c.cfg.KeyTTL || age < -cl.c.clockBackTolerance()
+}
+
+// resendExpired is keyExpired for a resend after a wait: the server first saw the key at
+// the earliest request of it, so a key no request of which left before this call (a
+// withdrawn or Credentials-refused record sent late, known never sent) is judged from this
+// call's start, and any other from its CreatedAt. A key first sent past KeyTTL went manual
+// at its first 503 otherwise, a payment never executed waiting for a person (adversarial
+// run).
+func (cl *call) resendExpired() bool {
+	if cl.unsentBefore {
+		age := cl.c.cfg.Now().Sub(cl.start)
+		return age > cl.c.cfg.KeyTTL || age < -cl.c.clockBackTolerance()
+	}
+	return cl.keyExpired()
 }
 
 // clockBackTolerance is how far in the future a record's CreatedAt may be before its age

@@ -2,8 +2,10 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,4 +85,40 @@ func TestResendAfterAWaitNeverCrossesKeyTTL(t *testing.T) {
 			assert.EqualValues(t, 2, a.posts.Load(), "the resend before KeyTTL, none after")
 		})
 	}
+}
+
+// A key no request of which left before (Credentials refused the first call) was sent, right
+// as new, past KeyTTL; its first answer was a 503 with Retry-After: 1, and the resend a
+// second later went manual as an expired key, a payment never executed waiting for a person
+// (adversarial run). The server first saw the key at this call's first request: the resend
+// goes out.
+func TestKeyFirstSentPastKeyTTLIsResent(t *testing.T) {
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
+		if n == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		a.charge(w, key, ref)
+	})
+	var refuse atomic.Bool
+	refuse.Store(true)
+	c, clk := ledgerClient(t, a, func(cfg *Config) {
+		cfg.Credentials = func(r *http.Request) error {
+			if refuse.Load() {
+				return errors.New("vault unreachable")
+			}
+			return nil
+		}
+	})
+	op := payment(1, "order-late", WithIntent("order-late"))
+	_, err := c.Do(context.Background(), op)
+	require.ErrorIs(t, err, ErrInvalidOperation)
+	refuse.Store(false)
+	clk.Advance(DefaultKeyTTL + time.Hour)
+	res, err := c.Do(context.Background(), op)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusCreated, res.StatusCode)
+	assert.Equal(t, 1, a.charges("order-late"))
+	assert.EqualValues(t, 2, a.posts.Load())
 }
