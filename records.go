@@ -103,6 +103,10 @@ func conflictAdvice(rec *keystore.Record) string {
 	switch {
 	case revivable(rec):
 		return "that request was withdrawn before it was sent and goes out when its intent is retried: send the intent's own bytes, never pay it under a new intent"
+	case rec.State == keystore.StateFailed && rec.Reason == reasonKeyConflict:
+		// The server's 422: the key is bound there to another payload, whose request may
+		// well be paid. "Refused, not paid" led a newcomer to pay again under a new key.
+		return "the server refused that request because the key is bound there to another payload (ErrKeyConflict): that payload's request may be paid; never pay again under a new intent, find that payment (its intent, the status endpoint or a lookup)"
 	case rec.State == keystore.StateFailed && rec.NotExecuted:
 		return "that request was not executed (ErrNotExecuted): send this one as a new intent"
 	case rec.State == keystore.StateFailed:
