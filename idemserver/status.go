@@ -2,6 +2,7 @@ package idemserver
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 )
@@ -17,10 +18,16 @@ type statusHandler struct {
 	m         *Middleware
 	operation string
 	key       func(r *http.Request) string
+	// defaultKey: key reads the path value "key", then the key header (nil given)
+	defaultKey bool
 }
 
 // KeyStatusHandler returns the status endpoint for operation (as Config.Operation names it,
-// e.g. "POST /v1/payments"), in the convention of idem's client (DecodeKeyStatus):
+// e.g. "POST /v1/payments"), in the convention of idem's client (DecodeKeyStatus). operation
+// must be exactly what Config.Operation returns for the keyed requests, or every key is
+// "not_found": with the default (method and path), one status endpoint serves one literal
+// path; for routes with ids in the path, let Config.Operation return the route pattern
+// (r.Pattern, "POST /v1/accounts/{acct}/payments") and give the same string here. Answers:
 // 200 {"status":"completed","response_status":N,"response_body":B},
 // 202 {"status":"processing"} with Retry-After, 404 {"status":"not_found"}. B is the stored
 // body when it is JSON (compacted and HTML-escaped by encoding/json, so not byte for byte:
@@ -31,15 +38,16 @@ type statusHandler struct {
 // such as "GET /v1/payments/operations/{key}"), else the key header. A missing or invalid key
 // gets 400.
 func (m *Middleware) KeyStatusHandler(operation string, key func(r *http.Request) string) http.Handler {
-	if key == nil {
-		key = func(r *http.Request) string {
-			if k := r.PathValue("key"); k != "" {
-				return k
-			}
-			return r.Header.Get(m.cfg.KeyHeader)
-		}
+	if key != nil {
+		return &statusHandler{m: m, operation: operation, key: key}
 	}
-	return &statusHandler{m: m, operation: operation, key: key}
+	key = func(r *http.Request) string {
+		if k := r.PathValue("key"); k != "" {
+			return k
+		}
+		return r.Header.Get(m.cfg.KeyHeader)
+	}
+	return &statusHandler{m: m, operation: operation, key: key, defaultKey: true}
 }
 
 func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -48,9 +56,14 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.m.problem(w, r, Problem{Type: ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized})
 		return
 	}
-	key, err := ParseKey(h.key(r))
+	raw := h.key(r)
+	key, err := ParseKey(raw)
 	if err != nil {
-		h.m.problem(w, r, Problem{Type: ProblemKeyInvalid, Title: "Invalid Idempotency-Key", Status: http.StatusBadRequest, Detail: err.Error()})
+		detail := err.Error()
+		if raw == "" && h.defaultKey {
+			detail = fmt.Sprintf("no key: the route's path value {key} and the %s header are both empty (name the pattern's wildcard {key}, or give KeyStatusHandler a key function)", h.m.cfg.KeyHeader)
+		}
+		h.m.problem(w, r, Problem{Type: ProblemKeyInvalid, Title: "Invalid Idempotency-Key", Status: http.StatusBadRequest, Detail: detail})
 		return
 	}
 	rec, err := h.m.cfg.Backend.Lookup(r.Context(), Scope{Tenant: tenant, Operation: h.operation, Key: key}, h.m.cfg.Now())

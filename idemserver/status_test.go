@@ -48,3 +48,21 @@ func TestStatusBodies(t *testing.T) {
 		t.Errorf("no key: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// A status route whose wildcard is not named {key} answered 400 "invalid idempotency key:
+// empty", not saying where the key was looked for (newcomer run). The detail names the path
+// value and the header.
+func TestStatusWithoutAKeySaysWhereItLooked(t *testing.T) {
+	mw, err := idemserver.New(idemserver.Config{Backend: idemserver.NewMemory(),
+		Tenant: func(*http.Request) (string, error) { return "acct_1", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/payments/operations/{k}", mw.KeyStatusHandler("POST /v1/payments", nil))
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/payments/operations/k1", nil))
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "path value {key} and the Idempotency-Key header are both empty") {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+}
