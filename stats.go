@@ -7,8 +7,8 @@ import "sync/atomic"
 // budget denials should stay near zero in a healthy service.
 type Stats struct {
 	Calls              int64 // Do calls that reached the send stage, plus records Recover ran
-	Succeeded          int64 // calls that ended with a Result
-	Failed             int64 // calls that ended failed (permanent answer or key conflict)
+	Succeeded          int64 // of Calls, those that ended with a Result (a Do answered from the keystore is not a call)
+	Failed             int64 // of Calls, those that ended failed (permanent answer or key conflict)
 	Attempts           int64 // requests sent
 	Retries            int64 // resends scheduled
 	KeyStatusChecks    int64 // status-endpoint asks

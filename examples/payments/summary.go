@@ -196,8 +196,11 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	}
 	if s.Crashes > 0 && s.ServerRequests != nil {
 		fmt.Fprintf(w, "client counters are each child's last report (after every call, and every %s):\n"+
-			"a killed child's last attempts may go unreported, and an attempt counted just before a\n"+
-			"kill may never reach the server, so the server's counts may differ by a few either way.\n", statsEvery)
+			"a killed child's last attempts and calls may go unreported, and an attempt counted just\n"+
+			"before a kill may never reach the server, so the server's counts, and the client's rows\n"+
+			"among themselves (calls that gave up against failures and new intents), may differ by a\n"+
+			"few either way; a payment cut short by a kill is sent again with its key by Recover,\n"+
+			"an invalid one included.\n", statsEvery)
 	}
 	for _, d := range s.DuplicateDetails {
 		fmt.Fprintf(w, "DUPLICATE %s\n", d)
