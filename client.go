@@ -26,7 +26,8 @@ const (
 	// ExpiredKeySettleDelay is how long after the last request of an expired key
 	// (ErrKeyExpired) a business lookup that finds no payment may settle it as not executed:
 	// the server may have forgotten the key, so a request still on its way would execute
-	// after the search. A lookup that finds the payment settles it at once.
+	// after the search. A lookup that finds the payment settles it at once. A constant: the
+	// wait is for a request in flight to land, not a policy to tune.
 	ExpiredKeySettleDelay = time.Minute
 
 	DefaultRecoverConcurrency = 16 // records Recover reconciles at once

@@ -86,8 +86,9 @@ var (
 	// ErrKeyExpired: the outcome is unknown and the key is older than Config.KeyTTL (the
 	// server's retention window), or created later than this clock's now by more than twice
 	// Config.MaxClockSkew (a clock stepped back: its age is unknown), so resending could
-	// execute the intent twice. The record
-	// is marked for manual reconciliation and never resent.
+	// execute the intent twice. The record is marked for manual reconciliation and never
+	// resent: Config.Lookup settles it (a payment found at once; "not executed" only
+	// ExpiredKeySettleDelay after the key's last request), or Client.Resolve.
 	ErrKeyExpired = errors.New("idem: key past the server's retention window; reconcile manually")
 	// ErrCanceled: the caller's context was cancelled or passed its deadline. The record stays
 	// pending; errors.Is(err, context.Canceled) or context.DeadlineExceeded also matches.
