@@ -10,7 +10,9 @@
 //   - a key is scoped by (tenant, operation, key). The tenant comes from Config.Tenant, a
 //     function of the authenticated request (never a client header by default); the
 //     operation is method and route (Config.Operation, default method + " " + path);
-//   - the fingerprint is SHA-256 over method, operation (with "?" and the raw query when the
+//   - the fingerprint is SHA-256 over method, operation (with the escaped path when the
+//     operation is a route pattern or the path has a non-default escape such as %2F, the host
+//     when the ServeMux pattern that matched names one, and "?" and the raw query when the
 //     request has one: the query is not part of the scope) and the canonical body (a body that is
 //     valid JSON is re-encoded with sorted object keys and no whitespace; any other body is
 //     taken byte for byte). The same key with another fingerprint gets 422 with the problem
