@@ -145,7 +145,8 @@ func (c *claim) take(end bool) (held bool) {
 		return true
 	default:
 	}
-	t := time.NewTimer(releaseTimeout)
+	wait := time.Duration(turnTimeout.Load())
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case c.sem <- struct{}{}:
@@ -157,7 +158,7 @@ func (c *claim) take(end bool) (held bool) {
 	_ = pg.CancelRequest(ctx) // both safe beside the statement's goroutine
 	cancel()
 	_ = pg.Conn().Close()
-	t.Reset(releaseTimeout / 5) // a statement on a closed socket fails at once
+	t.Reset(wait / 5) // a statement on a closed socket fails at once
 	select {
 	case c.sem <- struct{}{}:
 		return true
@@ -190,6 +191,11 @@ func (c *claim) give(held bool) {
 
 // releaseTimeout bounds the statements that give a claim's connection back (time.Duration).
 const releaseTimeout = 5 * time.Second
+
+// turnTimeout is how long a claim method waits for a handler's statement to give the
+// connection back before it cancels it (take), in nanoseconds: releaseTimeout, shorter in
+// tests.
+var turnTimeout = func() (v atomic.Int64) { v.Store(int64(releaseTimeout)); return }()
 
 // releaseConn rolls back what is open on pc, drops the session-level advisory lock on lock,
 // and gives pc back to the pool, in one round trip. A connection where that cannot be

@@ -15,9 +15,11 @@ import (
 // application's source is stuck, and every claim method waited for it again (adversarial
 // run). A second after closing it the claim gives the connection up: its methods send
 // nothing more (the closed connection rolled the transaction back), do not wait again, and
-// the connection goes back to the pool to be destroyed once the source returns: 503 after
-// about 6 s, not when the source returns.
+// the connection goes back to the pool to be destroyed once the source returns: 503 after the
+// turn timeout and a fifth of it (5 s and 1 s in production; 0.5 s here), not when the
+// source returns.
 func TestStalledCopyFromCannotHoldTheClaim(t *testing.T) {
+	defer pgserver.SetTurnTimeout(500 * time.Millisecond)() // 5 s in production
 	stall := make(chan struct{})
 	copied := make(chan error, 1)
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

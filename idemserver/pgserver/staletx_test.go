@@ -268,9 +268,7 @@ func TestTimedOutHandlerStopsAtTheClaimsEnd(t *testing.T) {
 // context, no end) does not hold the claim's end forever: after a few seconds it is cancelled
 // and its connection closed, the claim rolls back (503, the key free) and a retry runs once.
 func TestLeftoverStatementCannotHoldTheClaim(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for the release timeout")
-	}
+	defer pgserver.SetTurnTimeout(500 * time.Millisecond)()
 	leftover := make(chan error, 1)
 	var runs atomic.Int32
 	_, post := staleServer(t, map[string]http.Handler{
