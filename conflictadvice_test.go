@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/keystore"
 )
 
 // A request refused with 400 (ErrPermanent) and corrected under the same intent is refused
@@ -58,4 +60,12 @@ func TestKeyConflictAdviceAfterAServer422(t *testing.T) {
 	assert.NotContains(t, err.Error(), "not paid")
 	assert.NotContains(t, err.Error(), "is a new intent")
 	assert.EqualValues(t, 1, a.posts.Load())
+}
+
+// A record a lookup settled as not executed was described as "ErrPermanent: refused, not
+// paid" (its NotExecuted flag is cleared by the verdict): the advice names the verdict.
+func TestKeyConflictAdviceAfterANotExecutedVerdict(t *testing.T) {
+	msg := conflictAdvice(&keystore.Record{State: keystore.StateFailed, Reason: ReasonNotExecuted, LastStatusCode: 500,
+		Note: `lookup: no payment with reference "order-1"`})
+	assert.Equal(t, `that request was settled as not executed (lookup: no payment with reference "order-1"): send this one as a new intent`, msg)
 }

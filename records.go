@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,6 +108,8 @@ func conflictAdvice(rec *keystore.Record) string {
 		// The server's 422: the key is bound there to another payload, whose request may
 		// well be paid. "Refused, not paid" led a newcomer to pay again under a new key.
 		return "the server refused that request because the key is bound there to another payload (ErrKeyConflict): that payload's request may be paid; never pay again under a new intent, find that payment (its intent, the status endpoint or a lookup)"
+	case rec.State == keystore.StateFailed && rec.Reason == ReasonNotExecuted:
+		return fmt.Sprintf("that request was settled as not executed (%s): send this one as a new intent", cmp.Or(rec.Note, "a lookup or a person's verdict"))
 	case rec.State == keystore.StateFailed && rec.NotExecuted:
 		return "that request was not executed (ErrNotExecuted): send this one as a new intent"
 	case rec.State == keystore.StateFailed:
