@@ -205,6 +205,7 @@ type Client struct {
 	purger     purger                // background retention purge (purge.go)
 	reclaimer  reclaimer             // background orphan reclaim (reclaim.go)
 	renewer    renewer               // lease renewal of running calls (fleet.go)
+	holds      holds                 // leases kept on records calls left pending, released by Close (fleet.go)
 	retrier    *retryablehttp.Client // shared by every call (retrier.go)
 	writeClock writeClock            // Do's cached clock check (clockskew.go)
 	owner      ownerHold             // this client's count in liveOwners (owners.go)

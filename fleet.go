@@ -418,11 +418,69 @@ func (c *Client) holdAfter(stop error, attempts int) time.Duration {
 func (c *Client) releaseOrHold(ctx context.Context, rec *keystore.Record, fence int64, hold time.Duration) {
 	var err error
 	if hold > 0 {
-		err = c.store.Renew(ctx, rec.Scope, rec.Key, c.cfg.Owner, fence, c.cfg.Now().Add(hold))
+		until := c.cfg.Now().Add(hold)
+		err = c.store.Renew(ctx, rec.Scope, rec.Key, c.cfg.Owner, fence, until)
+		if err == nil {
+			c.holds.add(scopedKey{rec.Scope, rec.Key}, fence, until, c.cfg.Now())
+		}
 	} else {
 		err = c.store.Release(ctx, rec.Scope, rec.Key, c.cfg.Owner, fence)
 	}
 	if err != nil && !errors.Is(err, keystore.ErrFenced) {
 		c.warn("ending the lease of a pending record", rec, err)
+	}
+}
+
+// holds are the leases a client keeps on records its calls left pending (releaseOrHold),
+// while they last. Close releases them: they pace this process's and the others' reclaim
+// passes, and a process that stops has no reason to keep its successor's start-up Recover
+// (a new Owner) from taking the records at once.
+type holds struct {
+	mu sync.Mutex
+	m  map[scopedKey]heldUntil
+}
+
+type heldUntil struct {
+	fence int64
+	until time.Time
+}
+
+// add records a hold, dropping the ones that have ended once the map has grown.
+func (h *holds) add(k scopedKey, fence int64, until, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = make(map[scopedKey]heldUntil)
+	}
+	if len(h.m) >= 1024 {
+		for k, v := range h.m {
+			if !v.until.After(now) {
+				delete(h.m, k)
+			}
+		}
+	}
+	h.m[k] = heldUntil{fence, until}
+}
+
+// releaseHolds releases the holds still running at Close. Fenced: a record claimed since
+// (by a later call of this client, or another instance) is left as it is.
+func (c *Client) releaseHolds() {
+	h := &c.holds
+	h.mu.Lock()
+	m := h.m
+	h.m = nil
+	h.mu.Unlock()
+	if len(m) == 0 { // a zero Client has no clock either
+		return
+	}
+	now := c.cfg.Now()
+	for k, v := range m {
+		if !v.until.After(now) {
+			continue
+		}
+		err := c.store.Release(context.Background(), k.scope, k.key, c.cfg.Owner, v.fence)
+		if err != nil && !errors.Is(err, keystore.ErrFenced) && !errors.Is(err, keystore.ErrNotPending) {
+			c.warnf("releasing a held lease at Close", fmt.Errorf("key %q: %w", k.key, err))
+		}
 	}
 }

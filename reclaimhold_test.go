@@ -43,3 +43,35 @@ func TestReclaimerWaitsOutTheHold(t *testing.T) {
 	assert.EqualValues(t, 2, a.posts.Load(), "held again after the reclaimed call gave up")
 	assert.EqualValues(t, 1, c.Stats().OrphansReclaimed)
 }
+
+// A restarted process (a new Owner) found its predecessor's held records live and its
+// start-up Recover skipped them until the hold ended (adversarial run; a test that restarted
+// within the hold failed on CI's timing). Close releases the holds still running.
+func TestCloseReleasesTheHolds(t *testing.T) {
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
+		if n == 1 {
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		a.charge(w, key, ref)
+	})
+	store := keystore.NewMemory()
+	c1, clk := ledgerClient(t, a, func(cfg *Config) { cfg.Store = store; cfg.Owner = "proc-1" })
+	op := payment(1, "order-r", WithIntent("order-r"))
+	_, err := c1.Do(context.Background(), op)
+	require.ErrorIs(t, err, ErrRetryAfterTooLong)
+	rec, err := store.Get(context.Background(), "", op.Key())
+	require.NoError(t, err)
+	require.Equal(t, "proc-1", rec.Owner, "held")
+	require.NoError(t, c1.Close())
+
+	c2, err := NewClient(Config{BaseURL: a.srv.URL, KeyStatusURL: statusPath, Now: clk.Now, Sleep: clk.Sleep,
+		Budget: BudgetConfig{Disabled: true}, Store: store, Owner: "proc-2"})
+	require.NoError(t, err)
+	defer c2.Close()
+	rep, err := c2.Recover(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, RecoverReport{Pending: 1, Succeeded: 1}, rep)
+	assert.Equal(t, 1, a.charges("order-r"))
+}

@@ -104,7 +104,9 @@ func TestCredentialsNeverPersistedAndReappliedOnRecover(t *testing.T) {
 	assert.Equal(t, "t1", rec.Request.Header.Get("X-Trace"))
 	assert.Equal(t, "Bearer sk_acme", e.srv.Executions()[0].Tenant)
 
-	// A restarted process: new client on the same store, credentials from the hook.
+	// A restarted process: new client on the same store, credentials from the hook. The
+	// first one closes, releasing the lease it kept on the record for the backoff.
+	require.NoError(t, e.c.Close())
 	srv2 := e.srv // same API
 	c2, err := NewClient(Config{BaseURL: srv2.URL, Store: e.store, KeyStatusURL: statusPath,
 		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", "Bearer sk_acme"); return nil }})
