@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -331,10 +333,7 @@ func (cl *call) stopLeaseLost(cause error) {
 // Recover (or reclaimer) may take it at once instead of after LeaseTTL. A fenced refusal
 // only means someone took it already.
 func (cl *call) release(ctx context.Context) {
-	err := cl.c.store.Release(ctx, cl.rec.Scope, cl.rec.Key, cl.c.cfg.Owner, cl.lease.fence)
-	if err != nil && !errors.Is(err, keystore.ErrFenced) {
-		cl.c.warn("releasing lease", cl.rec, err)
-	}
+	cl.c.releaseOrHold(ctx, cl.rec, cl.lease.fence, 0)
 }
 
 func (c *Client) onClaimLost(cl *call, err error) {
@@ -401,13 +400,15 @@ func (c *Client) holdAfter(stop error, attempts int) time.Duration {
 		d = e.RetryAfter
 	case e.Kind == ErrCanceled || e.Kind == ErrDeadline || e.Kind == ErrLeaseLost:
 		return 0
-	default:
+	default: // the policy's schedule without jitter: a hold is a window, not a retry
 		p := c.policy
-		d = p.InitialDelay
-		for i := 1; i < attempts && d < p.MaxDelay; i++ {
-			d = time.Duration(float64(d) * p.Multiplier)
+		b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(p.InitialDelay),
+			backoff.WithMultiplier(p.Multiplier), backoff.WithRandomizationFactor(0),
+			backoff.WithMaxInterval(p.MaxDelay), backoff.WithMaxElapsedTime(0))
+		d = b.NextBackOff()
+		for i := 1; i < attempts; i++ {
+			d = b.NextBackOff()
 		}
-		d = min(d, p.MaxDelay)
 	}
 	return min(d, c.cfg.LeaseTTL)
 }
