@@ -583,7 +583,7 @@ func (c *Client) settings(opts []CallOption) (callSettings, error) {
 	}
 	// As NewClient checks the client-wide policy: an attempt must not outlive its lease.
 	if s.policy.AttemptTimeout >= c.cfg.LeaseTTL {
-		return s, fmt.Errorf("%w: AttemptTimeout %s for this call is not shorter than Config.LeaseTTL %s: an attempt could outlive the lease and overlap another instance's",
+		return s, fmt.Errorf("%w: AttemptTimeout %s for this call is not shorter than Config.LeaseTTL %s: an attempt could outlive the lease and overlap another instance's (shorten the call's attempt timeout or raise Config.LeaseTTL)",
 			ErrInvalidPolicy, s.policy.AttemptTimeout, c.cfg.LeaseTTL)
 	}
 	if s.status == nil && s.statusURL != "" {

@@ -68,15 +68,19 @@ type Response struct {
 // Record is everything idem knows about one operation. (Scope, Key) is unique; so is
 // (Scope, Intent) when Intent is not empty.
 type Record struct {
-	Scope          string  `json:"scope"`                 // tenant; "" is a valid scope
-	Key            string  `json:"key"`                   // the idempotency key sent on every attempt
-	Intent         string  `json:"intent,omitempty"`      // caller-named intent such as an order id
-	Fingerprint    string  `json:"fingerprint"`           // hex SHA-256 of method, path and body
-	Request        Request `json:"request"`               // what is sent on every attempt
-	State          State   `json:"state"`                 // pending, succeeded, failed or manual
-	Attempts       int     `json:"attempts"`              // requests sent to the server so far
-	LastStatusCode int     `json:"last_status,omitempty"` // HTTP status of the last answer, 0 if none
-	Reason         string  `json:"reason,omitempty"`      // machine-readable stop reason, set by the client
+	Scope       string  `json:"scope"`            // tenant; "" is a valid scope
+	Key         string  `json:"key"`              // the idempotency key sent on every attempt
+	Intent      string  `json:"intent,omitempty"` // caller-named intent such as an order id
+	Fingerprint string  `json:"fingerprint"`      // hex SHA-256 of method, path and body
+	Request     Request `json:"request"`          // what is sent on every attempt
+	State       State   `json:"state"`            // pending, succeeded, failed or manual
+	// Attempts counts the requests sent to the server whose end the client recorded. A
+	// process that stopped during an attempt leaves that attempt uncounted, so a pending
+	// record with 0 attempts may still have reached the server (its outcome is unknown until
+	// reconciled), and a record Recover settled through the status endpoint may say 0.
+	Attempts       int    `json:"attempts"`
+	LastStatusCode int    `json:"last_status,omitempty"` // HTTP status of the last answer, 0 if none
+	Reason         string `json:"reason,omitempty"`      // machine-readable stop reason, set by the client
 	// NotExecuted is true only when the last call on a pending record ended knowing that the
 	// server has not executed the key (every attempt unsent, or answered 429/503, or the
 	// status endpoint said not found). A crash mid-call leaves it false, so recovery asks the

@@ -27,3 +27,4 @@ if [ -n "$failed" ]; then
   echo "== FAILED in:$failed"
   exit 1
 fi
+echo "== all modules passed: the root module and" $nested

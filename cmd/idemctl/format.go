@@ -154,7 +154,12 @@ func writeRecord(w io.Writer, r *keystore.Record, now time.Time) error {
 	}
 	whole("  body", r.Request.Body)
 	row("fingerprint", r.Fingerprint)
-	row("attempts", r.Attempts)
+	if r.Attempts == 0 && r.State == keystore.StatePending {
+		// An attempt is counted when it ends: a process killed during the first one leaves 0.
+		row("attempts", "0 (an attempt a crash cut short is not counted: it may have reached the server)")
+	} else {
+		row("attempts", r.Attempts)
+	}
 	if resolved(r) {
 		row("last status", fmt.Sprintf("%d (before the resolution)", r.LastStatusCode))
 	} else {

@@ -35,7 +35,7 @@ func TestShowResolvedAndFlag(t *testing.T) {
 			[]string{`(?m)^error +503 Service Unavailable$`, `(?m)^note +-$`, `(?m)^last call +knew nothing was executed$`},
 			[]string{`(?m)^resolution`, `not executed`}},
 		{"pending, flag unset", &keystore.Record{Key: "k3", State: keystore.StatePending, CreatedAt: at, UpdatedAt: at},
-			[]string{`(?m)^error +-$`},
+			[]string{`(?m)^error +-$`, `(?m)^attempts +0 \(an attempt a crash cut short is not counted: it may have reached the server\)$`},
 			[]string{`(?m)^last call`, `not executed`, `false`}},
 		// The lease is shown while held (now is at+1m), not after its expiry.
 		{"lease held", &keystore.Record{Key: "k4", State: keystore.StatePending, CreatedAt: at, UpdatedAt: at,

@@ -85,7 +85,7 @@ func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {
 	fs.StringVar(&c.dsn, "dsn", "", "Postgres keystore `DSN` (keystore/pgstore), e.g. postgres://user@host/db")
 	fs.StringVar(&c.url, "url", "", "a running service's admin handler `URL` (idem.NewAdminHandler)")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
-	fs.DurationVar(&c.timeout, "timeout", boltstore.DefaultTimeout, "longest wait for the file lock (-db), the database connection (-dsn), or the admin URL's connection and answer; default 1s, with -url 30s (recover waits for its run)")
+	fs.DurationVar(&c.timeout, "timeout", boltstore.DefaultTimeout, "longest wait for the file lock (-db), the database connection (-dsn), or the admin URL's connection and answer; with -url, 30s unless set (recover waits for its run)")
 	fs.StringVar(&c.tokenEnv, "token-env", "IDEMCTL_TOKEN", "with -url: the environment variable `NAME` whose value is sent as the authorization header")
 	fs.StringVar(&c.tokenHeader, "token-header", "Authorization", "with -url: the authorization header's `name`")
 	return fs

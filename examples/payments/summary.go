@@ -211,8 +211,21 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	for _, l := range s.AckWrongDetails {
 		fmt.Fprintf(w, "ACKNOWLEDGED WRONG %s\n", l)
 	}
+	fmt.Fprintln(w, s.verdict())
 	fmt.Fprintf(w, "wall time %.1fs\n", float64(s.WallMS)/1000)
 	return nil
+}
+
+// verdict is the table's closing line: whether exactly-once held, judged per reference.
+func (s *summary) verdict() string {
+	if s.Duplicates > 0 || s.Lost > 0 || s.AckWrong > 0 {
+		return fmt.Sprintf("verdict: EXACTLY-ONCE VIOLATED: %d duplicates, %d lost, %d acknowledged wrong", s.Duplicates, s.Lost, s.AckWrong)
+	}
+	v := "verdict: exactly-once held: no reference charged twice, none lost"
+	if s.NeedsReconciliation > 0 || s.NotExecuted > 0 {
+		v += fmt.Sprintf("; unfinished: %d need reconciliation, %d not executed (see stderr)", s.NeedsReconciliation, s.NotExecuted)
+	}
+	return v
 }
 
 // wrap breaks text at spaces so that no line is longer than width (a longer word stays whole).

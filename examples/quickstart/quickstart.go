@@ -31,7 +31,9 @@ func pay(ctx context.Context, baseURL, dbPath, apiKey string) (string, error) {
 	defer c.Close() // stops the background purge and lease renewals
 
 	// After a restart: finish what a crash interrupted. (A service calls Recover once at
-	// start-up, not before every payment: it reads every pending record.)
+	// start-up, not before every payment: it reads every pending record, and may wait a few
+	// seconds on keys the API still reports as processing; run it on its own goroutine if
+	// start-up must not wait.)
 	if _, err := c.Recover(ctx, func(r idem.Reconciled) { markOrder(r.Record.Intent, r.Result, r.Err) }); err != nil {
 		return "", err // the keystore could not be read
 	}

@@ -44,7 +44,7 @@ var (
 func openError(path string, err error) error {
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
-		return fmt.Errorf("%w: %s: %w", ErrLocked, path, err)
+		return fmt.Errorf("%w: %s: %w (one process opens a keystore file at a time: close the other Store, or share one Client; a fleet shares keystore/pgstore)", ErrLocked, path, err)
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum),
 		errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, bolterrors.ErrInvalidMapping):
 		// The file starts like a bbolt file (checked before), so it is damaged.
