@@ -158,8 +158,10 @@ var errSettledElsewhere = errors.New("idem: the record was settled meanwhile")
 // new intent, and a search by reference run after that payment would find it and call the
 // old key executed. A verdict formed before the re-read saw only what preceded the first
 // verdict's write, so the window that remains (re-read to write) cannot hold that payment.
-// Two writes in that window at once (two verdicts past their re-reads) are not ordered: the
-// later stands. Closing it needs a compare-and-set in the store, which Store does not have.
+// Two writes in that window at once (two verdicts past their re-reads, from two processes)
+// are ordered by the store when it is a keystore.StateGuardedUpdater (Memory, bbolt,
+// pgstore): the write is made only while the record is still manual, and the later verdict
+// gets errSettledElsewhere. With a store that is not, the later write stands.
 func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution) error {
 	// The verdict's UpdatedAt is this clock's: far behind, the record would look older than
 	// Retention to every other instance and be purged, and its intent paid again.
@@ -181,13 +183,28 @@ func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution)
 		next.State, next.Reason = keystore.StateSucceeded, ReasonExecuted
 		next.Response = &keystore.Response{StatusCode: http.StatusOK}
 		if r.Response != nil {
-			next.Response = &keystore.Response{StatusCode: r.Response.StatusCode, Header: r.Response.Header.Clone(),
-				Body: append([]byte(nil), r.Response.Body...)}
+			// Never persisted: credentials, Set-Cookie, Config.SecretHeaders (as a call's answer).
+			next.Response = &keystore.Response{StatusCode: r.Response.StatusCode,
+				Header: keystore.StripSecrets(r.Response.Header, append([]string{"Set-Cookie"}, c.cfg.SecretHeaders...)...),
+				Body:   append([]byte(nil), r.Response.Body...)}
 		}
 	} else {
 		next.State, next.Reason = keystore.StateFailed, ReasonNotExecuted
 	}
-	if err := c.store.Update(context.WithoutCancel(ctx), next); err != nil {
+	// Two verdicts given at once must not both be reported as persisted: a store that can
+	// make the write conditional on the record still being manual does so atomically.
+	if g, ok := c.store.(keystore.StateGuardedUpdater); ok {
+		err = g.UpdateFromState(context.WithoutCancel(ctx), next, keystore.StateManual)
+	} else {
+		err = c.store.Update(context.WithoutCancel(ctx), next)
+	}
+	if errors.Is(err, keystore.ErrStateChanged) {
+		if cur, gerr := c.store.Get(context.WithoutCancel(ctx), rec.Scope, rec.Key); gerr == nil {
+			*rec = *cur
+			return errSettledElsewhere
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("idem: persisting the resolution of key %q: %w", rec.Key, err)
 	}
 	*rec = *next

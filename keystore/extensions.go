@@ -2,13 +2,14 @@ package keystore
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
 // Optional capabilities a Store may implement. The client uses each one when the store has it
 // and falls back to the plain Store methods otherwise, so an adapter written against Store
 // alone keeps working. Memory and the bbolt file store implement all of them but Clock;
-// pgstore implements Pager and Clock.
+// pgstore implements Pager, StateGuardedUpdater and Clock.
 
 // DeferredUpdater is implemented by a store that can accept a write without waiting for it
 // to be durable. The client uses it for a call's final-state write only, and not when that
@@ -25,6 +26,27 @@ type DeferredUpdater interface {
 	// never committed (crash, I/O error, or an error found at commit time such as
 	// ErrNotFound) is lost as a whole: the stored record stays as it was.
 	UpdateDeferred(ctx context.Context, rec *Record) error
+}
+
+// StateGuardedUpdater is implemented by a store that can make a write conditional on the
+// state the stored record still has, checked atomically with the write. The client settles
+// a manual record through it: two verdicts given at once (two operators, or an operator and
+// another instance's business lookup) must not both be reported as persisted while only the
+// later stands, since one may be "executed" and the other "not executed", which pays again.
+// Without it, the client re-reads the record before its write, which narrows the race
+// without closing it.
+type StateGuardedUpdater interface {
+	// UpdateFromState is Update, done only while the stored record's State is from.
+	// Otherwise it writes nothing and returns an error wrapping ErrStateChanged that names
+	// the stored state. Its other errors are Update's (ErrNotFound, ErrInvalid, ErrFenced,
+	// ErrClosed, ctx.Err()).
+	UpdateFromState(ctx context.Context, rec *Record, from State) error
+}
+
+// StateChanged returns the error UpdateFromState returns when the stored record's state is
+// stored instead of from: it wraps ErrStateChanged and names both states.
+func StateChanged(stored, from State) error {
+	return fmt.Errorf("%w: stored state %s, the write expected %s", ErrStateChanged, stored, from)
 }
 
 // Cursor is an opaque position in a store's record order, returned by ListPage and

@@ -109,6 +109,11 @@ func (m *Memory) GetByIntent(ctx context.Context, scope, intent string) (*Record
 // ErrInvalid if rec fails Validate or changes Intent or Fingerprint, ErrNotFound if absent,
 // ErrClosed after Close, or ctx.Err().
 func (m *Memory) Update(ctx context.Context, rec *Record) error {
+	return m.update(ctx, rec, "")
+}
+
+// update is Update, and UpdateFromState when from is set.
+func (m *Memory) update(ctx context.Context, rec *Record, from State) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.begin(ctx); err != nil {
@@ -126,6 +131,9 @@ func (m *Memory) Update(ctx context.Context, rec *Record) error {
 	cur.Fingerprint = old.fingerprintFor(rec.Fingerprint)
 	if err := CheckImmutable(&cur, rec); err != nil {
 		return err
+	}
+	if from != "" && old.state != from {
+		return StateChanged(old.state, from)
 	}
 	stored := old
 	if old.state.Terminal() { // listed in the finished log by this pointer: keep that version

@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,9 +14,10 @@ import (
 // steady load.
 
 var (
-	_ DeferredUpdater = (*Memory)(nil)
-	_ Pager           = (*Memory)(nil)
-	_ BatchPurger     = (*Memory)(nil)
+	_ DeferredUpdater     = (*Memory)(nil)
+	_ Pager               = (*Memory)(nil)
+	_ BatchPurger         = (*Memory)(nil)
+	_ StateGuardedUpdater = (*Memory)(nil)
 )
 
 // store puts rec under k (unless inPlace: rec already is k's value) and notes it for
@@ -32,6 +34,15 @@ func (m *Memory) store(k scopedName, rec *memRecord, inPlace bool) {
 
 // UpdateDeferred is Update: a Memory write is as durable as it will ever be when it returns.
 func (m *Memory) UpdateDeferred(ctx context.Context, rec *Record) error { return m.Update(ctx, rec) }
+
+// UpdateFromState is Update, done only while the stored record's State is from
+// (keystore.StateGuardedUpdater); otherwise an error wrapping ErrStateChanged.
+func (m *Memory) UpdateFromState(ctx context.Context, rec *Record, from State) error {
+	if !from.Valid() {
+		return fmt.Errorf("%w: UpdateFromState from state %q", ErrInvalid, from)
+	}
+	return m.update(ctx, rec, from)
+}
 
 // memoryCursor encodes (scope, key) so that cursors compare like the (scope, key) pairs.
 func memoryCursor(k scopedName) Cursor {

@@ -210,6 +210,10 @@ type Store interface {
 var (
 	// ErrNotFound: no record for that key or intent.
 	ErrNotFound = errors.New("keystore: record not found")
+	// ErrStateChanged: UpdateFromState found the stored record in another state than the
+	// one the write was conditional on (someone else changed it since it was read); nothing
+	// was written.
+	ErrStateChanged = errors.New("keystore: record state changed since it was read")
 	// ErrExists: a record with that key (or intent) already exists in the scope.
 	ErrExists = errors.New("keystore: record already exists")
 	// ErrInvalid: the record cannot be stored as given (see Record.Validate).

@@ -121,7 +121,7 @@ func (s *Store) UpdateDeferred(ctx context.Context, rec *keystore.Record) error 
 	if err := s.commit.refused(); err != nil {
 		return err
 	}
-	o := &op{deferred: true, key: e.key, apply: func(tx *bbolt.Tx) error { return s.applyUpdate(tx, e) }}
+	o := &op{deferred: true, key: e.key, apply: func(tx *bbolt.Tx) error { return s.applyUpdate(tx, e, "") }}
 	c := &s.commit
 	c.mu.Lock()
 	defer c.mu.Unlock()

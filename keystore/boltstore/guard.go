@@ -45,6 +45,15 @@ func guard(what string, fn func() error) (err error) {
 	return fn()
 }
 
+// skipDamaged returns nil for err, a record's decoding error, unless it is structural damage
+// of the file's pages: a scan that skips undecodable records goes on past it.
+func skipDamaged(err error) error {
+	if _, ok := errors.AsType[*structuralError](err); ok {
+		return err
+	}
+	return nil
+}
+
 // structuralError marks an ErrCorrupt error that comes from the file's pages themselves (a
 // panic or memory fault in bbolt, keys out of order or longer than bbolt allows, a key that
 // does not parse), not from the contents of a record. After one, the tree that bbolt sees

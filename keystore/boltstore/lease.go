@@ -120,9 +120,10 @@ func (s *Store) holder(ctx context.Context, scope, key string, change func(*keys
 }
 
 // ClaimExpired claims for l.Owner up to limit pending records without a lease live at l.Now,
-// oldest CreatedAt first, in one durable commit, and returns them. Errors:
-// keystore.ErrInvalid (bad lease, limit < 1), ErrCorrupt (nothing claimed), keystore.ErrClosed,
-// ctx.Err(), or the commit's I/O error.
+// oldest CreatedAt first, in one durable commit, and returns them. A record that cannot be
+// decoded is skipped and left untouched (ListPage reports it), as pgstore does. Errors:
+// keystore.ErrInvalid (bad lease, limit < 1), ErrCorrupt for damage of the file's pages
+// (nothing claimed), keystore.ErrClosed, ctx.Err(), or the commit's I/O error.
 func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) ([]*keystore.Record, error) {
 	if err := keystore.CheckClaimExpired(l, limit); err != nil {
 		return nil, err
@@ -148,7 +149,7 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 			}
 			rec, err := decodeSummary(k, v)
 			if err != nil {
-				return err
+				return skipDamaged(err) // one bad record must not stop every reclaim
 			}
 			if keystore.Orphaned(rec, l.Now) {
 				cands = append(cands, rec)
@@ -167,7 +168,10 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 			k := scopedKey(c.Scope, c.Key)
 			rec, err := decode(k, records.Get(k))
 			if err != nil {
-				return err // nothing written yet
+				if err := skipDamaged(err); err != nil {
+					return err // nothing written yet
+				}
+				continue
 			}
 			if keystore.Orphaned(rec, l.Now) {
 				orphans = append(orphans, rec)

@@ -60,11 +60,29 @@ func (s *Store) Update(ctx context.Context, rec *keystore.Record) error {
 	if err != nil {
 		return err
 	}
-	return s.commit.do(ctx, func(tx *bbolt.Tx) error { return s.applyUpdate(tx, e) })
+	return s.commit.do(ctx, func(tx *bbolt.Tx) error { return s.applyUpdate(tx, e, "") })
 }
 
-// applyUpdate is the write of Update and UpdateDeferred, inside the shared transaction.
-func (s *Store) applyUpdate(tx *bbolt.Tx, e *encoded) error {
+// UpdateFromState is Update, done only while the stored record's State is from
+// (keystore.StateGuardedUpdater), checked in the write's transaction; otherwise it writes
+// nothing and returns an error wrapping keystore.ErrStateChanged.
+func (s *Store) UpdateFromState(ctx context.Context, rec *keystore.Record, from keystore.State) error {
+	if !from.Valid() {
+		return fmt.Errorf("%w: UpdateFromState from state %q", keystore.ErrInvalid, from)
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	e, err := encode(rec, s.secret)
+	if err != nil {
+		return err
+	}
+	return s.commit.do(ctx, func(tx *bbolt.Tx) error { return s.applyUpdate(tx, e, from) })
+}
+
+// applyUpdate is the write of Update, UpdateDeferred and UpdateFromState (from set), inside
+// the shared transaction.
+func (s *Store) applyUpdate(tx *bbolt.Tx, e *encoded, from keystore.State) error {
 	records := tx.Bucket(bucketRecords)
 	v := records.Get(e.key)
 	if v == nil {
@@ -79,6 +97,9 @@ func (s *Store) applyUpdate(tx *bbolt.Tx, e *encoded) error {
 	}
 	if err := keystore.CheckImmutable(old, e.rec); err != nil {
 		return err
+	}
+	if from != "" && old.State != from {
+		return keystore.StateChanged(old.State, from)
 	}
 	if err := keepLease(e, old); err != nil {
 		return err

@@ -14,8 +14,9 @@ import (
 )
 
 var (
-	_ keystore.Pager       = (*Store)(nil)
-	_ keystore.BatchPurger = (*Store)(nil)
+	_ keystore.Pager               = (*Store)(nil)
+	_ keystore.BatchPurger         = (*Store)(nil)
+	_ keystore.StateGuardedUpdater = (*Store)(nil)
 )
 
 // scan calls fn for at most limit records after the cursor after, in key order, and returns

@@ -3,6 +3,7 @@ package keystoretest
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,4 +171,41 @@ func testPurgeBatch(t *testing.T, s keystore.Store) {
 			t.Fatalf("kept %s: Get %v, GetByIntent %v", key, err, ierr)
 		}
 	}
+}
+
+// testUpdateFromState: the write is made only while the stored state is the expected one,
+// and a refused write leaves the stored record as it was.
+func testUpdateFromState(t *testing.T, s keystore.Store) {
+	g, ok := s.(keystore.StateGuardedUpdater)
+	if !ok {
+		t.Skip("store is not a keystore.StateGuardedUpdater")
+	}
+	rec := sample("t", "k")
+	mustCreate(t, s, rec)
+	manual := completed(rec, keystore.StateManual, base.Add(time.Minute))
+	mustUpdate(t, s, manual)
+
+	// Two verdicts formed from the same manual record: the first is written, the second is
+	// refused and names the state it found.
+	first := completed(manual, keystore.StateSucceeded, base.Add(2*time.Minute))
+	first.Note = "charge found"
+	if err := g.UpdateFromState(bg, first, keystore.StateManual); err != nil {
+		t.Fatalf("UpdateFromState(manual) of a manual record: %v", err)
+	}
+	second := completed(manual, keystore.StateFailed, base.Add(3*time.Minute))
+	second.Note = "no charge found"
+	err := g.UpdateFromState(bg, second, keystore.StateManual)
+	wantErr(t, "UpdateFromState(manual) of a succeeded record", err, keystore.ErrStateChanged)
+	if err != nil && !strings.Contains(err.Error(), "succeeded") {
+		t.Errorf("UpdateFromState error %q does not name the stored state", err)
+	}
+	wantEqual(t, "Get after the refused write", first, mustGet(t, s, "t", "k"))
+
+	// Update's own checks still apply, and come first.
+	changed := first.Clone()
+	changed.Fingerprint = "ff" + changed.Fingerprint[2:]
+	wantErr(t, "UpdateFromState changing the fingerprint", g.UpdateFromState(bg, changed, keystore.StateSucceeded), keystore.ErrInvalid)
+	missing := sample("t", "absent")
+	wantErr(t, "UpdateFromState of a missing record", g.UpdateFromState(bg, missing, keystore.StatePending), keystore.ErrNotFound)
+	wantErr(t, "UpdateFromState from an invalid state", g.UpdateFromState(bg, first, "nope"), keystore.ErrInvalid)
 }

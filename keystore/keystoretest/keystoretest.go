@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) keystore.Store) {
 		{"UpdateDeferred", testUpdateDeferred},
 		{"ListPage", testListPage},
 		{"PurgeBatch", testPurgeBatch},
+		{"UpdateFromState", testUpdateFromState},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

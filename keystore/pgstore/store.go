@@ -30,8 +30,9 @@ type Store struct {
 }
 
 var (
-	_ keystore.Store = (*Store)(nil)
-	_ keystore.Clock = (*Store)(nil)
+	_ keystore.Store               = (*Store)(nil)
+	_ keystore.Clock               = (*Store)(nil)
+	_ keystore.StateGuardedUpdater = (*Store)(nil)
 )
 
 // ErrAsyncCommit is returned by Open when the pool's sessions run with synchronous_commit
@@ -164,6 +165,21 @@ func (s *Store) getOne(ctx context.Context, sql string, args ...any) (*keystore.
 // Fingerprint; a *keystore.FencedError if its Fence is not the stored one (another instance
 // claimed the record); keystore.ErrClosed after Close; or the database's error.
 func (s *Store) Update(ctx context.Context, rec *keystore.Record) error {
+	return s.update(ctx, rec, "")
+}
+
+// UpdateFromState is Update, done only while the stored record's state is from
+// (keystore.StateGuardedUpdater), checked in the same statement; otherwise it writes nothing
+// and returns an error wrapping keystore.ErrStateChanged.
+func (s *Store) UpdateFromState(ctx context.Context, rec *keystore.Record, from keystore.State) error {
+	if !from.Valid() {
+		return fmt.Errorf("%w: UpdateFromState from state %q", keystore.ErrInvalid, from)
+	}
+	return s.update(ctx, rec, from)
+}
+
+// update is Update, and UpdateFromState when from is set.
+func (s *Store) update(ctx context.Context, rec *keystore.Record, from keystore.State) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
@@ -177,11 +193,12 @@ func (s *Store) Update(ctx context.Context, rec *keystore.Record) error {
 		response_status = $16, response_header = $17, response_body = $18,
 		created_ns = $19, updated_ns = $20, note = $21
 		WHERE tenant = $1 AND key = $2 AND fence = $3
-		AND intent IS NOT DISTINCT FROM $4 AND fingerprint = $5`,
+		AND intent IS NOT DISTINCT FROM $4 AND fingerprint = $5
+		AND ($22 = '' OR state = $22)`,
 		r.tenant, r.key, r.fence, r.intent, r.fingerprint,
 		r.method, r.url, r.reqHeader, r.reqBody, r.state,
 		r.attempts, r.lastStatus, r.reason, r.notExecuted, r.errText,
-		r.respStatus, r.respHeader, r.respBody, r.createdNs, r.updatedNs, r.note)
+		r.respStatus, r.respHeader, r.respBody, r.createdNs, r.updatedNs, r.note, string(from))
 	if err != nil {
 		return dbErr(ctx, "update", err)
 	}
@@ -196,6 +213,9 @@ func (s *Store) Update(ctx context.Context, rec *keystore.Record) error {
 	}
 	if err := keystore.CheckImmutable(cur, stored); err != nil {
 		return err
+	}
+	if from != "" && cur.State != from {
+		return keystore.StateChanged(cur.State, from)
 	}
 	return &keystore.FencedError{Scope: cur.Scope, Key: cur.Key, Fence: stored.Fence, Current: cur.Fence, Owner: cur.Owner}
 }
