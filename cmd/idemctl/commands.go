@@ -207,7 +207,7 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	fs.StringVar(&rc.baseURL, "base-url", "", "with -db/-dsn: the API's base `URL`, as the service's Config.BaseURL (required)")
 	fs.StringVar(&rc.statusPath, "status-path", "", "with -db/-dsn: the status endpoint, e.g. /v1/payments/operations/{key} (Config.KeyStatusURL)")
 	fs.StringVar(&rc.keyHeader, "key-header", "", "with -db/-dsn: the idempotency key header (default Idempotency-Key)")
-	fs.StringVar(&rc.authEnv, "auth-env", "", "with -db/-dsn: the environment variable `NAME` whose value is the API's Authorization header")
+	fs.StringVar(&rc.authEnv, "auth-env", "", "with -db/-dsn: the environment variable `NAME` whose value is the API's Authorization header, sent only to -base-url's scheme, host and port (a record naming another host by an absolute URL is sent without it)")
 	fs.StringVar(&rc.lookup, "lookup", "", "with -db/-dsn: search-by-reference `path` that settles manual records (idem.LookupByReference)")
 	fs.DurationVar(&rc.retention, "retention", 0, "with -db/-dsn: Config.Retention; older succeeded/failed records are purged (default 72h)")
 	if _, err := parse(fs, &c, args, 0); err != nil {

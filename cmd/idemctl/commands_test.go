@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -126,6 +128,64 @@ func TestRecoverFile(t *testing.T) {
 	code, out, errs = runCmd(t, "recover", "-db", db, "-base-url", srv.URL)
 	require.Equal(t, 0, code, errs)
 	assert.Equal(t, "pending 0, skipped 0, succeeded 0, failed 0, manual 0, unknown 0, purged 0, resolved 0\n", out)
+}
+
+// A pending record may name another host by an absolute URL: recover -auth-env sends the API's
+// credential only to -base-url's scheme, host and port, and the other host's request goes
+// without it.
+func TestRecoverCredentialOnlyForBaseURLHost(t *testing.T) {
+	api, _, seenA := apiWithAuth(t)
+	var mu sync.Mutex
+	var seenB []string
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seenB = append(seenB, r.Method+" "+r.URL.Path+" Authorization="+r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"pay_b"}`))
+	}))
+	defer other.Close()
+	db := filepath.Join(t.TempDir(), "idem.db")
+	s, err := boltstore.Open(db, nil)
+	require.NoError(t, err)
+	body := []byte(`{"amount":5,"currency":"EUR","customer":"cus_1","reference":"abs-1"}`)
+	at := testNow.Add(-time.Hour)
+	require.NoError(t, s.Create(context.Background(), &keystore.Record{Key: "k-abs",
+		Fingerprint: idem.Fingerprint(http.MethodPost, other.URL+"/v1/payments", body), State: keystore.StatePending,
+		Request: keystore.Request{Method: http.MethodPost, URL: other.URL + "/v1/payments", Body: body}, CreatedAt: at, UpdatedAt: at}))
+	require.NoError(t, s.Close())
+
+	t.Setenv("IDEMCTL_TEST_API_KEY", "Bearer sk_test_1")
+	code, out, errs := runCmd(t, "recover", "-db", db, "-base-url", api.URL+"/", "-status-path", idemtest.PaymentsPath+"/operations/{key}",
+		"-auth-env", "IDEMCTL_TEST_API_KEY", "-json")
+	require.Equal(t, 0, code, errs)
+	var got recoverOut
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	assert.Equal(t, map[string]int{"pending": 1, "skipped": 0, "succeeded": 1, "failed": 0, "manual": 0,
+		"unknown": 0, "purged": 0, "resolved": 0}, got.Report)
+	assert.Equal(t, []string{"Bearer sk_test_1"}, seenA(), "the status check goes to -base-url, with the credential")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"POST /v1/payments Authorization="}, seenB, "another host never gets the credential")
+}
+
+func TestSameOrigin(t *testing.T) {
+	base, err := url.Parse("https://API.example.com/v1")
+	require.NoError(t, err)
+	for u, want := range map[string]bool{
+		"https://api.example.com/v1/payments":    true,
+		"https://api.example.com:443/x":          true,
+		"HTTPS://api.example.com/x":              true,
+		"http://api.example.com/v1/payments":     false,
+		"https://api.example.com:8443/v1":        false,
+		"https://api.example.com.evil.test/v1":   false,
+		"https://evil.test/v1?h=api.example.com": false,
+	} {
+		r, err := url.Parse(u)
+		require.NoError(t, err)
+		assert.Equal(t, want, sameOrigin(r, base), u)
+	}
+	assert.False(t, sameOrigin(&url.URL{Scheme: "https", Host: "api.example.com"}, nil))
 }
 
 // adminService is a running service: it holds the bbolt file and serves the admin handler.

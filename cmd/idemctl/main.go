@@ -33,8 +33,10 @@
 // and succeeded/failed records older than -retention are purged. On -db and -dsn idemctl is
 // the client, so it needs the service's client settings: -base-url, -status-path, -key-header,
 // and credentials from the environment variable named by -auth-env (its value is sent as the
-// Authorization header). Credentials are never taken from a flag's value, which would land in
-// shell history and the process list, and never persisted. With -url the service recovers.
+// Authorization header, only to -base-url's scheme, host and port: a record naming another
+// host by an absolute URL goes there without it). Credentials are never taken from a flag's
+// value, which would land in shell history and the process list, and never persisted. With
+// -url the service recovers.
 //
 // Output is a human table within 100 columns by default (long values clipped with "…") and
 // JSON with -json (bodies base64, as []byte). Records hold no credentials (idem never persists them, and idemctl strips

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -57,6 +58,29 @@ func (b *storeBackend) list(ctx context.Context, f listFilter) ([]idem.AdminReco
 		return strings.Compare(a.Scope+"\x00"+a.Key, b.Scope+"\x00"+b.Key)
 	})
 	return out, damaged, nil
+}
+
+// sameOrigin reports whether u has base's scheme, host and port (a default port spelled or
+// not, the host's case aside).
+func sameOrigin(u, base *url.URL) bool {
+	if u == nil || base == nil || base.Host == "" {
+		return false
+	}
+	return strings.EqualFold(u.Scheme, base.Scheme) && strings.EqualFold(u.Hostname(), base.Hostname()) &&
+		portOf(u) == portOf(base)
+}
+
+func portOf(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "http":
+		return "80"
+	case "https":
+		return "443"
+	}
+	return ""
 }
 
 func summary(r *keystore.Record, now time.Time) idem.AdminRecord {
@@ -175,8 +199,16 @@ func (b *storeBackend) recover(ctx context.Context, rc recoverFlags) (recoverOut
 	cfg := idem.Config{Store: b.s, Now: b.now, BaseURL: rc.baseURL, KeyStatusURL: rc.statusPath,
 		KeyHeader: rc.keyHeader, Retention: rc.retention}
 	if rc.auth != "" {
+		// A pending record may name another host by an absolute URL: the API's credential
+		// goes only to -base-url's scheme, host and port, never to wherever a record points.
 		auth := rc.auth
-		cfg.Credentials = func(r *http.Request) error { r.Header.Set("Authorization", auth); return nil }
+		base, _ := url.Parse(rc.baseURL) // NewClient refuses it below if it is not a URL
+		cfg.Credentials = func(r *http.Request) error {
+			if sameOrigin(r.URL, base) {
+				r.Header.Set("Authorization", auth)
+			}
+			return nil
+		}
 	}
 	if rc.lookup != "" {
 		l, err := idem.LookupByReference(rc.lookup, "")
