@@ -14,7 +14,8 @@
 //	idemctl migrate -dsn DSN
 //
 // Targets. -db opens a bbolt keystore file: read-only (boltstore.OpenReadOnly) for ls, show and
-// stats, for writing for resolve, recover and purge. A running service holds the file's lock:
+// stats, for writing for resolve, recover and purge. The file must exist: idemctl never
+// creates one (a mistyped path is an error naming it, exit status 1). A running service holds the file's lock:
 // idemctl then stops after -timeout (1s) with a message saying so, instead of waiting; stop
 // the service, or use -url. -dsn opens a Postgres keystore (keystore/pgstore) that migrate
 // created; the DSN may set search_path. -url talks to a running service's admin handler

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -158,6 +162,23 @@ func TestLockedFile(t *testing.T) {
 		assert.Empty(t, out)
 		assert.Contains(t, errs, "is in use by another process", args)
 		assert.Less(t, time.Since(start), 5*time.Second)
+	}
+}
+
+// A -db path where no keystore exists (a typo) is refused by every command, naming the path:
+// the write commands do not create an empty keystore there and report nothing to do.
+func TestMissingFile(t *testing.T) {
+	dir := t.TempDir()
+	for i, args := range [][]string{{"ls"}, {"show", "k-ok"}, {"stats"}, {"purge", "-older-than", "72h"},
+		{"purge", "-older-than", "72h", "-dry-run"}, {"resolve", "k-manual", "-verdict", "executed", "-note", "x"},
+		{"recover", "-base-url", "http://127.0.0.1:1"}} {
+		db := filepath.Join(dir, fmt.Sprintf("typo%d.db", i))
+		code, out, errs := runCmd(t, append([]string{args[0], "-db", db}, args[1:]...)...)
+		assert.Equal(t, 1, code, args)
+		assert.Empty(t, out, args)
+		assert.Equal(t, "idemctl: -db "+db+": no such keystore file (idemctl never creates one: check the path)\n", errs, args)
+		_, err := os.Stat(db)
+		assert.True(t, errors.Is(err, fs.ErrNotExist), "%v created %s", args, db)
 	}
 }
 

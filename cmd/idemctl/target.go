@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -81,7 +82,7 @@ type common struct {
 func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {
 	fs := flag.NewFlagSet("idemctl "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.db, "db", "", "keystore file (bbolt) `path`")
+	fs.StringVar(&c.db, "db", "", "keystore file (bbolt) `path`; it must exist (idemctl never creates one)")
 	fs.StringVar(&c.dsn, "dsn", "", "Postgres keystore `DSN` (keystore/pgstore), e.g. postgres://user@host/db")
 	fs.StringVar(&c.url, "url", "", "a running service's admin handler `URL` (idem.NewAdminHandler)")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
@@ -141,8 +142,13 @@ func open(ctx context.Context, c *common, write bool, now func() time.Time) (bac
 }
 
 // openBolt opens the keystore file, read-only unless write is set, with a message that says
-// what to do when the service holds the file.
+// what to do when the service holds the file. A file that does not exist is refused, never
+// created: a mistyped path would get a fresh empty keystore, and purge and recover would
+// report nothing to do.
 func openBolt(c *common, write bool) (*boltstore.Store, error) {
+	if _, err := os.Stat(c.db); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("-db %s: no such keystore file (idemctl never creates one: check the path)", c.db)
+	}
 	opts := &boltstore.Options{Timeout: c.timeout}
 	var s *boltstore.Store
 	var err error
