@@ -232,8 +232,21 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	if err != nil {
 		return err
 	}
-	if c.json {
-		return writeJSON(stdout, out)
+	if out.Damaged == nil {
+		out.Damaged = []damagedRow{}
 	}
-	return writeRecover(stdout, out)
+	if c.json {
+		err = writeJSON(stdout, out)
+	} else {
+		err = writeRecover(stdout, out)
+	}
+	if err != nil || len(out.Damaged) == 0 {
+		return err
+	}
+	// What the run did stands (printed above); the records it could not decode are named,
+	// and the exit status (1) says that some need a person.
+	for _, d := range out.Damaged {
+		fmt.Fprintf(stderr, "idemctl: skipped a record that cannot be decoded (tenant %q, key %q): %s\n", d.Scope, d.Key, d.Error)
+	}
+	return fmt.Errorf("recover skipped %d record(s) that cannot be decoded, left untouched; every other record was reconciled", len(out.Damaged))
 }

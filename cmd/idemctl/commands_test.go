@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/bbolt"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
@@ -186,6 +187,61 @@ func TestSameOrigin(t *testing.T) {
 		assert.Equal(t, want, sameOrigin(r, base), u)
 	}
 	assert.False(t, sameOrigin(&url.URL{Scheme: "https", Host: "api.example.com"}, nil))
+}
+
+// damage overwrites the stored JSON of (scope "", key) with bytes that do not decode.
+func damage(t *testing.T, db, key string) {
+	t.Helper()
+	raw, err := bbolt.Open(db, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, raw.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket([]byte("records")).Put(append([]byte{0}, key...), []byte(`{"key":`))
+	}))
+	require.NoError(t, raw.Close())
+}
+
+// A record recover cannot decode is skipped, as POST /recover skips it: what the run did to
+// every other record is printed, the damaged one is named, and the exit status is 1.
+func TestRecoverDamaged(t *testing.T) {
+	srv, api, _ := apiWithAuth(t)
+	db := seed(t)
+	s, err := boltstore.Open(db, nil)
+	require.NoError(t, err)
+	addPayment(t, s, "", "3f0c1d0e-5b8a-4c52-9a55-2b0d6b1f7a10", "order-9")
+	require.NoError(t, s.Close())
+	damage(t, db, "k-failed")
+
+	code, out, errs := runCmd(t, "recover", "-db", db, "-base-url", srv.URL, "-status-path", idemtest.PaymentsPath+"/operations/{key}", "-json")
+	assert.Equal(t, 1, code)
+	var got recoverOut
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	assert.Equal(t, map[string]int{"pending": 3, "skipped": 0, "succeeded": 1, "failed": 2, "manual": 0,
+		"unknown": 0, "purged": 1, "resolved": 0}, got.Report)
+	require.Len(t, got.Records, 3)
+	assert.Equal(t, "3f0c1d0e-5b8a-4c52-9a55-2b0d6b1f7a10", got.Records[0].Record.Key)
+	assert.Equal(t, keystore.StateSucceeded, got.Records[0].Record.State)
+	require.Len(t, got.Damaged, 1)
+	assert.Equal(t, "", got.Damaged[0].Scope)
+	assert.Equal(t, "k-failed", got.Damaged[0].Key)
+	assert.NotEmpty(t, got.Damaged[0].Error)
+	assert.Equal(t, 1, api.ExecutionsFor("3f0c1d0e-5b8a-4c52-9a55-2b0d6b1f7a10"))
+	assert.Equal(t, `idemctl: skipped a record that cannot be decoded (tenant "", key "k-failed"): `+got.Damaged[0].Error+"\n"+
+		"idemctl: recover skipped 1 record(s) that cannot be decoded, left untouched; every other record was reconciled\n", errs)
+
+	// The table, and the same through a running service's admin handler.
+	code, out, errs = runCmd(t, "recover", "-db", db, "-base-url", srv.URL)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "pending 0, skipped 0, succeeded 0, failed 0, manual 0, unknown 0, purged 0, resolved 0\n", out)
+	assert.Contains(t, errs, `(tenant "", key "k-failed")`)
+	admin := adminService(t, db, srv.URL)
+	t.Setenv("IDEMCTL_TEST_TOKEN", "t0ken")
+	code, out, errs = runCmd(t, "recover", "-url", admin.URL+"/idem", "-token-env", "IDEMCTL_TEST_TOKEN", "-token-header", "X-Admin-Token", "-json")
+	assert.Equal(t, 1, code)
+	got = recoverOut{}
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Len(t, got.Damaged, 1)
+	assert.Equal(t, "k-failed", got.Damaged[0].Key)
+	assert.Contains(t, errs, "recover skipped 1 record(s) that cannot be decoded")
 }
 
 // adminService is a running service: it holds the bbolt file and serves the admin handler.

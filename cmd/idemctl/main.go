@@ -44,7 +44,10 @@
 // them again before printing), but show prints request and response bodies, whole.
 //
 // Exit status: 0 on success, 1 on an error (a locked or damaged file, an unknown key, a
-// record that is not manual, a refused admin request), 2 on a usage error.
+// record that is not manual, a refused admin request), 2 on a usage error. recover also exits
+// 1 when it skipped records it cannot decode: it prints what it did to every other record
+// (-json: with the skipped ones under "damaged", as POST /recover answers) and names the
+// skipped ones on stderr.
 package main
 
 import (
@@ -72,7 +75,8 @@ commands:
   show     one record by KEY or -intent, bodies whole (as text; -json: base64)
   stats    records by state, oldest pending and manual
   resolve  settle a manual record: -verdict executed|not_executed -note "who, evidence"
-  recover  run Recover now (-db/-dsn: -base-url, -status-path, -auth-env NAME)
+  recover  run Recover now (-db/-dsn: -base-url, -status-path, -auth-env NAME); exits 1 if it
+           skipped records it cannot decode, after printing what it did to the others
   purge    delete succeeded and failed records older than -older-than, at least -key-ttl (24h) (-db, -dsn)
   migrate  create or upgrade the Postgres schema (-dsn)
   probe    grade a SANDBOX API against idem's contract: probe URL -sandbox (creates payments)

@@ -240,7 +240,14 @@ func (b *storeBackend) recover(ctx context.Context, rc recoverFlags) (recoverOut
 	})
 	close(done)
 	<-collected
-	if err != nil {
+	// Damaged records were skipped and every other one reconciled, as POST /recover answers:
+	// the outcomes stand, and the skipped records are listed beside them.
+	damaged := []damagedRow{}
+	if de, ok := errors.AsType[*idem.DamagedRecordsError](err); ok {
+		for _, d := range de.Records {
+			damaged = append(damaged, damagedRow{Scope: d.Scope, Key: d.Key, Error: fmt.Sprint(d.Err)})
+		}
+	} else if err != nil {
 		return recoverOut{}, err
 	}
 	if entries == nil {
@@ -251,5 +258,5 @@ func (b *storeBackend) recover(ctx context.Context, rc recoverFlags) (recoverOut
 	})
 	return recoverOut{Records: entries, Report: map[string]int{"pending": rep.Pending, "skipped": rep.Skipped,
 		"succeeded": rep.Succeeded, "failed": rep.Failed, "manual": rep.Manual, "unknown": rep.Unknown,
-		"purged": rep.Purged, "resolved": rep.Resolved}}, nil
+		"purged": rep.Purged, "resolved": rep.Resolved}, Damaged: damaged}, nil
 }

@@ -58,10 +58,12 @@ type statsOut struct {
 	Client  map[string]int64      `json:"client,omitempty"`
 }
 
-// recoverOut is what recover prints, the admin handler's POST /recover answer.
+// recoverOut is what recover prints, the admin handler's POST /recover answer: Damaged lists
+// the records the run could not decode, skipped and left untouched.
 type recoverOut struct {
 	Report  map[string]int   `json:"report"`
 	Records []recoveredEntry `json:"records"`
+	Damaged []damagedRow     `json:"damaged"`
 }
 
 type recoveredEntry struct {
