@@ -179,8 +179,8 @@ func (b *adminBackend) stats(ctx context.Context) (statsOut, error) {
 	return out, err
 }
 
-func (b *adminBackend) purge(context.Context, time.Time, bool) (int, error) {
-	return 0, usageError{"purge works on -db or -dsn; a running service purges old records in Recover (idemctl recover -url)"}
+func (b *adminBackend) purge(context.Context, time.Time, bool) (int, []damagedRow, error) {
+	return 0, nil, usageError{"purge works on -db or -dsn; a running service purges old records in Recover (idemctl recover -url)"}
 }
 
 func (b *adminBackend) resolve(ctx context.Context, req idem.AdminResolveRequest) (*keystore.Record, error) {

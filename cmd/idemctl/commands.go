@@ -129,12 +129,18 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 		return err
 	}
 	defer b.close()
-	n, err := b.purge(ctx, cutoff, *dryRun)
+	n, damaged, err := b.purge(ctx, cutoff, *dryRun)
 	if err != nil {
 		return err
 	}
+	for _, d := range damaged {
+		fmt.Fprintf(stderr, "idemctl: skipped a record that cannot be decoded (tenant %q, key %q): %s\n", d.Scope, d.Key, d.Error)
+	}
 	if c.json {
-		return writeJSON(stdout, map[string]any{"purged": n, "dry_run": *dryRun, "cutoff": cutoff.UTC()})
+		if damaged == nil {
+			damaged = []damagedRow{}
+		}
+		return writeJSON(stdout, map[string]any{"purged": n, "dry_run": *dryRun, "cutoff": cutoff.UTC(), "damaged": damaged})
 	}
 	verb := "purged"
 	if *dryRun {

@@ -39,6 +39,11 @@
 // value, which would land in shell history and the process list, and never persisted. With
 // -url the service recovers.
 //
+// purge deletes the succeeded and failed records last updated at least -older-than ago. On a
+// file it purges in steps (keystore.BatchPurger) and skips a record it cannot decode, left
+// untouched and named on stderr (-json: under "damaged"), as ls names it; the exit status
+// stays 0.
+//
 // Output is a human table within 100 columns by default (long values clipped with "…") and
 // JSON with -json (bodies base64, as []byte). Records hold no credentials (idem never persists them, and idemctl strips
 // them again before printing), but show prints request and response bodies, whole.

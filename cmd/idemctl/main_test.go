@@ -148,6 +148,42 @@ func TestPurge(t *testing.T) {
 	assert.Equal(t, []string{"k-manual", "k-pending", "k-acme", "k-failed"}, keys, "only the old succeeded record went")
 }
 
+// A record that cannot be decoded does not stop a purge: the purge deletes what it can,
+// leaves that record untouched and names it (stderr; -json: "damaged"), as the dry run does.
+func TestPurgeSkipsDamaged(t *testing.T) {
+	db := seed(t)
+	damage(t, db, "k-manual")
+	const named = `idemctl: skipped a record that cannot be decoded (tenant "", key "k-manual"): `
+	code, out, errs := runCmd(t, "purge", "-db", db, "-older-than", "72h", "-dry-run")
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, "would purge 1 succeeded/failed record(s) last updated before "+testNow.Add(-72*time.Hour).UTC().Format(time.RFC3339)+"\n", out)
+	assert.True(t, strings.HasPrefix(errs, named), errs)
+	assert.Equal(t, 1, strings.Count(errs, "\n"), errs)
+
+	code, out, errs = runCmd(t, "purge", "-db", db, "-older-than", "72h", "-json")
+	require.Equal(t, 0, code, errs)
+	var got struct {
+		Purged  int          `json:"purged"`
+		Damaged []damagedRow `json:"damaged"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	assert.Equal(t, 1, got.Purged)
+	require.Len(t, got.Damaged, 1)
+	assert.Equal(t, "k-manual", got.Damaged[0].Key)
+	assert.Equal(t, named+got.Damaged[0].Error+"\n", errs)
+
+	raw, err := bbolt.Open(db, 0o600, &bbolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer raw.Close()
+	require.NoError(t, raw.View(func(tx *bbolt.Tx) error {
+		b := tx.Bucket([]byte("records"))
+		assert.Nil(t, b.Get(append([]byte{0}, "k-ok"...)), "the old succeeded record went")
+		assert.Equal(t, []byte(`{"key":`), b.Get(append([]byte{0}, "k-manual"...)), "the damaged one is untouched")
+		assert.NotNil(t, b.Get(append([]byte{0}, "k-failed"...)))
+		return nil
+	}))
+}
+
 // While a service holds the file, every command stops after -timeout with a clear message.
 func TestLockedFile(t *testing.T) {
 	db := seed(t)

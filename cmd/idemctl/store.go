@@ -131,23 +131,52 @@ func (b *storeBackend) stats(ctx context.Context) (statsOut, error) {
 	return statsOut{Records: st}, nil
 }
 
-func (b *storeBackend) purge(ctx context.Context, cutoff time.Time, dryRun bool) (int, error) {
+// purge deletes (or with dryRun counts) the succeeded and failed records last updated before
+// cutoff. A store that purges in steps (keystore.BatchPurger: boltstore) skips the records it
+// cannot decode and leaves them untouched, as Recover's purge does: they are returned, listed
+// afresh after the purge (or during the dry run), so that the operator learns of them. Purge
+// of any other store (pgstore) judges rows by their columns and decodes nothing.
+func (b *storeBackend) purge(ctx context.Context, cutoff time.Time, dryRun bool) (int, []damagedRow, error) {
+	bp, batched := b.s.(keystore.BatchPurger)
+	n := 0
 	if !dryRun {
 		if err := b.checkClock(ctx); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
-		return b.s.Purge(ctx, cutoff)
+		if !batched {
+			n, err := b.s.Purge(ctx, cutoff)
+			return n, nil, err
+		}
+		var after keystore.Cursor
+		for {
+			d, next, err := bp.PurgeBatch(ctx, cutoff, after, keystore.DefaultPageSize)
+			n += d
+			if err != nil {
+				return n, nil, err
+			}
+			if next == "" {
+				break
+			}
+			after = next
+		}
 	}
-	n := 0
+	var damaged []damagedRow
 	err := keystore.ListAll(ctx, b.s, []keystore.State{keystore.StateSucceeded, keystore.StateFailed}, 0, func(p keystore.Page) error {
-		for _, r := range p.Records {
-			if r.UpdatedAt.Before(cutoff) {
-				n++
+		if batched {
+			for _, d := range p.Damaged {
+				damaged = append(damaged, damagedRow{Scope: d.Scope, Key: d.Key, Error: fmt.Sprint(d.Err)})
+			}
+		}
+		if dryRun {
+			for _, r := range p.Records {
+				if r.UpdatedAt.Before(cutoff) {
+					n++
+				}
 			}
 		}
 		return nil
 	})
-	return n, err
+	return n, damaged, err
 }
 
 // checkClock refuses a purge whose cutoff comes from this host's clock when a shared store's

@@ -31,7 +31,9 @@ type backend interface {
 	// get finds the record by key, or by intent when intent is set; errNotFound if none.
 	get(ctx context.Context, tenant, key, intent string) (*keystore.Record, error)
 	stats(ctx context.Context) (statsOut, error)
-	purge(ctx context.Context, cutoff time.Time, dryRun bool) (int, error)
+	// purge deletes (dryRun: counts) the succeeded and failed records last updated before
+	// cutoff, and returns the records it skipped because it cannot decode them.
+	purge(ctx context.Context, cutoff time.Time, dryRun bool) (int, []damagedRow, error)
 	resolve(ctx context.Context, req idem.AdminResolveRequest) (*keystore.Record, error)
 	recover(ctx context.Context, rc recoverFlags) (recoverOut, error)
 	close() error
