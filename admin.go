@@ -65,7 +65,8 @@ const maxAdminBody = 1 << 20
 // Errors are RFC 9457 problem documents (application/problem+json): 403 when there is no
 // Authorize function, 401 when it refuses, 415 for a resolve body not sent as
 // application/json, 400 for bad input (an unknown state, a bad
-// duration or number, unknown JSON fields, a body over 1 MiB), 404 for an unknown path or
+// duration or number, unknown JSON fields, a body over 1 MiB, a resolution the keystore
+// refuses as keystore.ErrInvalid, such as a note with a NUL byte on pgstore), 404 for an unknown path or
 // record, 405 with an Allow header for a wrong method, 409 when the record to resolve is not
 // manual or a Recover started here is still running, 503 when this host's clock is too far
 // off the store's to write a verdict (ErrClockSkew), 500 when the keystore fails or c is nil

@@ -412,6 +412,8 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, fmt.Sprintf("key %q is gone", rec.Key))
 	case errors.Is(err, ErrInvalidOperation):
 		problem(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, keystore.ErrInvalid): // the request's text: a note with NUL on pgstore
+		problem(w, http.StatusBadRequest, "the keystore cannot hold this resolution: "+err.Error())
 	case errors.Is(err, ErrClockSkew): // this host's clock: fix it, or resolve from another
 		problem(w, http.StatusServiceUnavailable, err.Error())
 	case err != nil:

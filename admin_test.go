@@ -308,6 +308,32 @@ func TestAdminResolve(t *testing.T) {
 	assert.JSONEq(t, problemJSON(409, `key "k-manual": record is succeeded; only a manual record can be resolved`), body)
 }
 
+// nulRefusingStore refuses a note holding a NUL byte, as pgstore does (PostgreSQL text
+// cannot hold one).
+type nulRefusingStore struct{ keystore.Store }
+
+func (s nulRefusingStore) Update(ctx context.Context, rec *keystore.Record) error {
+	if strings.Contains(rec.Note, "\x00") {
+		return errors.Join(keystore.ErrInvalid, errors.New("note holds a NUL byte"))
+	}
+	return s.Store.Update(ctx, rec)
+}
+
+// A resolution the keystore cannot hold is the request's fault: 400 with the store's reason,
+// not a 500, and the record stays manual.
+func TestAdminResolveStoreRefusesNote(t *testing.T) {
+	e := adminEnv(t)
+	c, err := NewClient(Config{BaseURL: e.srv.URL, Store: nulRefusingStore{e.store}, Now: e.clock.Now})
+	require.NoError(t, err)
+	defer c.Close()
+	h := NewAdminHandler(c, AdminOptions{Authorize: tokenAuth})
+	code, _, body := adminDo(t, h, "POST", "/resolve", `{"key":"k-manual","verdict":"not_executed","note":"ops\u0000ticket 7"}`, true)
+	assert.Equal(t, 400, code)
+	assert.JSONEq(t, problemJSON(400, "the keystore cannot hold this resolution: idem: persisting the resolution of key \"k-manual\": "+
+		"keystore: invalid record\nnote holds a NUL byte"), body)
+	assert.Equal(t, keystore.StateManual, e.record("k-manual").State)
+}
+
 func TestAdminResolveNotExecuted(t *testing.T) {
 	e := adminEnv(t)
 	h := NewAdminHandler(e.c, AdminOptions{Authorize: tokenAuth})
