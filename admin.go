@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode"
+	"unicode/utf8"
 )
 
 // The operator's view over HTTP: a handler a service mounts on its admin port, so that stuck
@@ -70,7 +72,8 @@ const maxAdminBody = 1 << 20
 // record, 405 with an Allow header for a wrong method, 409 when the record to resolve is not
 // manual or a Recover started here is still running, 503 when this host's clock is too far
 // off the store's to write a verdict (ErrClockSkew), 500 when the keystore fails or c is nil
-// or zero (not made by NewClient).
+// or zero (not made by NewClient). A detail quotes a request's value (a key, a tenant, a
+// path) only up to its first 200 bytes, followed by "… (N bytes)".
 //
 // Records never hold credentials (idem strips Authorization, Cookie, Proxy-Authorization,
 // Config.SecretHeaders and Set-Cookie before persisting); the handler strips the same headers
@@ -113,7 +116,7 @@ func (h *adminHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	route, ok := adminRoutes[r.URL.Path]
 	if !ok {
-		problem(w, http.StatusNotFound, fmt.Sprintf("no admin endpoint %q (records, record, resolve, recover, stats)", r.URL.Path))
+		problem(w, http.StatusNotFound, fmt.Sprintf("no admin endpoint %s (records, record, resolve, recover, stats)", quoteInput(r.URL.Path)))
 		return
 	}
 	if r.Method != route.method && !(route.method == http.MethodGet && r.Method == http.MethodHead) {
@@ -135,6 +138,37 @@ func problem(w http.ResponseWriter, status int, detail string) {
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail})
+}
+
+// maxEchoed bounds the bytes of a request's value (a key, a tenant, a path) that a problem
+// detail quotes back: a 600 KB key makes no 600 KB answer.
+const maxEchoed = 200
+
+// quoteInput is s quoted as %q quotes it; beyond maxEchoed bytes, its first ones (whole
+// characters) followed by "… (N bytes)", N being the length of s.
+func quoteInput(s string) string {
+	if len(s) <= maxEchoed {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:clipAt(s)]) + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// clipInput is text that may hold a request's value (a decoder's error naming a JSON field),
+// clipped as quoteInput clips, unquoted.
+func clipInput(s string) string {
+	if len(s) <= maxEchoed {
+		return s
+	}
+	return s[:clipAt(s)] + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// clipAt is where to cut s (longer than maxEchoed) so as not to split a UTF-8 character.
+func clipAt(s string) int {
+	cut := maxEchoed
+	for i := 0; i < utf8.UTFMax-1 && cut > 0 && !utf8.RuneStart(s[cut]); i++ {
+		cut--
+	}
+	return cut
 }
 
 func writeAdminJSON(w http.ResponseWriter, v any) {

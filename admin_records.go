@@ -124,7 +124,7 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
 		for part := range strings.SplitSeq(s, ",") {
 			st := keystore.State(strings.TrimSpace(part))
 			if !st.Valid() {
-				problem(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q (pending, succeeded, failed, manual)", st))
+				problem(w, http.StatusBadRequest, fmt.Sprintf("unknown state %s (pending, succeeded, failed, manual)", quoteInput(string(st))))
 				return
 			}
 			states = append(states, st)
@@ -134,7 +134,7 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("min_age"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
-			problem(w, http.StatusBadRequest, fmt.Sprintf("min_age %q is not a non-negative duration such as 10m", s))
+			problem(w, http.StatusBadRequest, fmt.Sprintf("min_age %s is not a non-negative duration such as 10m", quoteInput(s)))
 			return
 		}
 		minAge = d
@@ -151,7 +151,7 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("after"); s != "" {
 		c, err := parseListCursor(s)
 		if err != nil || offset > 0 {
-			problem(w, http.StatusBadRequest, fmt.Sprintf("after %q is not a next_after value of this endpoint, or comes with an offset", s))
+			problem(w, http.StatusBadRequest, fmt.Sprintf("after %s is not a next_after value of this endpoint, or comes with an offset", quoteInput(s)))
 			return
 		}
 		after = &c
@@ -283,7 +283,7 @@ func queryInt(w http.ResponseWriter, s, name string, def, lo, hi int) (int, bool
 		if hi >= 0 {
 			bound = fmt.Sprintf("%d to %d", lo, hi)
 		}
-		problem(w, http.StatusBadRequest, fmt.Sprintf("%s %q must be a whole number, %s", name, s, bound))
+		problem(w, http.StatusBadRequest, fmt.Sprintf("%s %s must be a whole number, %s", name, quoteInput(s), bound))
 		return 0, false
 	}
 	return n, true
@@ -304,11 +304,11 @@ func (h *adminHandler) find(w http.ResponseWriter, r *http.Request, tenant, key,
 	}
 	switch {
 	case errors.Is(err, keystore.ErrNotFound):
-		what := fmt.Sprintf("key %q", key)
+		what := "key " + quoteInput(key)
 		if key == "" {
-			what = fmt.Sprintf("intent %q", intent)
+			what = "intent " + quoteInput(intent)
 		}
-		problem(w, http.StatusNotFound, fmt.Sprintf("no record for %s in tenant %q", what, tenant))
+		problem(w, http.StatusNotFound, fmt.Sprintf("no record for %s in tenant %s", what, quoteInput(tenant)))
 		return nil, false
 	case err != nil:
 		problem(w, http.StatusInternalServerError, "reading the record: "+err.Error())
@@ -362,7 +362,7 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		problem(w, http.StatusBadRequest, "the body must be one JSON resolve request: "+err.Error())
+		problem(w, http.StatusBadRequest, "the body must be one JSON resolve request: "+clipInput(err.Error()))
 		return
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -376,7 +376,7 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 	case VerdictNotExecuted.String():
 		res.Verdict = VerdictNotExecuted
 	default:
-		problem(w, http.StatusBadRequest, fmt.Sprintf("verdict %q: want %q or %q", req.Verdict, VerdictExecuted, VerdictNotExecuted))
+		problem(w, http.StatusBadRequest, fmt.Sprintf("verdict %s: want %q or %q", quoteInput(req.Verdict), VerdictExecuted, VerdictNotExecuted))
 		return
 	}
 	if strings.TrimSpace(req.Note) == "" {
@@ -407,9 +407,9 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 		if oe, ok := errors.AsType[*OperationError](err); ok && oe.Cause != nil {
 			cause = oe.Cause
 		}
-		problem(w, http.StatusConflict, fmt.Sprintf("key %q: %v; only a manual record can be resolved", rec.Key, cause))
+		problem(w, http.StatusConflict, fmt.Sprintf("key %s: %v; only a manual record can be resolved", quoteInput(rec.Key), cause))
 	case errors.Is(err, keystore.ErrNotFound):
-		problem(w, http.StatusNotFound, fmt.Sprintf("key %q is gone", rec.Key))
+		problem(w, http.StatusNotFound, fmt.Sprintf("key %s is gone", quoteInput(rec.Key)))
 	case errors.Is(err, ErrInvalidOperation):
 		problem(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, keystore.ErrInvalid): // the request's text: a note with NUL on pgstore

@@ -334,6 +334,44 @@ func TestAdminResolveStoreRefusesNote(t *testing.T) {
 	assert.Equal(t, keystore.StateManual, e.record("k-manual").State)
 }
 
+// Values of the request quoted back in a problem's detail are clipped to 200 bytes, their
+// length said: a 600 KB key makes no 600 KB answer.
+func TestAdminClipsEchoedInput(t *testing.T) {
+	e := adminEnv(t)
+	h := NewAdminHandler(e.c, AdminOptions{Authorize: tokenAuth})
+	long := strings.Repeat("k", 600000)
+	clipped := `"` + strings.Repeat("k", 200) + `"… (600000 bytes)`
+	// A clip never splits a character: 199 bytes of "k" and a 2-byte "é" keep 199 bytes.
+	multi := strings.Repeat("k", 199) + strings.Repeat("é", 1000)
+	for _, tt := range []struct {
+		method, target, body string
+		status               int
+		detail               string
+	}{
+		{"GET", "/record?key=" + long, "", 404, `no record for key ` + clipped + ` in tenant ""`},
+		{"GET", "/record?intent=" + long + "&tenant=" + long, "", 404, `no record for intent ` + clipped + ` in tenant ` + clipped},
+		{"GET", "/record?key=" + url.QueryEscape(multi), "", 404,
+			`no record for key "` + strings.Repeat("k", 199) + `"… (2199 bytes) in tenant ""`},
+		{"POST", "/resolve", `{"key":"` + long + `","verdict":"executed","note":"x"}`, 404,
+			`no record for key ` + clipped + ` in tenant ""`},
+		{"POST", "/resolve", `{"key":"k-manual","verdict":"` + long + `","note":"x"}`, 400,
+			`verdict ` + clipped + `: want "executed" or "not_executed"`},
+		{"POST", "/resolve", `{"key":"k-manual","verdict":"executed","note":"x","` + long + `":1}`, 400,
+			`the body must be one JSON resolve request: json: unknown field "` + strings.Repeat("k", 179) + `… (600022 bytes)`},
+		{"GET", "/records?state=" + long, "", 400, `unknown state ` + clipped + ` (pending, succeeded, failed, manual)`},
+		{"GET", "/records?min_age=" + long, "", 400, `min_age ` + clipped + ` is not a non-negative duration such as 10m`},
+		{"GET", "/records?limit=" + long, "", 400, `limit ` + clipped + ` must be a whole number, 1 to 100`},
+		{"GET", "/records?after=" + long, "", 400, `after ` + clipped + ` is not a next_after value of this endpoint, or comes with an offset`},
+		{"GET", "/" + long, "", 404, `no admin endpoint "/` + strings.Repeat("k", 199) + `"… (600001 bytes) (records, record, resolve, recover, stats)`},
+	} {
+		code, _, body := adminDo(t, h, tt.method, tt.target, tt.body, true)
+		what := (tt.target + " " + tt.body)[:40]
+		assert.Equal(t, tt.status, code, what)
+		assert.JSONEq(t, problemJSON(tt.status, tt.detail), body, what)
+		assert.Less(t, len(body), 1000, what)
+	}
+}
+
 func TestAdminResolveNotExecuted(t *testing.T) {
 	e := adminEnv(t)
 	h := NewAdminHandler(e.c, AdminOptions{Authorize: tokenAuth})
