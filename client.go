@@ -65,7 +65,8 @@ type Config struct {
 	// keys by its own notion of tenant, usually the credentials. Valid UTF-8, else
 	// ErrInvalidConfig; a new record's tenant is at most MaxTenantLength bytes.
 	Tenant string
-	// KeyStatusURL is the status endpoint path ("{key}" is replaced by the escaped key), such as
+	// KeyStatusURL is the status endpoint path ("{key}" is replaced by the key, escaped for the
+	// path or the query where it stands), such as
 	// "/v1/payments/operations/{key}", in the default JSON convention (see KeyStatusFunc and the package docs). Empty:
 	// no status endpoint, and an unknown outcome is resent with the same key while the key is
 	// younger than KeyTTL.

@@ -47,10 +47,27 @@ func (c *Client) getter(rec *keystore.Record, header http.Header) func(context.C
 		if err != nil {
 			return 0, nil, err
 		}
+		if err := refuseSwitch(resp); err != nil {
+			return 0, nil, err
+		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(io.LimitReader(resp.Body, c.statusBodyLimit(ctx)))
 		return resp.StatusCode, body, err
 	}
+}
+
+// fillPlaceholder replaces every placeholder in tmpl, a path with an optional query, by
+// value escaped for where it stands: url.PathEscape in the path, url.QueryEscape in the
+// query. One escaping for both would misplace a value: in a path, the "+" QueryEscape makes
+// of a space is a plus, so a search for "order 42" would look for "order+42", find nothing,
+// and settle a charged payment as not executed.
+func fillPlaceholder(tmpl, placeholder, value string) string {
+	q := strings.IndexByte(tmpl, '?')
+	if q < 0 {
+		return strings.ReplaceAll(tmpl, placeholder, url.PathEscape(value))
+	}
+	return strings.ReplaceAll(tmpl[:q], placeholder, url.PathEscape(value)) +
+		strings.ReplaceAll(tmpl[q:], placeholder, url.QueryEscape(value))
 }
 
 // ReferenceField is the request body member LookupByReference reads by default.
@@ -58,7 +75,8 @@ const ReferenceField = "reference"
 
 // LookupByReference returns a LookupFunc for APIs that list payments by the caller's
 // reference, the convention of idemtest and of Stripe's search by metadata:
-// GET path with "{reference}" replaced by the query-escaped reference, answering
+// GET path with "{reference}" replaced by the reference, escaped for where it stands
+// (url.PathEscape before the path's "?", url.QueryEscape after it), answering
 // 200 {"data":[payment, ...]} (tenant-scoped, oldest first).
 //
 // The reference is the top-level JSON string member field of the record's request body
@@ -83,7 +101,7 @@ func LookupByReference(path, field string) (LookupFunc, error) {
 			json.Unmarshal(body[field], &ref) != nil || ref == "" {
 			return Resolution{}, fmt.Errorf("the request body has no %q string to look up", field)
 		}
-		status, b, err := req.Get(ctx, strings.ReplaceAll(path, "{reference}", url.QueryEscape(ref)))
+		status, b, err := req.Get(ctx, fillPlaceholder(path, "{reference}", ref))
 		if err != nil {
 			return Resolution{}, err
 		}

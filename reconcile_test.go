@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -291,6 +292,38 @@ func TestLookupByReferenceAnswers(t *testing.T) {
 			return 0, nil, nil
 		}})
 	require.Error(t, err)
+}
+
+// The reference is escaped for where the placeholder stands. Query-escaped in a path, a
+// space became a "+" that the server read as a plus: the search found nothing and a charged
+// payment was settled as not executed.
+func TestLookupByReferenceEscapesByPosition(t *testing.T) {
+	rec := &keystore.Record{Request: keystore.Request{Body: []byte(`{"reference":"order 42+a/b?c&d"}`)}}
+	for _, tc := range []struct{ path, want string }{
+		{"/v1/orders/{reference}/payments", "/v1/orders/order%2042+a%2Fb%3Fc&d/payments"},
+		{"/v1/payments?reference={reference}", "/v1/payments?reference=order+42%2Ba%2Fb%3Fc%26d"},
+		{"/v1/orders/{reference}/payments?ref={reference}", "/v1/orders/order%2042+a%2Fb%3Fc&d/payments?ref=order+42%2Ba%2Fb%3Fc%26d"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			lk, err := LookupByReference(tc.path, "")
+			require.NoError(t, err)
+			var asked string
+			_, _ = lk(context.Background(), LookupRequest{Record: rec, Get: func(_ context.Context, path string) (int, []byte, error) {
+				asked = path
+				return 200, []byte(`{"data":[]}`), nil
+			}})
+			assert.Equal(t, tc.want, asked)
+			// What a server reads back is the reference itself.
+			u, err := url.Parse(asked)
+			require.NoError(t, err)
+			if strings.Contains(tc.path, "/orders/") {
+				assert.Equal(t, "/v1/orders/order 42+a/b?c&d/payments", u.Path)
+			}
+			if strings.Contains(tc.path, "?") {
+				assert.Equal(t, "order 42+a/b?c&d", u.Query().Get(strings.TrimSuffix(strings.SplitN(tc.path, "?", 2)[1], "={reference}")))
+			}
+		})
+	}
 }
 
 func jsonID(t *testing.T, body []byte) string {

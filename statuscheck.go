@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -125,7 +124,7 @@ func (c *Client) statusBodyLimit(ctx context.Context) int64 {
 // default JSON convention, with the key header, the operation's headers and credentials.
 func (c *Client) defaultStatus(path string) KeyStatusFunc {
 	return func(ctx context.Context, r KeyStatusRequest) (KeyStatus, error) {
-		target, err := c.resolveURL(strings.ReplaceAll(path, "{key}", url.PathEscape(r.Key)))
+		target, err := c.resolveURL(fillPlaceholder(path, "{key}", r.Key))
 		if err != nil {
 			return KeyStatus{}, err
 		}
@@ -152,6 +151,9 @@ func (c *Client) defaultStatus(path string) KeyStatusFunc {
 		}
 		resp, err := c.statusHTTP.Do(req)
 		if err != nil {
+			return KeyStatus{}, err
+		}
+		if err := refuseSwitch(resp); err != nil {
 			return KeyStatus{}, err
 		}
 		defer resp.Body.Close()

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -82,6 +83,9 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	resp, err := t.base.RoundTrip(out)
 	if err == nil {
+		err = refuseSwitch(resp) // then resp is nil below: an answer we cannot read is no answer
+	}
+	if err == nil {
 		var body []byte
 		body, err = readBody(resp.Body, resp.ContentLength, cl.s.policy.MaxResponseSize)
 		resp.Body.Close()
@@ -94,6 +98,8 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		} else {
 			resp = nil // a half-read answer is no answer: the outcome is unknown
 		}
+	} else {
+		resp = nil
 	}
 	a.Err = err
 	a.Written = cl.written.Load() || a.Response != nil ||
@@ -103,6 +109,19 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	cl.last = a
 	return resp, a.Err
+}
+
+// refuseSwitch closes the body of a 101 Switching Protocols answer and returns an error.
+// Such a body is the raw connection: neither the request's context nor http.Client.Timeout
+// ends a read of it, so a server that switched protocols and then said nothing would hold
+// the call (and its lease) for as long as it kept the connection open. idem never asks for
+// an upgrade, so a 101 is a broken answer: the request may have reached the server.
+func refuseSwitch(resp *http.Response) error {
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		return nil
+	}
+	resp.Body.Close()
+	return errors.New("idem: the server answered 101 Switching Protocols to a request that asked for no upgrade")
 }
 
 // readBody reads r to its end, or to one byte more than limit. size is the announced

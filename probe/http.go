@@ -3,6 +3,7 @@ package probe
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -100,6 +101,11 @@ func (s *sender) doWith(ctx context.Context, client *http.Client, method, path, 
 	s.mu.Unlock()
 	if err != nil {
 		return answer{err: err}
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// Its body is the raw connection, which no context or timeout ends: never read it.
+		resp.Body.Close()
+		return answer{err: errors.New("probe: the server answered 101 Switching Protocols to a request that asked for no upgrade")}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))

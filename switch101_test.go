@@ -1,0 +1,90 @@
+package idem
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// switchServer answers every request on a path in switched with 101 Switching Protocols and
+// then keeps the connection open saying nothing, until the test ends. It counts requests by
+// path prefix.
+func switchServer(t *testing.T, switched ...string) (url string, seen func(prefix string) int64) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); ln.Close() })
+	var posts, gets atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				if req.Method == http.MethodPost {
+					posts.Add(1)
+				} else {
+					gets.Add(1)
+				}
+				for _, p := range switched {
+					if strings.HasPrefix(req.URL.Path, p) {
+						_, _ = c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n"))
+						<-done
+						return
+					}
+				}
+				_, _ = c.Write([]byte("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"))
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String(), func(prefix string) int64 {
+		if prefix == http.MethodPost {
+			return posts.Load()
+		}
+		return gets.Load()
+	}
+}
+
+// A 101 Switching Protocols answer (to the payment, to the status check) is a broken answer:
+// its body, the raw connection, is never read, since no context or timeout ends that read.
+// Before, Do blocked until the server closed the connection, holding the key's lease.
+func TestSwitchingProtocolsAnswerIsNotRead(t *testing.T) {
+	url, seen := switchServer(t, "/v1/payments", "/v1/idempotency-keys/")
+	clock := newFakeClock()
+	c, err := NewClient(Config{BaseURL: url, Store: keystore.NewMemory(), KeyStatusURL: "/v1/idempotency-keys/{key}",
+		Now: clock.Now, Sleep: clock.Sleep, Budget: BudgetConfig{Disabled: true},
+		Policy: Policy{MaxAttempts: 3, MaxKeyStatusChecks: 2}})
+	require.NoError(t, err)
+	defer c.Close()
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Do(context.Background(), NewOperation(http.MethodPost, "/v1/payments", paymentBody(1, "order-101")))
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second): // a hang, not a timing bound: Do returns at once
+		t.Fatal("Do blocked on a 101 answer's body")
+	}
+	require.ErrorIs(t, err, ErrOutcomeUnknown, "the payment may have reached the server: never a failure")
+	assert.Contains(t, err.Error(), "101 Switching Protocols")
+	assert.Equal(t, int64(1), seen(http.MethodPost), "not resent while the status endpoint cannot tell")
+	assert.Equal(t, int64(2), seen(http.MethodGet), "every status check asked, none read past its 101")
+}
