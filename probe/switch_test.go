@@ -40,7 +40,10 @@ func TestSwitchingProtocolsAnswerIsNotRead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	ran := make(chan error, 1)
-	go func() { _, err := probe.Run(ctx, probe.Config{BaseURL: "http://" + ln.Addr().String(), Sandbox: true}); ran <- err }()
+	go func() {
+		_, err := probe.Run(ctx, probe.Config{BaseURL: "http://" + ln.Addr().String(), Sandbox: true})
+		ran <- err
+	}()
 	select {
 	case <-ran: // whatever the verdict, it returned
 	case <-time.After(20 * time.Second): // a hang, not a timing bound
