@@ -77,8 +77,15 @@ const (
 // clock days behind would have its finished records purged at once by a healthy instance
 // (the next Do of the intent then mints a new key), one ahead would hold leases for days. So
 // Do checks too, but at most once per clockRecheck per Client: one store round trip a
-// minute, not one per call.
+// minute, not one per call; and at once when this clock has stepped since the last check
+// (clockStepped), since a step back of days within that minute would otherwise stamp the
+// call's records days old, and a healthy instance's purge would delete them.
 const clockRecheck = time.Minute
+
+// maxClockStep is how far Config.Now may move against the monotonic clock between two
+// write-path checks before the cached check stops standing: at most a second (NTP slews
+// far less than that in a minute), and at most half of MaxClockSkew.
+func maxClockStep(maxSkew time.Duration) time.Duration { return min(time.Second, maxSkew/2) }
 
 // writeClock caches the last write-path check (see clockRecheck). Calls read last without a
 // lock; only the one that finds it stale takes mu and reads the store's clock.
@@ -88,16 +95,23 @@ type writeClock struct {
 }
 
 type clockCheck struct {
-	at  time.Time // when it was checked, by the local monotonic clock
-	err error     // its outcome
+	at   time.Time // when it was checked, by the local monotonic clock
+	wall time.Time // Config.Now then, without its monotonic reading
+	err  error     // its outcome
 }
 
-// fresh returns the cached check while it stands, nil once it is stale or was never made.
-func (w *writeClock) fresh() *clockCheck {
-	if l := w.last.Load(); l != nil && time.Since(l.at) < clockRecheck {
-		return l
+// fresh returns the cached check while it stands, nil once it is stale, was never made, or
+// Config.Now (now) has moved more than maxStep against the monotonic clock since: a step.
+func (w *writeClock) fresh(now time.Time, maxStep time.Duration) *clockCheck {
+	l := w.last.Load()
+	if l == nil {
+		return nil
 	}
-	return nil
+	elapsed := time.Since(l.at)
+	if step := now.Round(0).Sub(l.wall) - elapsed; elapsed >= clockRecheck || step > maxStep || step < -maxStep {
+		return nil
+	}
+	return l
 }
 
 // checkWriteClock is checkClock for Do's own writes, cached for clockRecheck. rec is the
@@ -106,20 +120,20 @@ func (c *Client) checkWriteClock(ctx context.Context, rec *keystore.Record) erro
 	if _, ok := c.store.(keystore.Clock); !ok || c.cfg.MaxClockSkew < 0 {
 		return nil
 	}
-	w := &c.writeClock
-	if l := w.fresh(); l != nil {
+	w, maxStep := &c.writeClock, maxClockStep(c.cfg.MaxClockSkew)
+	if l := w.fresh(c.cfg.Now(), maxStep); l != nil {
 		return l.err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if l := w.fresh(); l != nil { // another call checked while we waited
+	if l := w.fresh(c.cfg.Now(), maxStep); l != nil { // another call checked while we waited
 		return l.err
 	}
 	err := c.checkClock(ctx, opWrite, rec)
 	if err != nil && !errors.Is(err, ErrClockSkew) {
 		return err // the store could not be read: not cached, the create will tell
 	}
-	w.last.Store(&clockCheck{at: time.Now(), err: err})
+	w.last.Store(&clockCheck{at: time.Now(), wall: c.cfg.Now().Round(0), err: err})
 	return err
 }
 

@@ -331,6 +331,34 @@ func TestHotPathReadsStoreClockOncePerMinute(t *testing.T) {
 	assert.Equal(t, int64(0), se.c.Stats().ClockSkewRefusals)
 }
 
+// A clock that steps within the minute a write-path check stands is checked again at once:
+// before, a step back of 100 hours stamped the call's records 100 hours old, a healthy
+// instance's purge deleted them, and the next Do of the intent paid again under a new key.
+// A slew within maxClockStep keeps the cached check.
+func TestClockStepWithinTheCheckWindowIsChecked(t *testing.T) {
+	se := newSkewEnv(t, 0, nil)
+	_, err := se.c.Do(context.Background(), payment(100, "order-1", WithIntent("order-1")))
+	require.NoError(t, err)
+	require.Equal(t, 1, se.store.clockReads())
+
+	se.clock.Advance(500 * time.Millisecond) // a slew: within maxClockStep of the real time passed
+	se.store.mu.Lock()
+	se.store.now = se.store.now.Add(500 * time.Millisecond)
+	se.store.mu.Unlock()
+	_, err = se.c.Do(context.Background(), payment(100, "order-2", WithIntent("order-2")))
+	require.NoError(t, err)
+	assert.Equal(t, 1, se.store.clockReads(), "no step: the cached check stands")
+
+	se.clock.Advance(-100 * time.Hour) // the host's clock steps back; the store's does not
+	op := payment(100, "order-3", WithIntent("order-3"))
+	_, err = se.c.Do(context.Background(), op)
+	require.ErrorIs(t, err, ErrClockSkew, "checked again at once, and refused")
+	assert.Equal(t, 2, se.store.clockReads())
+	_, err = se.store.GetByIntent(context.Background(), "", "order-3")
+	assert.ErrorIs(t, err, keystore.ErrNotFound, "no record written with the stepped clock")
+	assert.Equal(t, 2, se.srv.Stats().Requests, "order-3 was not sent")
+}
+
 // An instance whose clock is off writes no record at all: its times would mislead the others
 // (a clock days behind has its finished records purged at once by a healthy instance, and the
 // next Do of the intent mints a new key; one ahead holds leases for days). Nothing is sent, and
