@@ -49,7 +49,7 @@ func TestStatusChecksRunOutNamesWhyTheOutcomeIsUnknown(t *testing.T) {
 	c, _ := ledgerClient(t, a, func(cfg *Config) {
 		cfg.Policy = Policy{MaxAttempts: 3, MaxKeyStatusChecks: 2}
 		cfg.KeyStatusFunc = func(context.Context, KeyStatusRequest) (KeyStatus, error) {
-			return KeyStatus{State: KeyStatusProcessing}, nil
+			return KeyStatus{State: KeyStatusUnknown}, nil // no usable answer
 		}
 	})
 	op := payment(1, "order-s", WithIntent("order-s"))

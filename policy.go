@@ -56,7 +56,8 @@ type Policy struct {
 	// one stops the call with ErrRetryAfterTooLong. Default DefaultMaxRetryAfter (30 s).
 	MaxRetryAfter time.Duration
 	// MaxKeyStatusChecks bounds the status-endpoint asks made to resolve one unknown outcome.
-	// Default DefaultMaxKeyStatusChecks (5).
+	// When all of them say "processing", the key is resent (KeyStatusProcessing); otherwise
+	// the call ends with ErrOutcomeUnknown. Default DefaultMaxKeyStatusChecks (5).
 	MaxKeyStatusChecks int
 	// MaxResponseSize bounds the bytes of one response body read into memory. A larger
 	// answer is not read past the bound: the attempt's outcome is unknown (the request may

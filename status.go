@@ -20,7 +20,9 @@ const (
 	// ResponseBody hold it. No resend. A "final answer" of 408, 409, 425 or 429 (statuses that
 	// never end an operation) is read as no answer (KeyStatusUnknown), never as a failure.
 	KeyStatusCompleted
-	// KeyStatusProcessing: the server is still executing the key. Wait, then ask again.
+	// KeyStatusProcessing: the server is still executing the key. Wait, then ask again; when
+	// every one of Policy.MaxKeyStatusChecks asks says so, resend with the key (a server that
+	// keeps the contract answers 409 while it runs, and resumes a key whose owner died).
 	KeyStatusProcessing
 	// KeyStatusNotFound: the server never executed the key; resending with it is safe.
 	KeyStatusNotFound

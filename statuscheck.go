@@ -34,6 +34,7 @@ func (cl *call) resolve(ctx context.Context) bool {
 		URL: cl.rec.Request.URL, Header: header}
 	var wait time.Duration
 	var fromRA bool
+	processing := 0 // answers that said the server is executing the key
 	for i := 0; i < cl.s.policy.MaxKeyStatusChecks; i++ {
 		if i > 0 && !cl.wait(ctx, wait, fromRA) {
 			return false
@@ -82,8 +83,21 @@ func (cl *call) resolve(ctx context.Context) bool {
 			cl.unknown, cl.mayLand = false, cl.mayLand || cl.attempts > 0
 			return true
 		}
+		if st.State == KeyStatusProcessing {
+			processing++
+		}
 		// Processing, or no usable answer: back off, or wait longer if the server asks.
 		wait, fromRA = cl.floorDelay(st.RetryAfter, st.HasRetryAfter)
+	}
+	if processing == cl.s.policy.MaxKeyStatusChecks && !cl.keyExpired() {
+		// The server knows the key and said at every check that it is executing it. It may be
+		// a request its owner abandoned (a checkpointed handler whose process died), which
+		// only a request with the key resumes: the server takes it over once the owner's
+		// lease ends. While an owner still runs it, the server answers that resend 409 (in
+		// progress: wait); by the contract, never a second execution. The outcome stays
+		// unknown until an answer settles it.
+		cl.mayLand = true
+		return true
 	}
 	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks%s", cl.s.policy.MaxKeyStatusChecks, cl.unknownCause))
 	return false
