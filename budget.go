@@ -26,8 +26,9 @@ type BudgetConfig struct {
 	SuccessRefund int  // default DefaultBudgetSuccessRefund
 }
 
-// Budget is a retry token bucket. A call that ends with a definitive answer from the server
-// after retries (a success, a permanent failure, a key conflict, a stored 5xx) returns the
+// Budget is a retry token bucket. A retry takes a token, and so does the first send of a
+// resumed record that was sent before (Do of a pending intent, Recover, the reclaimer): it
+// resends the intent. A call that ends with a definitive answer from the server after retries (a success, a permanent failure, a key conflict, a stored 5xx) returns the
 // tokens its retries took; a success at the first attempt adds SuccessRefund. Calls that
 // stop without an answer (outage, exhausted attempts) keep their tokens spent. Safe for
 // concurrent use.

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -72,4 +73,67 @@ func TestBudgetDrainsDeniesAndRefills(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 3, res.Attempts)
 	assert.Equal(t, 1, c.Budget().Available(), "no tokens taken; the success refunds one")
+}
+
+// A resumed record that was sent before is resent under the retry budget, like a retry: a
+// restart's Recover (or a fleet's reclaimer) during an outage resends only what the budget
+// allows. Before, every pending record was resent whatever the budget held: four records,
+// four resends, into an API answering 503 "come back in an hour".
+func TestResumedResendsTakeBudgetTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status KeyStatusFunc // nil: no status endpoint; records left "not executed" resend as they are
+		state  bool          // the status endpoint says not_found: a resend of an unknown outcome
+	}{
+		{"not executed, resent without asking", nil, false},
+		{"unknown, resent after not_found", func(context.Context, KeyStatusRequest) (KeyStatus, error) {
+			return KeyStatus{State: KeyStatusNotFound}, nil
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newLedgerAPI(t, unavailable503("3600")) // longer than MaxRetryAfter: the call stops
+			store := keystore.NewMemory()
+			c, _ := ledgerClient(t, a, func(cfg *Config) {
+				cfg.Store = store
+				cfg.KeyStatusURL = ""
+				cfg.Budget = BudgetConfig{Capacity: 20, RetryCost: 10, UnknownCost: 10}
+			})
+			var keys []string
+			for i := range 4 {
+				op := payment(100+i, fmt.Sprint("order-", i), WithIntent(fmt.Sprint("order-", i)))
+				_, err := c.Do(context.Background(), op)
+				require.ErrorIs(t, err, ErrRetryAfterTooLong)
+				keys = append(keys, op.Key())
+			}
+			require.Equal(t, int64(4), a.posts.Load(), "first attempts take no token")
+			if tc.state {
+				// An earlier process's outcome is unknown (a crash mid-request): ask first.
+				for _, k := range keys {
+					rec, err := store.Get(context.Background(), "", k)
+					require.NoError(t, err)
+					rec.NotExecuted = false
+					require.NoError(t, store.Update(context.Background(), rec))
+				}
+			}
+
+			// A restarted process (the first one gone: its leases released): a full bucket of 20
+			// pays for two resends of 10.
+			require.NoError(t, c.Close())
+			restarted, _ := ledgerClient(t, a, func(cfg *Config) {
+				cfg.Store = store
+				cfg.KeyStatusURL, cfg.KeyStatusFunc = "", tc.status
+				cfg.Budget = BudgetConfig{Capacity: 20, RetryCost: 10, UnknownCost: 10}
+			})
+			rep, err := restarted.Recover(context.Background(), nil)
+			require.NoError(t, err)
+			assert.Equal(t, 4, rep.Pending)
+			assert.Equal(t, int64(6), a.posts.Load(), "two resends, then the budget holds the rest back")
+			assert.Equal(t, int64(2), restarted.Stats().BudgetDenied)
+			for _, k := range keys {
+				rec, err := store.Get(context.Background(), "", k)
+				require.NoError(t, err)
+				assert.Equal(t, keystore.StatePending, rec.State, "still pending: a later Do or Recover")
+			}
+		})
+	}
 }

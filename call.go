@@ -119,6 +119,9 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		cl.expire()
 		return cl.finish(ctx)
 	case resumed && cl.rec.NotExecuted:
+		if cl.rec.Attempts > 0 && !cl.takeResendToken(false) {
+			return cl.finish(ctx) // still pending and not executed, nothing written or sent
+		}
 		cl.unsentBefore = cl.rec.Attempts == 0
 		// The last call ended knowing nothing was executed: send without asking, but first
 		// record durably that a send may now happen, so a crash mid-flight is asked about.
@@ -140,6 +143,9 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		cl.mayLand = true // and that request may still arrive after a "not found"
 		cl.c.stats.unknown.Add(1)
 		if !cl.resolve(ctx) {
+			return cl.finish(ctx)
+		}
+		if !cl.takeResendToken(true) {
 			return cl.finish(ctx)
 		}
 	}
@@ -309,6 +315,21 @@ func (cl *call) outcome(a *Attempt, which string) string {
 		return fmt.Sprintf("; %s failed: %v", which, a.Err)
 	}
 	return ""
+}
+
+// takeResendToken takes a retry-budget token for the first send of a resumed record that was
+// sent before (by an earlier call or process): that send is a resend of the intent, like a
+// retry. Without it, a fleet's reclaimer and a restart's Recover resent every pending record
+// into an outage the budget was holding back. unknown: the earlier outcome is unknown (the
+// costlier token, as for a retry after a timeout). A denied token stops the call with
+// ErrBudgetExhausted; the record stays pending for a later Do or Recover.
+func (cl *call) takeResendToken(unknown bool) bool {
+	if cl.s.noBudget || cl.c.budget.take(cl, unknown) {
+		return true
+	}
+	cl.c.onBudgetDenied(cl)
+	cl.halt(ErrBudgetExhausted, errors.New("the retry budget holds back resends of records sent before"))
+	return false
 }
 
 // retry decides whether a resend may happen: attempts left, a wait that fits the policy,

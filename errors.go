@@ -80,7 +80,8 @@ var (
 	// returns at once rather than sleeping into it. The record stays pending.
 	// errors.Is(err, context.DeadlineExceeded) matches too.
 	ErrDeadline = errors.New("idem: context deadline before the next attempt")
-	// ErrBudgetExhausted: the client-wide retry budget is empty, so no retry was made.
+	// ErrBudgetExhausted: the client-wide retry budget is empty, so no retry was made (a
+	// retry within the call, or the first send of a resumed record that was sent before).
 	// The record stays pending.
 	ErrBudgetExhausted = errors.New("idem: retry budget exhausted")
 	// ErrKeyExpired: the outcome is unknown and the key is older than Config.KeyTTL (the
