@@ -88,7 +88,9 @@ type Claim interface {
 	ExpiredReuse() bool
 	// Checkpoint durably records that the handler reached point (with pgserver, commits the
 	// work so far and opens a new transaction). After it, the claim can no longer be
-	// released as not executed.
+	// released as not executed. The middleware never passes an empty point ("" is a fresh
+	// start to RecoveryPoint); a backend should refuse one with ErrEmptyRecoveryPoint, as
+	// NewMemory's and pgserver's do.
 	Checkpoint(ctx context.Context, point string, now time.Time, lease time.Duration) error
 	// Complete stores resp as the key's answer, kept until expires (with pgserver, in the
 	// same transaction as the handler's writes, then commits). Errors: ErrNotOwner, or the

@@ -53,7 +53,8 @@
 //
 // A handler that calls a third party mid-request splits its work into phases with
 // Checkpoint(r, point) and resumes from RecoveryPoint(r) after a crash; see pgserver's
-// documentation for the pattern.
+// documentation for the pattern. A point is a non-empty name: RecoveryPoint returns "" for a
+// fresh start, so Checkpoint refuses "" (ErrEmptyRecoveryPoint).
 //
 // # Conventions of your API
 //

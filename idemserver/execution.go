@@ -15,6 +15,12 @@ var ErrNoClaim = errors.New("idemserver: request holds no idempotency claim")
 // must be stored.
 var ErrAlreadyBegun = errors.New("idemserver: execution has begun")
 
+// ErrEmptyRecoveryPoint is returned by Checkpoint (and by the Checkpoint of NewMemory's and
+// pgserver's claims) for the point "": RecoveryPoint returns "" for a fresh start, so a
+// takeover after such a checkpoint would run the phase it committed again. Nothing is
+// recorded or committed: the handler goes on in its current phase.
+var ErrEmptyRecoveryPoint = errors.New(`idemserver: Checkpoint needs a non-empty recovery point: "" is what RecoveryPoint returns for a fresh start`)
+
 type execKey struct{}
 
 // execution is the handler's view of its claim.
@@ -83,11 +89,15 @@ func NotExecuted(r *http.Request) error {
 // execution (see Begin). With pgserver it commits the claim and the handler's writes so far
 // and opens a new transaction for the next phase: call it right before calling a third party,
 // so that a retry after a crash resumes at point (RecoveryPoint) instead of starting over.
-// Errors: ErrNoClaim, ErrNotOwner, the backend's.
+// point names the phase that comes next and must not be empty. Errors: ErrNoClaim,
+// ErrEmptyRecoveryPoint (nothing is done), ErrNotOwner, the backend's.
 func Checkpoint(r *http.Request, point string) error {
 	ex := executionOf(r)
 	if ex == nil {
 		return ErrNoClaim
+	}
+	if point == "" {
+		return ErrEmptyRecoveryPoint
 	}
 	ex.mu.Lock()
 	defer ex.mu.Unlock()

@@ -124,6 +124,9 @@ func (c *memClaim) held() (*memRecord, error) {
 }
 
 func (c *memClaim) Checkpoint(ctx context.Context, point string, now time.Time, lease time.Duration) error {
+	if point == "" {
+		return ErrEmptyRecoveryPoint
+	}
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	r, err := c.held()

@@ -215,8 +215,13 @@ func releaseConn(ctx context.Context, pc *pgxpool.Conn, lock int64) {
 }
 
 // Checkpoint commits the phase (the handler's writes and the recovery point) and opens the
-// next phase's transaction on the same connection, under the same advisory lock.
+// next phase's transaction on the same connection, under the same advisory lock. An empty
+// point is refused (idemserver.ErrEmptyRecoveryPoint) before anything is sent: the handler's
+// transaction stays open as it was.
 func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lease time.Duration) error {
+	if point == "" { // before take, which would end the handler's use of the transaction
+		return fmt.Errorf("pgserver: checkpoint: %w", idemserver.ErrEmptyRecoveryPoint)
+	}
 	held := c.take(true) // the handler asks Tx again for the next phase's
 	defer c.give(held)
 	if !held {

@@ -61,7 +61,9 @@
 //	// the answer commits with phase 2
 //
 // Checkpoint commits the work so far together with recovery_point, leaves the row processing
-// with locked_until = now + Config.Lease, and opens a new transaction for the next phase. If
+// with locked_until = now + Config.Lease, and opens a new transaction for the next phase. The
+// point must not be empty: "" is what RecoveryPoint returns for a fresh start, and Checkpoint
+// refuses it (idemserver.ErrEmptyRecoveryPoint) without committing anything. If
 // the process dies after a checkpoint, the row stays processing: requests with the key get 409
 // until the lease passes, then the next one takes it over and RecoveryPoint tells its handler
 // where to resume. A phase must therefore be safe to re-run from its start: local writes roll
