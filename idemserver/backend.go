@@ -67,7 +67,9 @@ type Backend interface {
 	//   - a completed record: returned (replay);
 	//   - a processing record held by a live request: returned (in progress);
 	//   - a processing record whose owner is gone and LockedUntil <= Now: claimed again
-	//     (Claim.RecoveryPoint tells where the previous owner stopped).
+	//     (Claim.RecoveryPoint tells where the previous owner stopped), with LockedUntil =
+	//     Now + Lease kept even if this claim is then released or its owner dies: the next
+	//     takeover waits for that lease too.
 	Claim(ctx context.Context, req ClaimRequest) (Claim, *Record, error)
 	// Lookup returns the live record of a key, or nil when there is none (never claimed,
 	// released, or expired at now). A key held by a request in flight is StateProcessing.

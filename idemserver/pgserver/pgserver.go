@@ -66,8 +66,12 @@
 // refuses it (idemserver.ErrEmptyRecoveryPoint) without committing anything. If
 // the process dies after a checkpoint, the row stays processing: requests with the key get 409
 // until the lease passes, then the next one takes it over and RecoveryPoint tells its handler
-// where to resume. A phase must therefore be safe to re-run from its start: local writes roll
-// back; the foreign call must carry its own idempotency key. Handlers without third-party
+// where to resume. The takeover commits the row's new owner and locked_until = now +
+// Config.Lease on its own (three more round trips) before that handler runs: if the resumed
+// request dies too, the key is again in progress until its lease passes, never resumed at once
+// while the dead request's third-party call may still be settling. A phase must therefore be
+// safe to re-run from its start: local writes roll back; the foreign call must carry its own
+// idempotency key. Handlers without third-party
 // calls never checkpoint and need none of this.
 package pgserver
 
@@ -355,9 +359,7 @@ func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idems
 		return nil, &cur.rec, nil
 	default: // a checkpointed row whose owner is gone and whose lease has passed: take it over
 		c.point, c.committed = cur.rec.RecoveryPoint, true
-		err = tx.QueryRow(ctx, `UPDATE idem_server_keys SET owner = $4, locked_until = $5
-			WHERE tenant = $1 AND operation = $2 AND key = $3 RETURNING pg_current_xact_id()::text`,
-			s.Tenant, s.Operation, s.Key, c.owner, lockedUntil).Scan(&c.xid)
+		err = c.takeOver(ctx, lockedUntil)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)

@@ -128,11 +128,34 @@ func testCheckpointTakeover(t *testing.T, b idemserver.Backend) {
 	if _, rec := claim(t, b, s, fpB, now.Add(2*time.Minute)); !bytes.Equal(rec.Fingerprint, fpA) {
 		t.Fatalf("claim with fpB after lease: %+v", rec)
 	}
-	c2, _ := claim(t, b, s, fpA, now.Add(2*time.Minute))
+	resumed := now.Add(2 * time.Minute)
+	c2, _ := claim(t, b, s, fpA, resumed)
 	if c2.RecoveryPoint() != "charge_created" {
+		_ = c2.Release(ctx)
 		t.Fatalf("takeover RecoveryPoint = %q, want charge_created", c2.RecoveryPoint())
 	}
-	if err := c2.Complete(ctx, &idemserver.Response{StatusCode: 201, Header: http.Header{}, Body: []byte(`{}`)}, now, now.Add(time.Hour)); err != nil {
+	// The resumed owner gives up (or crashes) too, maybe with its third-party call still
+	// settling: the takeover's lease holds the key as the checkpoint's did, not the first
+	// owner's, long past.
+	if err := c2.Release(ctx); err != nil {
+		t.Fatalf("Release after takeover: %v", err)
+	}
+	rec = lookup(t, b, s, resumed)
+	if rec == nil || rec.State != idemserver.StateProcessing || rec.RecoveryPoint != "charge_created" || !rec.LockedUntil.Equal(resumed.Add(time.Minute)) {
+		t.Fatalf("Lookup after takeover+release = %+v, want processing at charge_created, locked until %v", rec, resumed.Add(time.Minute))
+	}
+	if c, rec := claim(t, b, s, fpA, resumed.Add(30*time.Second)); c != nil {
+		_ = c.Release(ctx)
+		t.Fatal("claim inside the takeover's lease took the key over again, want it in progress")
+	} else if rec.State != idemserver.StateProcessing {
+		t.Fatalf("claim inside the takeover's lease: %+v", rec)
+	}
+	c3, _ := claim(t, b, s, fpA, resumed.Add(time.Minute))
+	defer func() { _ = c3.Release(ctx) }() // ErrNotOwner once completed
+	if c3.RecoveryPoint() != "charge_created" {
+		t.Fatalf("second takeover RecoveryPoint = %q, want charge_created", c3.RecoveryPoint())
+	}
+	if err := c3.Complete(ctx, &idemserver.Response{StatusCode: 201, Header: http.Header{}, Body: []byte(`{}`)}, now, now.Add(time.Hour)); err != nil {
 		t.Fatalf("Complete after takeover: %v", err)
 	}
 	if rec := lookup(t, b, s, now); rec == nil || rec.State != idemserver.StateCompleted {
