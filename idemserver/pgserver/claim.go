@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +44,75 @@ type claim struct {
 	created   time.Time
 	ended     bool // the handler ended the claim's transaction itself: its writes may stand
 	refuse    bool // ended by a Checkpoint's check: the next Complete (the handler's answer) is refused
+
+	failMu sync.Mutex
+	fails  []failure // the handler's failed calls (fail), less those of savepoints rolled back since
+}
+
+// failure is a call of the handler's Tx that failed (handlerTx.fail).
+type failure struct {
+	sp  *handlerTx // the savepoint it failed in, nil for the claim's transaction itself
+	err error
+}
+
+// ErrStatementFailed is returned by the claim's Checkpoint and Complete (wrapped with the
+// first such error) when a statement the handler ran on the claim's transaction (Tx, or a
+// savepoint of it that was not rolled back) failed: the transaction is rolled back instead of
+// committed, so the middleware answers 503 with Retry-After, stores nothing, and a retry runs
+// the handler again (after a checkpoint, once the lease passes, from its recovery point).
+// PostgreSQL aborts a transaction one of whose statements it refused; this holds as well for
+// a statement that failed before reaching it (its context already done, the connection busy
+// with another goroutine's statement, the claim's transaction ended, an argument pgx cannot
+// encode) or whose results could not be read, after which the transaction would have
+// committed the handler's other writes without it: a debit without its credit, with the
+// handler's 500 as the key's answer. pgx.ErrNoRows from a Scan is a result, not a failure; a
+// savepoint's Rollback undoes the failures in it; Commit and Rollback of the claim's
+// transaction (ErrTxOwned) are not statements.
+var ErrStatementFailed = errors.New("pgserver: a statement of the handler failed in the claim's transaction, which is rolled back")
+
+// fail records err as a failure of a call at level sp (nil: the claim's transaction). The
+// first failure of a level is kept.
+func (c *claim) fail(sp *handlerTx, err error) {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	for _, f := range c.fails {
+		if f.sp == sp {
+			return
+		}
+	}
+	c.fails = append(c.fails, failure{sp: sp, err: err})
+}
+
+// rolledBack forgets the failures in savepoint sp and in the savepoints begun inside it: its
+// rollback undid them, as ROLLBACK TO SAVEPOINT recovers an aborted savepoint.
+func (c *claim) rolledBack(sp *handlerTx) {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	c.fails = slices.DeleteFunc(c.fails, func(f failure) bool { return f.sp.within(sp) })
+}
+
+// failedIn returns the first failure in savepoint sp or in a savepoint begun inside it,
+// wrapped in ErrStatementFailed, or nil.
+func (c *claim) failedIn(sp *handlerTx) error {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	for _, f := range c.fails {
+		if f.sp.within(sp) {
+			return fmt.Errorf("%w: %w", ErrStatementFailed, f.err)
+		}
+	}
+	return nil
+}
+
+// failed returns the first failure of the handler's calls, wrapped in ErrStatementFailed, or
+// nil: a claim that has one must not commit (Checkpoint, Complete).
+func (c *claim) failed() error {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	if len(c.fails) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrStatementFailed, c.fails[0].err)
 }
 
 // ErrTxEnded is returned by Complete and Checkpoint when the handler ended the claim's
@@ -234,6 +305,10 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 		c.giveUpEnded(ctx, true)
 		return fmt.Errorf("pgserver: checkpoint: %w", ErrTxEnded)
 	}
+	if err := c.failed(); err != nil {
+		c.end(ctx) // rolls the phase back
+		return fmt.Errorf("pgserver: checkpoint: %w", err)
+	}
 	if _, err := c.tx.Exec(ctx, sameTxGuard, c.xid); isDivisionByZero(err) {
 		c.giveUpEnded(ctx, true) // ended, and another transaction begun on the connection
 		return fmt.Errorf("pgserver: checkpoint: %w", ErrTxEnded)
@@ -351,6 +426,10 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 	if c.handlerEnded() {
 		c.giveUpEnded(ctx, false)
 		return fmt.Errorf("pgserver: complete: %w", ErrTxEnded)
+	}
+	if err := c.failed(); err != nil {
+		c.end(ctx) // rolls back: nothing of the phase is stored
+		return fmt.Errorf("pgserver: complete: %w", err)
 	}
 	header, body, err := answerColumns(resp)
 	if err != nil {

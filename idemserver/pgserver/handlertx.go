@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/jackc/pgx/v5"
@@ -26,17 +27,36 @@ var errTxBusy = errors.New("pgserver: the claim's connection is busy (a statemen
 // another tenant's. So each call holds the claim's connection (claim.sem, never waited for)
 // and runs only while the transaction it was handed for (id) is still the claim's open one;
 // otherwise it returns errClaimEnded and sends nothing. Go-side only: no round trip.
+//
+// A call that fails is recorded on the claim (fail), whether PostgreSQL refused the statement
+// (which aborts the transaction anyway) or it failed before reaching it (its context done,
+// pgconn.SafeToRetry, errTxBusy, errClaimEnded, an argument that cannot be encoded), which
+// leaves the transaction committable: Checkpoint and Complete then roll back instead of
+// committing the handler's writes without the one that failed (ErrStatementFailed). As in
+// PostgreSQL, a failure in a savepoint is undone by rolling the savepoint back (or one around
+// it); left open or released, it fails the claim.
 type handlerTx struct {
-	c  *claim
-	id uint64 // claim.open when handed out
-	sp pgx.Tx // a savepoint (Begin), or nil: the claim's transaction
+	c      *claim
+	id     uint64      // claim.open when handed out
+	sp     pgx.Tx      // a savepoint (Begin), or nil: the claim's transaction
+	parent *handlerTx  // for a savepoint, the transaction or savepoint it was begun in
+	closed atomic.Bool // for a savepoint, its Commit or Rollback was called: pgx closed it
 }
 
 var _ pgx.Tx = (*handlerTx)(nil)
 
 // take holds the claim's connection for one call and returns the transaction to run it in;
-// done gives the connection back.
+// done gives the connection back. A refusal is a failure of the call (fail).
 func (h *handlerTx) take() (pgx.Tx, error) {
+	tx, err := h.turn()
+	h.fail(err)
+	return tx, err
+}
+
+// turn is take without recording a refusal, for the calls that only tidy up (closing rows or
+// a batch the handler has done with): after a Checkpoint, a deferred Close of the first
+// phase's rows is refused, and must not fail the next phase.
+func (h *handlerTx) turn() (pgx.Tx, error) {
 	c := h.c
 	select {
 	case c.sem <- struct{}{}:
@@ -58,6 +78,34 @@ func (h *handlerTx) take() (pgx.Tx, error) {
 
 func (h *handlerTx) done() { <-h.c.sem }
 
+// fail records err, a call's error, as a failure of the claim's transaction (claim.fail) at
+// h's level: its savepoint, or the level around a savepoint already closed (a statement on
+// it fails there). nil, and pgx.ErrNoRows (a Scan's "no row", a result), are not failures.
+func (h *handlerTx) fail(err error) {
+	if err == nil || errors.Is(err, pgx.ErrNoRows) {
+		return
+	}
+	lvl := h
+	for lvl.sp != nil && lvl.closed.Load() {
+		lvl = lvl.parent
+	}
+	if lvl.sp == nil {
+		lvl = nil // the claim's transaction
+	}
+	h.c.fail(lvl, err)
+}
+
+// within reports whether savepoint h is sp or was begun inside it; false for nil h (the
+// claim's transaction).
+func (h *handlerTx) within(sp *handlerTx) bool {
+	for x := h; x != nil && x.sp != nil; x = x.parent {
+		if x == sp {
+			return true
+		}
+	}
+	return false
+}
+
 // Begin makes a savepoint, bound to the claim as its transaction is.
 func (h *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	tx, err := h.take()
@@ -67,35 +115,62 @@ func (h *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	defer h.done()
 	sp, err := tx.Begin(ctx)
 	if err != nil {
+		h.fail(err)
 		return nil, err
 	}
-	return &handlerTx{c: h.c, id: h.id, sp: sp}, nil
+	return &handlerTx{c: h.c, id: h.id, sp: sp, parent: h}, nil
 }
 
-// Commit returns ErrTxOwned for the claim's transaction, and releases a savepoint.
+// Commit returns ErrTxOwned for the claim's transaction, and releases a savepoint. A savepoint
+// in which a statement failed is not released: Commit rolls it back and returns an error
+// wrapping ErrStatementFailed, and, as PostgreSQL's RELEASE of an aborted savepoint, leaves the
+// claim's transaction failed unless a savepoint around it is rolled back. Once the savepoint
+// is closed, Commit and Rollback return pgx.ErrTxClosed and do nothing.
 func (h *handlerTx) Commit(ctx context.Context) error {
 	if h.sp == nil {
 		return h.owned()
 	}
+	if h.closed.Load() {
+		return pgx.ErrTxClosed
+	}
 	tx, err := h.take()
 	if err != nil {
 		return err
 	}
 	defer h.done()
-	return tx.Commit(ctx)
+	if failed := h.c.failedIn(h); failed != nil {
+		h.closed.Store(true)
+		_ = tx.Rollback(ctx) // closes it; its failure stays
+		return fmt.Errorf("pgserver: savepoint not released: %w", failed)
+	}
+	h.closed.Store(true)
+	err = tx.Commit(ctx)
+	h.fail(err) // at the level around it: its writes may stay
+	return err
 }
 
-// Rollback returns ErrTxOwned for the claim's transaction, and rolls back to a savepoint.
+// Rollback returns ErrTxOwned for the claim's transaction, and rolls back to a savepoint,
+// undoing the failures of statements in it. A savepoint's Rollback after its Commit or
+// Rollback returns pgx.ErrTxClosed and does nothing.
 func (h *handlerTx) Rollback(ctx context.Context) error {
 	if h.sp == nil {
 		return h.owned()
 	}
+	if h.closed.Load() {
+		return pgx.ErrTxClosed
+	}
 	tx, err := h.take()
 	if err != nil {
 		return err
 	}
 	defer h.done()
-	return tx.Rollback(ctx)
+	h.closed.Store(true)
+	if err := tx.Rollback(ctx); err != nil {
+		h.fail(err) // at the level around it: its writes may stay
+		return err
+	}
+	h.c.rolledBack(h)
+	return nil
 }
 
 // owned is the claim's transaction's Commit and Rollback: nothing is sent.
@@ -112,7 +187,9 @@ func (h *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 		return pgconn.CommandTag{}, err
 	}
 	defer h.done()
-	return tx.Exec(ctx, sql, args...)
+	tag, err := tx.Exec(ctx, sql, args...)
+	h.fail(err)
+	return tag, err
 }
 
 func (h *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
@@ -121,7 +198,9 @@ func (h *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stat
 		return nil, err
 	}
 	defer h.done()
-	return tx.Prepare(ctx, name, sql)
+	sd, err := tx.Prepare(ctx, name, sql)
+	h.fail(err)
+	return sd, err
 }
 
 func (h *handlerTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
@@ -130,7 +209,9 @@ func (h *handlerTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns 
 		return 0, err
 	}
 	defer h.done()
-	return tx.CopyFrom(ctx, table, columns, src)
+	n, err := tx.CopyFrom(ctx, table, columns, src)
+	h.fail(err)
+	return n, err
 }
 
 func (h *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -140,6 +221,7 @@ func (h *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 	}
 	defer h.done()
 	rows, err := tx.Query(ctx, sql, args...)
+	h.fail(err)
 	if rows == nil {
 		return &handlerRows{err: err}, err
 	}
@@ -192,12 +274,14 @@ func largeObjects(tx pgx.Tx) pgx.LargeObjects {
 }
 
 // handlerRows are a handler's rows: each call that may read the connection holds it as
-// handlerTx's statements do. Rows the claim ended under are left unread: their connection
-// was busy with them, so the claim closed it rather than pooling it.
+// handlerTx's statements do, and an error reading them is a failure (handlerTx.fail). Rows the
+// claim ended under are left unread: their connection was busy with them, so the claim closed
+// it rather than pooling it.
 type handlerRows struct {
-	h    *handlerTx
-	rows pgx.Rows // nil when the query was refused (err)
-	err  error
+	h      *handlerTx
+	rows   pgx.Rows // nil when the query was refused (err)
+	err    error
+	closed bool // read to the end or closed: pgx closed them, and nothing more is read
 }
 
 var _ pgx.Rows = (*handlerRows)(nil)
@@ -214,11 +298,20 @@ func (r *handlerRows) hold() bool {
 	return true
 }
 
+// Close closes the rows, reading what is left. Rows already read to the end or closed send
+// nothing, and a refusal (the claim's phase ended) is no failure: Close only tidies up.
 func (r *handlerRows) Close() {
-	if r.hold() {
-		defer r.h.done()
-		r.rows.Close()
+	if r.err != nil || r.closed {
+		return
 	}
+	if _, err := r.h.turn(); err != nil {
+		r.err = err
+		return
+	}
+	defer r.h.done()
+	r.closed = true
+	r.rows.Close()
+	r.h.fail(r.rows.Err())
 }
 
 func (r *handlerRows) Err() error {
@@ -229,11 +322,16 @@ func (r *handlerRows) Err() error {
 }
 
 func (r *handlerRows) Next() bool {
-	if !r.hold() {
+	if r.closed || !r.hold() {
 		return false
 	}
 	defer r.h.done()
-	return r.rows.Next()
+	if r.rows.Next() {
+		return true
+	}
+	r.closed = true
+	r.h.fail(r.rows.Err())
+	return false
 }
 
 func (r *handlerRows) Scan(dest ...any) error {
@@ -241,7 +339,9 @@ func (r *handlerRows) Scan(dest ...any) error {
 		return r.err
 	}
 	defer r.h.done()
-	return r.rows.Scan(dest...)
+	err := r.rows.Scan(dest...)
+	r.h.fail(err)
+	return err
 }
 
 func (r *handlerRows) Values() ([]any, error) {
@@ -249,7 +349,9 @@ func (r *handlerRows) Values() ([]any, error) {
 		return nil, r.err
 	}
 	defer r.h.done()
-	return r.rows.Values()
+	v, err := r.rows.Values()
+	r.h.fail(err)
+	return v, err
 }
 
 func (r *handlerRows) RawValues() [][]byte {
@@ -288,7 +390,8 @@ func (r *handlerRows) Conn() *pgx.Conn {
 	return r.h.Conn()
 }
 
-// handlerRow is QueryRow's row: Scan reads it only while the claim's transaction is open.
+// handlerRow is QueryRow's row: Scan reads it only while the claim's transaction is open. Its
+// error is a failure (handlerTx.fail), pgx.ErrNoRows excepted.
 type handlerRow struct {
 	h   *handlerTx
 	row pgx.Row
@@ -303,10 +406,13 @@ func (r *handlerRow) Scan(dest ...any) error {
 		return err
 	}
 	defer r.h.done()
-	return r.row.Scan(dest...)
+	err := r.row.Scan(dest...)
+	r.h.fail(err)
+	return err
 }
 
-// handlerBatch is SendBatch's results, read only while the claim's transaction is open.
+// handlerBatch is SendBatch's results, read only while the claim's transaction is open. An
+// error reading them is a failure (handlerTx.fail).
 type handlerBatch struct {
 	h   *handlerTx
 	br  pgx.BatchResults
@@ -327,7 +433,9 @@ func (b *handlerBatch) Exec() (pgconn.CommandTag, error) {
 		return pgconn.CommandTag{}, err
 	}
 	defer b.h.done()
-	return b.br.Exec()
+	tag, err := b.br.Exec()
+	b.h.fail(err)
+	return tag, err
 }
 
 func (b *handlerBatch) Query() (pgx.Rows, error) {
@@ -336,6 +444,7 @@ func (b *handlerBatch) Query() (pgx.Rows, error) {
 	}
 	defer b.h.done()
 	rows, err := b.br.Query()
+	b.h.fail(err)
 	if rows == nil {
 		return &handlerRows{err: err}, err
 	}
@@ -353,10 +462,18 @@ func (b *handlerBatch) QueryRow() pgx.Row {
 // Tx is nil: the claim's transaction refuses a batch that begins one (Batch.BeginTx).
 func (b *handlerBatch) Tx() pgx.Tx { return nil }
 
+// Close reads what is left of the results; a refusal (the claim's phase ended) is no failure:
+// Close only tidies up.
 func (b *handlerBatch) Close() error {
-	if err := b.hold(); err != nil {
+	if b.err != nil {
+		return b.err
+	}
+	if _, err := b.h.turn(); err != nil {
+		b.err = err
 		return err
 	}
 	defer b.h.done()
-	return b.br.Close()
+	err := b.br.Close()
+	b.h.fail(err)
+	return err
 }

@@ -18,8 +18,11 @@
 // transaction mode (PgBouncer's pool_mode=transaction) would leave on a server connection,
 // holding the key (409) until that connection closes. pgx's simple protocol works. The handler never commits or rolls back the claim's
 // transaction itself (the middleware does, with the answer); a statement that may fail (a
-// unique violation it expects) runs in a savepoint (tx.Begin) so the transaction stays usable.
-// A handler that ends with the transaction aborted gets 503 and nothing is stored.
+// unique violation it expects) runs in a savepoint (tx.Begin), rolled back when it fails, so the
+// transaction stays usable. A handler that ends with the transaction aborted gets 503 and
+// nothing is stored; so does one with a statement that failed before reaching PostgreSQL (its
+// context already done, an argument that cannot be encoded), which would otherwise commit the
+// handler's other writes without it (ErrStatementFailed).
 //
 // Round trips per fresh key: BEGIN; one pipelined batch (the conditional insert under the
 // advisory lock, the locks, the row locked by the lock holder only, and the row as
@@ -155,14 +158,19 @@ var ErrTxOwned = errors.New("pgserver: the claim's transaction is committed by t
 // handler again. pgx closes a connection whose query's context ends: a handler whose queries
 // use the request's context loses the claim when the client goes away mid-query (all its
 // writes roll back and the key is free, which is right for writes only); work that cannot
-// roll back belongs after a Checkpoint, as above. PREPARE TRANSACTION is refused by
-// PostgreSQL (the claim holds the key's lock at both levels) and rolls the transaction back.
+// roll back belongs after a Checkpoint, as above. A statement that fails through the Tx, its
+// savepoints, rows or batches, even without reaching PostgreSQL (its context already done,
+// say), fails the claim's transaction as PostgreSQL's own errors abort it: the next
+// Checkpoint or the answer's storing rolls back instead of committing, and the middleware
+// answers 503 (ErrStatementFailed); a failure in a savepoint is undone by rolling it back.
+// PREPARE TRANSACTION is refused by PostgreSQL (the claim holds the key's lock at both
+// levels) and rolls the transaction back.
 // Not detected: a handler that ends the claim's transaction, begins another, and leaves that
 // one aborted (a failed statement) looks like the claim's own aborted transaction, which
 // gets 503 and runs again on a retry. Once the claim's transaction ends (its answer stored,
 // the claim released, a checkpoint), the Tx, its savepoints, rows and batches return an error
-// wrapping pgx.ErrTxClosed and send nothing, and its Conn is nil: the connection then serves
-// other requests. A statement in flight then (a goroutine the handler left, an inner handler
+// wrapping pgx.ErrTxClosed and send nothing (a failure: after a checkpoint, it fails the next
+// phase), and its Conn is nil: the connection then serves other requests. A statement in flight then (a goroutine the handler left, an inner handler
 // still running after http.TimeoutHandler answered) finishes first, in the claim's transaction.
 func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
 	c, _ := ctx.Value(ctxKey{}).(*claim)
