@@ -32,6 +32,20 @@
 // not stored, the claim is released, and a corrected request with the same key may run.
 // Config.ExplicitBegin reverses the default: only answers written after Begin(r) are stored.
 //
+// # Timeouts
+//
+// A timeout that answers at a deadline while the handler runs on, such as http.TimeoutHandler,
+// must wrap the middleware, http.TimeoutHandler(mw.Handler(h), d, msg), and never be wrapped
+// by it. Wrapped, its 503 is what the middleware sees as the handler's answer once
+// TimeoutHandler returns: it stores that 503 for the key (every retry replays the timeout)
+// while the handler still runs, and with pgserver it commits the handler's writes so far with
+// it, half an operation; the middleware cannot tell a handler that has finished from one still
+// running. Wrapping, it answers the client at the deadline while the middleware waits for the
+// handler to return and then stores the handler's own answer; with pgserver, a statement run
+// with the request's context, which ends at the deadline, fails instead and rolls the claim
+// back, storing nothing. The client's retry gets the stored answer or runs the handler once.
+// See pgserver's documentation.
+//
 // # Backends
 //
 // A Backend stores claims and answers. NewMemory is one process's memory, for tests and

@@ -34,7 +34,9 @@ func New(cfg Config) (*Middleware, error) {
 	return &Middleware{cfg: c, ownFingerprint: own}, nil
 }
 
-// Handler wraps next, for any router that takes func(http.Handler) http.Handler.
+// Handler wraps next, for any router that takes func(http.Handler) http.Handler. A timeout
+// wraps the returned handler, never next (see Timeouts in the package documentation):
+// http.TimeoutHandler(mw.Handler(h), d, msg), not mw.Handler(http.TimeoutHandler(h, d, msg)).
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 }

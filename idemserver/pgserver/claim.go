@@ -190,7 +190,7 @@ func (c *claim) end(ctx context.Context) {
 // take gives the claim's connection to a claim method, ending (end) the handler's use of its
 // transaction: a statement the handler's Tx runs (a goroutine it left behind, an inner handler
 // still running after http.TimeoutHandler answered) finishes first, in the claim's
-// transaction, and none runs after (handlerTx). One still running after releaseTimeout is
+// transaction, and none runs after (handlerTx); Complete then rolls back (takeBusy). One still running after releaseTimeout is
 // cancelled and its socket closed (as pgx does when a query's context ends): it fails, and so
 // does the claim, which closing rolls back; the server then drops the key's lock. If its
 // holder still does not let go (a CopyFrom whose source is stuck in the application's code),
@@ -200,6 +200,14 @@ func (c *claim) end(ctx context.Context) {
 // With end, the handler's use is ended again once the turn is held: a Checkpoint that held it
 // meanwhile opened the next phase.
 func (c *claim) take(end bool) (held bool) {
+	held, _ = c.takeBusy(end)
+	return held
+}
+
+// takeBusy is take, and reports whether the turn was held when it was asked for (busy): a
+// statement of the handler's Tx was still running, or a claim method a goroutine of the
+// handler called (Checkpoint).
+func (c *claim) takeBusy(end bool) (held, busy bool) {
 	if end {
 		c.open.Store(0)
 		defer func() {
@@ -209,11 +217,11 @@ func (c *claim) take(end bool) (held bool) {
 		}()
 	}
 	if c.stuck.Load() { // an earlier method gave up on the holder: it is stuck still
-		return false
+		return false, true
 	}
 	select {
 	case c.sem <- struct{}{}:
-		return true
+		return true, false
 	default:
 	}
 	wait := time.Duration(turnTimeout.Load())
@@ -221,7 +229,7 @@ func (c *claim) take(end bool) (held bool) {
 	defer t.Stop()
 	select {
 	case c.sem <- struct{}{}:
-		return true
+		return true, true
 	case <-t.C:
 	}
 	pg := c.conn.PgConn() // c.conn, not c.pc: the holder may be changing c.pc
@@ -232,7 +240,7 @@ func (c *claim) take(end bool) (held bool) {
 	t.Reset(wait / 5) // a statement on a closed socket fails at once
 	select {
 	case c.sem <- struct{}{}:
-		return true
+		return true, true
 	case <-t.C:
 		c.stuck.Store(true)
 		go func() { // once the holder lets go, the closed connection goes back to be destroyed
@@ -244,7 +252,7 @@ func (c *claim) take(end bool) (held bool) {
 			c.tx = nil
 			<-c.sem
 		}()
-		return false
+		return false, true
 	}
 }
 
@@ -404,11 +412,23 @@ func (c *claim) takeOver(ctx context.Context, lockedUntil time.Time) error {
 	return c.nextPhase(ctx)
 }
 
+// ErrHandlerStillRunning is returned by the claim's Complete when a statement of the handler's
+// Tx still held the claim's connection as the middleware came to store the answer: the
+// handler had returned while part of it went on, in an http.TimeoutHandler inside the
+// middleware (which answers at its deadline while the handler runs on in its goroutine) or
+// in a goroutine it left behind. The answer cannot account for that work, so once the
+// statement ends (or is cancelled, after a few seconds) the claim's transaction is rolled
+// back: the middleware answers 503 with Retry-After, stores nothing, and a retry runs the
+// handler again. A handler caught between two statements is not detected: put timeouts
+// outside the middleware (see the package documentation).
+var ErrHandlerStillRunning = errors.New("pgserver: a statement of the handler was still running when its answer came to be stored (http.TimeoutHandler inside the middleware, or a goroutine the handler left); the claim's transaction is rolled back")
+
 // Complete writes the answer into the row and commits it with the handler's writes, in one
 // round trip (the transaction check, the UPDATE, SET LOCAL synchronous_commit, COMMIT and the
-// session-level unlock pipelined).
+// session-level unlock pipelined). It rolls back instead when a statement of the handler was
+// still running as it began (ErrHandlerStillRunning) or one failed (ErrStatementFailed).
 func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
-	held := c.take(true)
+	held, busy := c.takeBusy(true)
 	defer c.give(held)
 	if !held {
 		return fmt.Errorf("pgserver: complete: %w", errAbandoned)
@@ -426,6 +446,10 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 	if c.handlerEnded() {
 		c.giveUpEnded(ctx, false)
 		return fmt.Errorf("pgserver: complete: %w", ErrTxEnded)
+	}
+	if busy {
+		c.end(ctx) // rolls back: nothing of the phase is stored
+		return fmt.Errorf("pgserver: complete: %w", ErrHandlerStillRunning)
 	}
 	if err := c.failed(); err != nil {
 		c.end(ctx) // rolls back: nothing of the phase is stored

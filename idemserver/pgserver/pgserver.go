@@ -66,16 +66,37 @@
 // Checkpoint commits the work so far together with recovery_point, leaves the row processing
 // with locked_until = now + Config.Lease, and opens a new transaction for the next phase. The
 // point must not be empty: "" is what RecoveryPoint returns for a fresh start, and Checkpoint
-// refuses it (idemserver.ErrEmptyRecoveryPoint) without committing anything. If
-// the process dies after a checkpoint, the row stays processing: requests with the key get 409
-// until the lease passes, then the next one takes it over and RecoveryPoint tells its handler
-// where to resume. The takeover commits the row's new owner and locked_until = now +
-// Config.Lease on its own (three more round trips) before that handler runs: if the resumed
-// request dies too, the key is again in progress until its lease passes, never resumed at once
-// while the dead request's third-party call may still be settling. A phase must therefore be
-// safe to re-run from its start: local writes roll back; the foreign call must carry its own
-// idempotency key. Handlers without third-party
-// calls never checkpoint and need none of this.
+// refuses it (idemserver.ErrEmptyRecoveryPoint) without committing anything. If the process
+// dies after a checkpoint, the row stays processing: requests with the key get 409 until the
+// lease passes, then the next one takes it over and RecoveryPoint tells its handler where to
+// resume. The takeover commits the row's new owner and locked_until = now + Config.Lease on
+// its own (three more round trips) before that handler runs: if the resumed request dies too,
+// the key is again in progress until its lease passes, never resumed at once while the dead
+// request's third-party call may still be settling. A phase must therefore be safe to re-run
+// from its start: local writes roll back; the foreign call must carry its own idempotency key.
+// Handlers without third-party calls never checkpoint and need none of this.
+//
+// # Timeouts
+//
+// A deadline for the handler wraps the middleware, never the other way round:
+//
+//	mux.Handle("POST /v1/payments", http.TimeoutHandler(mw.Handler(pay), 10*time.Second, "timeout")) // right
+//	mux.Handle("POST /v1/payments", mw.Handler(http.TimeoutHandler(pay, 10*time.Second, "timeout"))) // wrong
+//
+// http.TimeoutHandler answers at its deadline and returns while the handler it wraps runs on in
+// its own goroutine. Wrapped by the middleware, its 503 is what the middleware takes for the
+// handler's answer: it stores it as the key's answer (every retry replays the timeout) and
+// commits the claim's transaction with the writes the handler made so far, a debit without
+// its credit. The handler's later statements through Tx then fail (pgx.ErrTxClosed), too late;
+// those through its Conn run in whatever request the pooled connection serves next. This
+// cannot be detected in general: a handler between two statements looks like one that has
+// finished. Only a statement still running at that moment is caught (ErrHandlerStillRunning:
+// rolled back, 503, nothing stored). Wrapping the middleware, the timeout's 503 goes to the
+// client while the middleware waits for the handler to return: the request's context ends at
+// the deadline, so a statement run with it fails and the claim rolls back (ErrStatementFailed:
+// nothing stored, and the retry runs the handler once), or the handler finishes and its answer
+// is stored and replayed to the retry. The same holds for any wrapper that answers while the
+// handler still runs, and for goroutines a handler leaves behind with its Tx.
 package pgserver
 
 import (
@@ -170,8 +191,10 @@ var ErrTxOwned = errors.New("pgserver: the claim's transaction is committed by t
 // gets 503 and runs again on a retry. Once the claim's transaction ends (its answer stored,
 // the claim released, a checkpoint), the Tx, its savepoints, rows and batches return an error
 // wrapping pgx.ErrTxClosed and send nothing (a failure: after a checkpoint, it fails the next
-// phase), and its Conn is nil: the connection then serves other requests. A statement in flight then (a goroutine the handler left, an inner handler
-// still running after http.TimeoutHandler answered) finishes first, in the claim's transaction.
+// phase), and its Conn is nil: the connection then serves other requests. A statement in
+// flight when the answer comes to be stored (a goroutine the handler left, an inner handler
+// still running after http.TimeoutHandler answered) finishes first, and the claim's
+// transaction is then rolled back (ErrHandlerStillRunning); see Timeouts above.
 func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
 	c, _ := ctx.Value(ctxKey{}).(*claim)
 	if c == nil {

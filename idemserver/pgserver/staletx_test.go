@@ -209,10 +209,11 @@ func TestStaleHandlerTxSendsNothing(t *testing.T) {
 }
 
 // TestTimedOutHandlerStopsAtTheClaimsEnd: under http.TimeoutHandler the inner handler runs on
-// after the 503 went out, and the middleware stores that 503 meanwhile. A statement the inner
-// handler has in flight finishes first, in the claim's transaction, which then commits; every
-// one after gets ErrTxClosed, even while the next claim holds the connection. Before, they ran
-// on in whatever claim had the connection next.
+// after the 503 went out, and the middleware comes to store that 503 meanwhile. A statement
+// the inner handler has in flight finishes first, in the claim's transaction, which is then
+// rolled back (ErrHandlerStillRunning: the middleware's 503, nothing stored); every one after
+// gets ErrTxClosed, even while the next claim holds the connection. Before, they ran on in
+// whatever claim had the connection next, and the claim committed the statement in flight.
 func TestTimedOutHandlerStopsAtTheClaimsEnd(t *testing.T) {
 	late := make(chan error, 1)
 	xidA := make(chan string, 1)
@@ -252,7 +253,7 @@ func TestTimedOutHandlerStopsAtTheClaimsEnd(t *testing.T) {
 		}),
 	})
 	if code := post("a", "kA"); code != http.StatusServiceUnavailable {
-		t.Fatalf("kA: %d, want TimeoutHandler's 503", code)
+		t.Fatalf("kA: %d, want the middleware's 503", code)
 	}
 	if code := post("b", "kB"); code != 201 {
 		t.Fatalf("kB: %d", code)
@@ -265,8 +266,8 @@ func TestTimedOutHandlerStopsAtTheClaimsEnd(t *testing.T) {
 		count(*) FILTER (WHERE reference <> 'late-' || $1) FROM payments WHERE reference LIKE 'late-%'`, <-xidA).Scan(&inA, &elsewhere); err != nil {
 		t.Fatal(err)
 	}
-	if inA != 1 || elsewhere != 0 {
-		t.Fatalf("late rows in kA's transaction %d (want 1), in another %d (want 0)", inA, elsewhere)
+	if inA != 0 || elsewhere != 0 {
+		t.Fatalf("late rows in kA's transaction %d, in another %d: want 0, 0", inA, elsewhere)
 	}
 }
 
