@@ -64,6 +64,9 @@ type call struct {
 		body     bytes.Reader // the body's reader until the first attempt (nextBody)
 	}
 	bodyReads int // nextBody calls so far
+	// resendWaited: resolve waited before allowing a resend (the status endpoint said
+	// processing at every check), so the retry adds no delay of its own.
+	resendWaited bool
 }
 
 func (c *Client) newCall(s callSettings, rec *keystore.Record, header http.Header, target string) *call {
@@ -280,6 +283,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		if cl.s.status != nil && !cl.resolve(ctx) {
 			return false, errStopped
 		}
+		cl.resendWaited = false
 		return cl.retry(ctx, a, class, true)
 	case ClassUnknown:
 		cl.unknown = true
@@ -292,7 +296,9 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 			cl.expire()
 			return false, errStopped
 		}
-		return cl.retry(ctx, a, class, false)
+		waited := cl.resendWaited // resolve waited already: processing at every check
+		cl.resendWaited = false
+		return cl.retry(ctx, a, class, waited)
 	}
 	return cl.retry(ctx, a, ClassRetry, false)
 }

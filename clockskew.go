@@ -129,11 +129,12 @@ func (c *Client) checkWriteClock(ctx context.Context, rec *keystore.Record) erro
 	if l := w.fresh(c.cfg.Now(), maxStep); l != nil { // another call checked while we waited
 		return l.err
 	}
-	err := c.checkClock(ctx, opWrite, rec)
+	now, mono, err := c.checkClockAt(ctx, opWrite, rec)
 	if err != nil && !errors.Is(err, ErrClockSkew) {
 		return err // the store could not be read: not cached, the create will tell
 	}
-	w.last.Store(&clockCheck{at: time.Now(), wall: c.cfg.Now().Round(0), err: err})
+	// The instant checked, on both clocks: a step after it is measured from there.
+	w.last.Store(&clockCheck{at: mono, wall: now.Round(0), err: err})
 	return err
 }
 
@@ -156,27 +157,42 @@ func (c *Client) skewDefaults() error {
 // otherwise. It returns a *ClockSkewError (counted, logged, Hooks.OnClockSkew) beyond
 // MaxClockSkew, the store's error if its clock cannot be read, else nil.
 func (c *Client) checkClock(ctx context.Context, op string, rec *keystore.Record) error {
+	_, _, err := c.checkClockAt(ctx, op, rec)
+	return err
+}
+
+// checkClockAt is checkClock that also returns the instant checked: Config.Now as the
+// check ended (the time to act on, such as a purge's cutoff) and the monotonic clock then.
+// Without a store clock (or with the check off), they are read at once and err is nil.
+func (c *Client) checkClockAt(ctx context.Context, op string, rec *keystore.Record) (now, mono time.Time, err error) {
 	sc, ok := c.store.(keystore.Clock)
 	if !ok || c.cfg.MaxClockSkew < 0 {
-		return nil
+		return c.cfg.Now(), time.Now(), nil
 	}
+	start := time.Now()
 	before := c.cfg.Now()
 	store, err := sc.Now(ctx)
 	if err != nil {
-		return fmt.Errorf("idem: reading the keystore's clock before a %s: %w", op, err)
+		return time.Time{}, time.Time{}, fmt.Errorf("idem: reading the keystore's clock before a %s: %w", op, err)
 	}
 	after := c.cfg.Now()
+	mono = time.Now()
 	// The store read its clock at some local instant in [before, after]: measure from the
-	// nearer end, so that a slow round trip never counts as skew.
+	// nearer end, so that a slow round trip never counts as skew. Unless this clock stepped
+	// forward during the read (it moved further than the monotonic clock): then the interval
+	// would hold any store time, and the clock in force now, after, is what is judged.
 	local, skew := before, time.Duration(0)
+	stepped := after.Round(0).Sub(before.Round(0))-mono.Sub(start) > maxClockStep(c.cfg.MaxClockSkew)
 	switch {
+	case stepped:
+		local, skew = after, after.Sub(store)
 	case store.Before(before):
 		skew = before.Sub(store)
 	case store.After(after):
 		local, skew = after, after.Sub(store)
 	}
 	if skew <= c.cfg.MaxClockSkew && skew >= -c.cfg.MaxClockSkew {
-		return nil
+		return after, mono, nil
 	}
 	e := &ClockSkewError{Op: op, Local: local, Store: store, Skew: skew, Max: c.cfg.MaxClockSkew}
 	c.stats.clockSkew.Add(1)
@@ -191,7 +207,7 @@ func (c *Client) checkClock(ctx context.Context, op string, rec *keystore.Record
 	if h := c.cfg.Hooks.OnClockSkew; h != nil {
 		h(ev)
 	}
-	return e
+	return after, mono, e
 }
 
 // takesOver reports whether claiming rec acts on another instance's record on the strength

@@ -19,16 +19,20 @@ import (
 // the test, that counts its reads.
 type clockStore struct {
 	*keystore.Memory
-	mu    sync.Mutex
-	now   time.Time
-	err   error
-	reads int
+	mu     sync.Mutex
+	now    time.Time
+	err    error
+	reads  int
+	during func() // run inside a read (a step of the client's clock during the round trip)
 }
 
 func (s *clockStore) Now(ctx context.Context) (time.Time, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reads++
+	if s.during != nil {
+		s.during()
+	}
 	return s.now, s.err
 }
 
@@ -357,6 +361,38 @@ func TestClockStepWithinTheCheckWindowIsChecked(t *testing.T) {
 	_, err = se.store.GetByIntent(context.Background(), "", "order-3")
 	assert.ErrorIs(t, err, keystore.ErrNotFound, "no record written with the stepped clock")
 	assert.Equal(t, 2, se.srv.Stats().Requests, "order-3 was not sent")
+}
+
+// A clock that steps forward during the store's clock read: the interval [before, after]
+// then holds any store time, and the check passed, after which Recover purged with the
+// stepped clock records finished moments ago (another instance paid their intents again).
+// The step is seen (the clock moved further than the monotonic clock) and the clock in force
+// after it is judged: refused, nothing purged. The same for the write path's cached check.
+func TestClockStepDuringTheCheckIsJudged(t *testing.T) {
+	se := newSkewEnv(t, 0, nil)
+	_, err := se.c.Do(context.Background(), payment(100, "order-1", WithIntent("order-1")))
+	require.NoError(t, err) // a finished record, fresh by the store's clock
+
+	se.store.mu.Lock()
+	se.store.during = func() { se.clock.Advance(100 * time.Hour); se.store.during = nil }
+	se.store.mu.Unlock()
+	rep, err := se.c.Recover(context.Background(), nil)
+	require.ErrorIs(t, err, ErrClockSkew)
+	var ce *ClockSkewError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, 100*time.Hour, ce.Skew.Round(time.Hour))
+	assert.Zero(t, rep.Purged)
+	_, err = se.store.GetByIntent(context.Background(), "", "order-1")
+	assert.NoError(t, err, "the finished record is kept")
+
+	// The write path: a fresh client whose first check sees the step.
+	se2 := newSkewEnv(t, 0, nil)
+	se2.store.mu.Lock()
+	se2.store.during = func() { se2.clock.Advance(100 * time.Hour); se2.store.during = nil }
+	se2.store.mu.Unlock()
+	_, err = se2.c.Do(context.Background(), payment(100, "order-2", WithIntent("order-2")))
+	require.ErrorIs(t, err, ErrClockSkew, "not cached as a pass")
+	assert.Equal(t, 0, se2.srv.Stats().Requests)
 }
 
 // An instance whose clock is off writes no record at all: its times would mislead the others

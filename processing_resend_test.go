@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,6 +38,7 @@ func (a *checkpointAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusNotFound)
 			fmt.Fprint(w, `{"status":"not_found"}`)
 		case "phase1":
+			w.Header().Set("Retry-After", "7")
 			w.WriteHeader(http.StatusAccepted)
 			fmt.Fprint(w, `{"status":"processing"}`)
 		default:
@@ -93,6 +95,8 @@ func TestProcessingAtEveryCheckResendsTheKey(t *testing.T) {
 				assert.Equal(t, 2, res.Attempts, "the first request, then the resend after the checks")
 				assert.Equal(t, 2, res.KeyStatusChecks)
 				assert.Equal(t, 1, a.charges["order-c"])
+				// Each ask's Retry-After is honoured, the last one's before the resend too.
+				assert.Equal(t, []time.Duration{7 * time.Second, 7 * time.Second, 0}, clock.Sleeps(), "no backoff added after the wait")
 				return
 			}
 			require.ErrorIs(t, err, ErrOutcomeUnknown, "still running elsewhere: maybe paid, never a failure")

@@ -71,13 +71,14 @@ func (c *Client) maybePurge() {
 		defer p.running.Store(false)
 		var g panicGuard // the store or a hook (OnClockSkew): no caller to raise it on
 		g.run(func() {
-			if err := c.checkClock(p.ctx, opPurge, nil); err != nil {
+			checked, _, err := c.checkClockAt(p.ctx, opPurge, nil)
+			if err != nil {
 				if p.ctx.Err() == nil && !errors.Is(err, ErrClockSkew) { // a skew is reported already
 					c.warnf("background retention purge", err)
 				}
 				return
 			}
-			n, err := c.purgeOld(p.ctx, now.Add(-c.cfg.Retention))
+			n, err := c.purgeOld(p.ctx, checked.Add(-c.cfg.Retention)) // the instant checked
 			p.purged.Add(int64(n))
 			if err != nil && p.ctx.Err() == nil {
 				c.warnf("background retention purge", err)

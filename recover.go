@@ -100,10 +100,11 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 		handle = func(out Reconciled) { guard.run(func() { h(out) }) }
 	}
 	// The purge and the claims below act on other instances' records by this clock.
-	if err := c.checkClock(ctx, opPurge, nil); err != nil {
+	now, _, err := c.checkClockAt(ctx, opPurge, nil)
+	if err != nil {
 		return rep, err
 	}
-	n, err := c.purgeOld(ctx, c.cfg.Now().Add(-c.cfg.Retention))
+	n, err := c.purgeOld(ctx, now.Add(-c.cfg.Retention)) // the instant checked, not a later reading
 	if err != nil {
 		return rep, fmt.Errorf("idem: purging old records: %w", err)
 	}

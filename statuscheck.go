@@ -95,8 +95,12 @@ func (cl *call) resolve(ctx context.Context) bool {
 		// only a request with the key resumes: the server takes it over once the owner's
 		// lease ends. While an owner still runs it, the server answers that resend 409 (in
 		// progress: wait); by the contract, never a second execution. The outcome stays
-		// unknown until an answer settles it.
-		cl.mayLand = true
+		// unknown until an answer settles it. The last check's wait (its Retry-After, or the
+		// backoff) comes first, as before any other ask.
+		if !cl.wait(ctx, wait, fromRA) {
+			return false
+		}
+		cl.mayLand, cl.resendWaited = true, true
 		return true
 	}
 	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks%s", cl.s.policy.MaxKeyStatusChecks, cl.unknownCause))
