@@ -61,13 +61,21 @@ func (c *Client) getter(rec *keystore.Record, header http.Header) func(context.C
 // query. One escaping for both would misplace a value: in a path, the "+" QueryEscape makes
 // of a space is a plus, so a search for "order 42" would look for "order+42", find nothing,
 // and settle a charged payment as not executed.
-func fillPlaceholder(tmpl, placeholder, value string) string {
-	q := strings.IndexByte(tmpl, '?')
-	if q < 0 {
-		return strings.ReplaceAll(tmpl, placeholder, url.PathEscape(value))
+//
+// A value of "." or ".." in the path is refused: url.PathEscape leaves it as it is, and a
+// proxy that removes dot segments would send "/v1/payments/by-reference/.." to
+// "/v1/payments", a list of every payment, which a search by reference would read as the
+// payment found.
+func fillPlaceholder(tmpl, placeholder, value string) (string, error) {
+	path, query, hasQuery := strings.Cut(tmpl, "?")
+	if strings.Contains(path, placeholder) && (value == "." || value == "..") {
+		return "", fmt.Errorf("%q cannot stand for %s in a path (a dot segment)", value, placeholder)
 	}
-	return strings.ReplaceAll(tmpl[:q], placeholder, url.PathEscape(value)) +
-		strings.ReplaceAll(tmpl[q:], placeholder, url.QueryEscape(value))
+	out := strings.ReplaceAll(path, placeholder, url.PathEscape(value))
+	if hasQuery {
+		out += "?" + strings.ReplaceAll(query, placeholder, url.QueryEscape(value))
+	}
+	return out, nil
 }
 
 // ReferenceField is the request body member LookupByReference reads by default.
@@ -101,7 +109,11 @@ func LookupByReference(path, field string) (LookupFunc, error) {
 			json.Unmarshal(body[field], &ref) != nil || ref == "" {
 			return Resolution{}, fmt.Errorf("the request body has no %q string to look up", field)
 		}
-		status, b, err := req.Get(ctx, fillPlaceholder(path, "{reference}", ref))
+		target, err := fillPlaceholder(path, "{reference}", ref)
+		if err != nil {
+			return Resolution{}, err
+		}
+		status, b, err := req.Get(ctx, target)
 		if err != nil {
 			return Resolution{}, err
 		}

@@ -404,3 +404,29 @@ func TestExecutedVerdictNeedsA2xxAnswer(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, rec.Response.StatusCode)
 }
+
+// A reference of "." or ".." in a path position is refused (verdict unknown, nothing asked):
+// a proxy removing dot segments would turn the search into a list of every payment, read as
+// the payment found. In a query it is a plain value.
+func TestLookupByReferenceRefusesDotSegments(t *testing.T) {
+	for _, ref := range []string{".", ".."} {
+		rec := &keystore.Record{Request: keystore.Request{Body: []byte(`{"reference":"` + ref + `"}`)}}
+		lk, err := LookupByReference("/v1/payments/by-reference/{reference}", "")
+		require.NoError(t, err)
+		r, err := lk(context.Background(), LookupRequest{Record: rec, Get: func(context.Context, string) (int, []byte, error) {
+			t.Fatalf("asked for a dot segment %q", ref)
+			return 0, nil, nil
+		}})
+		require.Error(t, err)
+		assert.Equal(t, VerdictUnknown, r.Verdict)
+
+		lk, err = LookupByReference("/v1/payments?reference={reference}", "")
+		require.NoError(t, err)
+		var asked string
+		_, _ = lk(context.Background(), LookupRequest{Record: rec, Get: func(_ context.Context, p string) (int, []byte, error) {
+			asked = p
+			return 200, []byte(`{"data":[]}`), nil
+		}})
+		assert.Equal(t, "/v1/payments?reference="+ref, asked)
+	}
+}

@@ -130,6 +130,9 @@ func (t safeAttempt) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), cl.s.policy.AttemptTimeout)
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if err == nil {
+		err = refuseSwitch(resp) // its body would outlive AttemptTimeout: never handed on
+	}
 	if err != nil {
 		cancel()
 		return nil, err

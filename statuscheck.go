@@ -142,7 +142,11 @@ func (c *Client) statusBodyLimit(ctx context.Context) int64 {
 // default JSON convention, with the key header, the operation's headers and credentials.
 func (c *Client) defaultStatus(path string) KeyStatusFunc {
 	return func(ctx context.Context, r KeyStatusRequest) (KeyStatus, error) {
-		target, err := c.resolveURL(fillPlaceholder(path, "{key}", r.Key))
+		filled, err := fillPlaceholder(path, "{key}", r.Key)
+		if err != nil {
+			return KeyStatus{}, err
+		}
+		target, err := c.resolveURL(filled)
 		if err != nil {
 			return KeyStatus{}, err
 		}

@@ -88,3 +88,31 @@ func TestSwitchingProtocolsAnswerIsNotRead(t *testing.T) {
 	assert.Equal(t, int64(1), seen(http.MethodPost), "not resent while the status endpoint cannot tell")
 	assert.Equal(t, int64(2), seen(http.MethodGet), "every status check asked, none read past its 101")
 }
+
+// The same for a safe request through the Transport: the 101 is never handed to the caller,
+// whose read of its body no AttemptTimeout would end.
+func TestSwitchingProtocolsOnASafeRequest(t *testing.T) {
+	url, seen := switchServer(t, "/v1/payments")
+	clock := newFakeClock()
+	c, err := NewClient(Config{BaseURL: url, Store: keystore.NewMemory(), Now: clock.Now, Sleep: clock.Sleep,
+		Budget: BudgetConfig{Disabled: true}, Policy: Policy{MaxAttempts: 2}})
+	require.NoError(t, err)
+	defer c.Close()
+
+	done := make(chan error, 1)
+	go func() {
+		resp, err := NewHTTPClient(c).Get(url + "/v1/payments/pay_1")
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second): // a hang, not a timing bound
+		t.Fatal("a safe GET blocked on a 101 answer")
+	}
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "101 Switching Protocols")
+	assert.Equal(t, int64(2), seen(http.MethodGet), "a safe request is retried within MaxAttempts")
+}
