@@ -3,6 +3,7 @@ package idem
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Retry budget defaults, after aws-sdk-go-v2's aws/retry quota (RetryCost 5, RetryTimeoutCost
@@ -13,6 +14,16 @@ const (
 	DefaultBudgetUnknownCost   = 10  // tokens a retry after a timeout or unknown outcome takes
 	DefaultBudgetSuccessRefund = 1   // tokens a first-attempt success puts back
 )
+
+// ResendFloor is the rate the retry budget never throttles resumed records below: when the
+// bucket cannot pay, one resumed record that was sent before may still be resent per
+// ResendFloor (by Config.Now). Tokens come back only with answers and first-attempt
+// successes, so a client whose only traffic is its pending records (a worker retrying its
+// own intents, a fleet instance that only reclaims) would otherwise never send them again
+// after an outage drained the bucket. One resend a second per client bounds what a fleet adds
+// to an outage, and each one that succeeds puts SuccessRefund back. After Finagle's retry
+// budget (its minimum retries per second).
+const ResendFloor = time.Second
 
 // BudgetConfig configures the client-wide retry budget, a token bucket shared by every call of
 // a Client: each retry takes tokens, successes put them back, and an empty bucket means calls
@@ -36,6 +47,7 @@ type Budget struct {
 	cfg       BudgetConfig
 	mu        sync.Mutex
 	available int
+	lastFloor time.Time // the last resend the floor paid for (ResendFloor)
 }
 
 // NewBudget returns a full bucket, or nil when cfg.Disabled. Negative values give an error
@@ -88,6 +100,54 @@ func (b *Budget) take(cl *call, unknown bool) bool {
 	return true
 }
 
+// resendBonus is what a definitive answer to a resumed record's resend puts back beyond its
+// own cost: one more resend's worth. The server answers again, so the pending records an
+// outage left are resent at the pace answers come back (each answer pays for the next),
+// starting from the floor's one a second, instead of one a second for good; during an
+// outage nothing answers and nothing comes back.
+func (b *Budget) resendBonus(cl *call) int {
+	if !cl.resumedResend {
+		return 0
+	}
+	cl.resumedResend = false
+	return b.cfg.RetryCost
+}
+
+// takeResend is take for the first send of a resumed record sent before: when the bucket
+// cannot pay, the floor lets one such resend through per ResendFloor (by now).
+func (b *Budget) takeResend(cl *call, unknown bool, now time.Time) bool {
+	if b.take(cl, unknown) {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.floorLocked(now, true)
+}
+
+// resendPossible reports whether takeResend could let a resend through at now (a token, or
+// the floor due), without taking anything: the reclaimer claims no record that it could only
+// hand back denied.
+func (b *Budget) resendPossible(now time.Time) bool {
+	if b == nil {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.available >= min(b.cfg.RetryCost, b.cfg.UnknownCost) || b.floorLocked(now, false)
+}
+
+// floorLocked reports whether the floor is due at now, and with use spends it. A clock that
+// stepped back before the last use makes it due: a step must not stall resends for as long.
+func (b *Budget) floorLocked(now time.Time, use bool) bool {
+	if !b.lastFloor.IsZero() && now.Before(b.lastFloor.Add(ResendFloor)) && !now.Before(b.lastFloor) {
+		return false
+	}
+	if use {
+		b.lastFloor = now
+	}
+	return true
+}
+
 // succeeded refunds a successful call: what its retries took, or SuccessRefund.
 func (b *Budget) succeeded(cl *call) {
 	if b == nil {
@@ -97,6 +157,7 @@ func (b *Budget) succeeded(cl *call) {
 	if refund == 0 {
 		refund = b.cfg.SuccessRefund
 	}
+	refund += b.resendBonus(cl)
 	cl.spent = 0
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -107,10 +168,10 @@ func (b *Budget) succeeded(cl *call) {
 // not a success (a permanent failure, a key conflict, a stored 5xx): the retries reached a
 // server that answers, so a run of such calls must not drain the bucket for good.
 func (b *Budget) answered(cl *call) {
-	if b == nil || cl.spent == 0 {
+	if b == nil || cl.spent == 0 && !cl.resumedResend {
 		return
 	}
-	refund := cl.spent
+	refund := cl.spent + b.resendBonus(cl)
 	cl.spent = 0
 	b.mu.Lock()
 	defer b.mu.Unlock()

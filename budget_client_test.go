@@ -119,7 +119,7 @@ func TestResumedResendsTakeBudgetTokens(t *testing.T) {
 			// A restarted process (the first one gone: its leases released): a full bucket of 20
 			// pays for two resends of 10.
 			require.NoError(t, c.Close())
-			restarted, _ := ledgerClient(t, a, func(cfg *Config) {
+			restarted, clk := ledgerClient(t, a, func(cfg *Config) {
 				cfg.Store = store
 				cfg.KeyStatusURL, cfg.KeyStatusFunc = "", tc.status
 				cfg.Budget = BudgetConfig{Capacity: 20, RetryCost: 10, UnknownCost: 10}
@@ -127,13 +127,74 @@ func TestResumedResendsTakeBudgetTokens(t *testing.T) {
 			rep, err := restarted.Recover(context.Background(), nil)
 			require.NoError(t, err)
 			assert.Equal(t, 4, rep.Pending)
-			assert.Equal(t, int64(6), a.posts.Load(), "two resends, then the budget holds the rest back")
-			assert.Equal(t, int64(2), restarted.Stats().BudgetDenied)
+			assert.Equal(t, int64(7), a.posts.Load(), "two resends the bucket pays, one on the floor (ResendFloor), then the budget holds the last back")
+			assert.Equal(t, int64(1), restarted.Stats().BudgetDenied)
+
+			// The bucket stays empty (nothing answered), but the floor lets one resend a
+			// second through: pending records are never held back for good.
+			_, err = restarted.Recover(context.Background(), nil)
+			require.NoError(t, err)
+			assert.Equal(t, int64(7), a.posts.Load(), "within the same second: nothing")
+			assert.Equal(t, int64(5), restarted.Stats().BudgetDenied, "each of the four denied")
+			clk.Advance(ResendFloor)
+			_, err = restarted.Recover(context.Background(), nil)
+			require.NoError(t, err)
+			assert.Equal(t, int64(8), a.posts.Load(), "a second later: one more")
 			for _, k := range keys {
 				rec, err := store.Get(context.Background(), "", k)
 				require.NoError(t, err)
 				assert.Equal(t, keystore.StatePending, rec.State, "still pending: a later Do or Recover")
 			}
 		})
+	}
+}
+
+// After an outage drained the bucket, a client whose only traffic is its pending records still
+// resends them once the API answers again: the floor lets one through, and each answer to a
+// resumed resend pays for the next. Before, none was ever sent again in that process.
+func TestPendingRecordsResentAfterTheOutage(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, _ int64) {
+		if down.Load() {
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		a.charge(w, key, ref)
+	})
+	c, clk := ledgerClient(t, a, func(cfg *Config) {
+		cfg.KeyStatusURL = ""
+		cfg.Budget = BudgetConfig{Capacity: 30, RetryCost: 10, UnknownCost: 10}
+	})
+	const n = 12
+	for i := range n {
+		_, err := c.Do(context.Background(), payment(100+i, fmt.Sprint("order-", i), WithIntent(fmt.Sprint("order-", i))))
+		require.ErrorIs(t, err, ErrRetryAfterTooLong)
+	}
+	rep, err := c.Recover(context.Background(), nil) // still down: the bucket drains
+	require.NoError(t, err)
+	require.Equal(t, n, rep.Pending)
+	require.Zero(t, c.Budget().Available())
+
+	down.Store(false)
+	clk.Advance(ResendFloor) // the floor is due again: one resend, whose answer pays for the next
+	// Recover runs records side by side, so those started while the bucket was empty are
+	// denied; each pass finds the bucket refilled by the last one's answers. No clock moves:
+	// the floor alone (one a second) would take n seconds.
+	passes := 0
+	for ; passes < n; passes++ {
+		rep, err := c.Recover(context.Background(), nil)
+		require.NoError(t, err)
+		if rep.Pending == 0 {
+			break
+		}
+	}
+	assert.Less(t, passes, 5, "answers refill the bucket: a few passes, not one record per floor")
+	pending, err := c.cfg.Store.List(context.Background(), keystore.StatePending)
+	require.NoError(t, err)
+	assert.Empty(t, pending, "every pending record was resent once the API answered")
+	for i := range n {
+		assert.Equal(t, 1, a.charges(fmt.Sprint("order-", i)), "order-%d", i)
 	}
 }

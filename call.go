@@ -64,6 +64,9 @@ type call struct {
 		body     bytes.Reader // the body's reader until the first attempt (nextBody)
 	}
 	bodyReads int // nextBody calls so far
+	// resumedResend: the first send of this resumed record took a token or the budget's
+	// floor (takeResendToken); an answer to it puts back one more resend's worth.
+	resumedResend bool
 	// resendWaited: resolve waited before allowing a resend (the status endpoint said
 	// processing at every check), so the retry adds no delay of its own.
 	resendWaited bool
@@ -328,9 +331,14 @@ func (cl *call) outcome(a *Attempt, which string) string {
 // retry. Without it, a fleet's reclaimer and a restart's Recover resent every pending record
 // into an outage the budget was holding back. unknown: the earlier outcome is unknown (the
 // costlier token, as for a retry after a timeout). A denied token stops the call with
-// ErrBudgetExhausted; the record stays pending for a later Do or Recover.
+// ErrBudgetExhausted; the record stays pending for a later Do or Recover. The budget's floor
+// (ResendFloor) lets one such resend through per second even with an empty bucket.
 func (cl *call) takeResendToken(unknown bool) bool {
-	if cl.s.noBudget || cl.c.budget.take(cl, unknown) {
+	if cl.s.noBudget {
+		return true
+	}
+	if cl.c.budget.takeResend(cl, unknown, cl.c.cfg.Now()) {
+		cl.resumedResend = true
 		return true
 	}
 	cl.c.onBudgetDenied(cl)

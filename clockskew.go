@@ -179,10 +179,12 @@ func (c *Client) checkClockAt(ctx context.Context, op string, rec *keystore.Reco
 	mono = time.Now()
 	// The store read its clock at some local instant in [before, after]: measure from the
 	// nearer end, so that a slow round trip never counts as skew. Unless this clock stepped
-	// forward during the read (it moved further than the monotonic clock): then the interval
-	// would hold any store time, and the clock in force now, after, is what is judged.
+	// during the read (it moved further than the monotonic clock, either way): forward, the
+	// interval would hold any store time; back, the time before it is no longer this clock's.
+	// The clock in force now, after, is what is judged.
 	local, skew := before, time.Duration(0)
-	stepped := after.Round(0).Sub(before.Round(0))-mono.Sub(start) > maxClockStep(c.cfg.MaxClockSkew)
+	step := after.Round(0).Sub(before.Round(0)) - mono.Sub(start)
+	stepped := step > maxClockStep(c.cfg.MaxClockSkew) || step < -maxClockStep(c.cfg.MaxClockSkew)
 	switch {
 	case stepped:
 		local, skew = after, after.Sub(store)

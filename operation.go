@@ -230,10 +230,15 @@ func isToken(s string) bool {
 }
 
 // ValidateKey reports whether key is usable as an idempotency key: 1 to MaxKeyLength bytes of
-// visible ASCII (0x21-0x7E). The error matches ErrInvalidOperation.
+// visible ASCII (0x21-0x7E), and not "." or ".." (in a status URL's path they are dot
+// segments, which no escaping keeps: the key could never be asked about). The error matches
+// ErrInvalidOperation.
 func ValidateKey(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty idempotency key", ErrInvalidOperation)
+	}
+	if key == "." || key == ".." {
+		return fmt.Errorf("%w: idempotency key %q is a path dot segment", ErrInvalidOperation, key)
 	}
 	if len(key) > MaxKeyLength {
 		return fmt.Errorf("%w: idempotency key is %d bytes, at most %d allowed", ErrInvalidOperation, len(key), MaxKeyLength)

@@ -144,7 +144,7 @@ func TestOperationValidateOptionError(t *testing.T) {
 func TestValidateKey(t *testing.T) {
 	require.NoError(t, ValidateKey(opVisibleASCII(MaxKeyLength)))
 	assert.Equal(t, 255, MaxKeyLength)
-	for _, k := range []string{"", opVisibleASCII(256), " ", "\x20", "\x7f", "\x80", "ü"} {
+	for _, k := range []string{"", opVisibleASCII(256), " ", "\x20", "\x7f", "\x80", "ü", ".", ".."} { // dot segments: never in a status path
 		err := ValidateKey(k)
 		assert.ErrorIs(t, err, ErrInvalidOperation, "%q", k)
 	}

@@ -212,6 +212,11 @@ func (c *Client) reclaimNow(ctx context.Context) {
 		c.warnf("background reclaim", err)
 		return
 	}
+	if !s.noBudget && !c.budget.resendPossible(c.cfg.Now()) {
+		// Every record it claimed would be handed back denied (a write each, and the
+		// others' claims held back meanwhile): wait for the budget's tokens or its floor.
+		return
+	}
 	var g panicGuard // no caller to raise it on: logged, and the pass went on without it
 	g.run(func() {   // the pass's own store calls and hooks too (ClaimExpired, OnClockSkew)
 		if _, err := c.reclaimPass(ctx, s, func(Reconciled, bool) {}, &g); err != nil && !errors.Is(err, ErrClockSkew) {

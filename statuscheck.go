@@ -100,8 +100,18 @@ func (cl *call) resolve(ctx context.Context) bool {
 		if !cl.wait(ctx, wait, fromRA) {
 			return false
 		}
+		if cl.keyExpired() { // the wait may have carried the key past KeyTTL
+			cl.expire()
+			return false
+		}
 		cl.mayLand, cl.resendWaited = true, true
 		return true
+	}
+	if cl.keyExpired() {
+		// Past KeyTTL the server may have forgotten the key, and nothing will ever be resent:
+		// a business lookup or a person must settle it (manual), as Recover's doc says.
+		cl.expire()
+		return false
 	}
 	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks%s", cl.s.policy.MaxKeyStatusChecks, cl.unknownCause))
 	return false

@@ -116,7 +116,13 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 // ends a read of it, so a server that switched protocols and then said nothing would hold
 // the call (and its lease) for as long as it kept the connection open. idem never asks for
 // an upgrade, so a 101 is a broken answer: the request may have reached the server.
+//
+// A nil response (with a nil error: a RoundTripper breaking its contract, which http.Client
+// turns into an error but a direct caller does not) is an error too, not a panic.
 func refuseSwitch(resp *http.Response) error {
+	if resp == nil {
+		return errors.New("idem: the HTTP transport returned neither a response nor an error")
+	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		return nil
 	}

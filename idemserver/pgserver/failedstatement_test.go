@@ -148,6 +148,34 @@ func TestFailedStatementFailsTheClaim(t *testing.T) {
 				_, err = next.Exec(ctx, creditSQL)
 				return err
 			}},
+		// What PostgreSQL itself reported, it tracks: a handler that recovers by SQL has a
+		// transaction it commits. Before, the expected unique violation failed the claim
+		// and every attempt was 503 (adversarial run).
+		{name: "refused statement recovered with ROLLBACK TO SAVEPOINT in SQL", want: http.StatusCreated,
+			credit: func(ctx context.Context, _ *http.Request, tx, _ pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SAVEPOINT s"); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, "INSERT INTO entries (ref, account, amount) VALUES ('t1', NULL, 100)"); err == nil {
+					return errors.New("the NULL account was accepted")
+				}
+				if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT s"); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, creditSQL)
+				return err
+			}},
+		// A value the handler could not scan: the statement ran; reading a NULL max() as 0 is
+		// the handler's business.
+		{name: "a NULL that does not scan into an int64", want: http.StatusCreated,
+			credit: func(ctx context.Context, _ *http.Request, tx, _ pgx.Tx) error {
+				var top int64
+				if err := tx.QueryRow(ctx, "SELECT max(amount) FROM entries WHERE account = 'none'").Scan(&top); err == nil {
+					return errors.New("a NULL scanned into an int64")
+				}
+				_, err := tx.Exec(ctx, creditSQL)
+				return err
+			}},
 		{name: "no rows is a result", want: http.StatusCreated,
 			credit: func(ctx context.Context, _ *http.Request, tx, _ pgx.Tx) error {
 				var id int64

@@ -80,9 +80,21 @@ func (h *handlerTx) done() { <-h.c.sem }
 
 // fail records err, a call's error, as a failure of the claim's transaction (claim.fail) at
 // h's level: its savepoint, or the level around a savepoint already closed (a statement on
-// it fails there). nil, and pgx.ErrNoRows (a Scan's "no row", a result), are not failures.
+// it fails there). Only what PostgreSQL cannot know of is recorded: a statement that never
+// reached it (a context already done, a refusal, an argument that could not be encoded)
+// leaves its transaction committable. Not failures: nil; pgx.ErrNoRows (a Scan's "no row", a
+// result); an error PostgreSQL reported (*pgconn.PgError: it aborted the transaction or the
+// savepoint itself, and a handler that recovers with ROLLBACK TO SAVEPOINT, in SQL or through
+// a savepoint, has a transaction PostgreSQL will commit); a value that could not be scanned
+// (pgx.ScanArgError: the statement ran, and a handler reading a NULL max() as 0 is right).
 func (h *handlerTx) fail(err error) {
 	if err == nil || errors.Is(err, pgx.ErrNoRows) {
+		return
+	}
+	if _, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return
+	}
+	if _, ok := errors.AsType[pgx.ScanArgError](err); ok {
 		return
 	}
 	lvl := h
@@ -252,7 +264,11 @@ func (h *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 func (h *handlerTx) LargeObjects() pgx.LargeObjects { return largeObjects(h) }
 
 // Conn is the claim's connection while its transaction is open, nil after: pooled, it
-// serves other requests. A handler must not keep it.
+// serves other requests. A handler must not keep it. Statements run on it directly are not
+// watched as the Tx's are: one that fails without reaching PostgreSQL (a context already
+// done) is not recorded on the claim, so a handler answering that failure with a 5xx has the
+// writes before it committed with the answer. Run statements through the Tx; if one through
+// Conn fails, answer with idemserver.NotExecuted or panic (nothing is stored).
 func (h *handlerTx) Conn() *pgx.Conn {
 	if h.c.open.Load() != h.id {
 		return nil
