@@ -395,6 +395,21 @@ func TestClockStepDuringTheCheckIsJudged(t *testing.T) {
 	assert.Equal(t, 0, se2.srv.Stats().Requests)
 }
 
+// NTP steps a clock that was 10 s ahead back to the store's time during the check's read: the
+// clock after the read (right) is judged, not the one before it (10 s ahead). Before, the
+// refusal was cached and every Do of the next minute refused with a synchronised clock.
+func TestClockStepBackDuringTheCheckIsNotARefusal(t *testing.T) {
+	se := newSkewEnv(t, 10*time.Second, nil) // this client 10 s ahead of the store
+	se.store.mu.Lock()
+	se.store.during = func() { se.clock.Advance(-10 * time.Second); se.store.during = nil }
+	se.store.mu.Unlock()
+	_, err := se.c.Do(context.Background(), payment(100, "order-1", WithIntent("order-1")))
+	require.NoError(t, err, "the clock after the read agrees with the store's")
+	_, err = se.c.Do(context.Background(), payment(100, "order-2", WithIntent("order-2")))
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), se.c.Stats().ClockSkewRefusals)
+}
+
 // An instance whose clock is off writes no record at all: its times would mislead the others
 // (a clock days behind has its finished records purged at once by a healthy instance, and the
 // next Do of the intent mints a new key; one ahead holds leases for days). Nothing is sent, and

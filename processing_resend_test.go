@@ -105,3 +105,57 @@ func TestProcessingAtEveryCheckResendsTheKey(t *testing.T) {
 		})
 	}
 }
+
+// A key whose status checks carried it past KeyTTL is never resent: the server may have
+// forgotten it. Before, a resumed record said "processing" at every check was resent after
+// the last check's wait, KeyTTL or not; and one the status endpoint could not answer about
+// stayed pending for good instead of going to a business lookup or a person (manual).
+func TestStatusChecksPastKeyTTLGoManual(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status func(a *checkpointAPI) KeyStatusFunc
+	}{
+		{"processing at every check, the wait passes KeyTTL", nil},
+		{"no usable answer, past KeyTTL", func(*checkpointAPI) KeyStatusFunc {
+			return func(context.Context, KeyStatusRequest) (KeyStatus, error) { return KeyStatus{State: KeyStatusUnknown}, nil }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &checkpointAPI{state: map[string]string{}, charges: map[string]int{}}
+			srv := httptest.NewServer(a)
+			defer srv.Close()
+			clock := newFakeClock()
+			store := keystore.NewMemory()
+			cfg := Config{BaseURL: srv.URL, KeyStatusURL: statusPath, Store: store, KeyTTL: time.Hour,
+				Now: clock.Now, Sleep: clock.Sleep, Budget: BudgetConfig{Disabled: true},
+				Policy: Policy{MaxAttempts: 1, MaxKeyStatusChecks: 2}}
+			if tc.status != nil {
+				cfg.KeyStatusURL, cfg.KeyStatusFunc = "", tc.status(a)
+			}
+			c, err := NewClient(cfg)
+			require.NoError(t, err)
+			defer c.Close()
+			op := payment(1250, "order-c", WithIntent("order-c"))
+			_, err = c.Do(context.Background(), op) // phase 1 committed, no answer; one attempt only
+			require.ErrorIs(t, err, ErrOutcomeUnknown)
+			require.NoError(t, c.Close()) // a restart: no hold on the record
+
+			clock.Advance(time.Hour - 5*time.Second) // 7 s waits between checks pass KeyTTL
+			if tc.status != nil {
+				clock.Advance(10 * time.Second) // already past KeyTTL
+			}
+			c2, err := NewClient(cfg)
+			require.NoError(t, err)
+			defer c2.Close()
+			_, err = c2.Do(context.Background(), op)
+			require.ErrorIs(t, err, ErrKeyExpired)
+			rec, err := store.Get(context.Background(), "", op.Key())
+			require.NoError(t, err)
+			assert.Equal(t, keystore.StateManual, rec.State, "a lookup or a person settles it")
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			assert.Equal(t, 1, a.posts, "never resent past KeyTTL")
+			assert.Zero(t, a.charges["order-c"])
+		})
+	}
+}

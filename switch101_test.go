@@ -116,3 +116,22 @@ func TestSwitchingProtocolsOnASafeRequest(t *testing.T) {
 	assert.Contains(t, err.Error(), "101 Switching Protocols")
 	assert.Equal(t, int64(2), seen(http.MethodGet), "a safe request is retried within MaxAttempts")
 }
+
+// nilTransport breaks the RoundTripper contract: no response and no error.
+type nilTransport struct{}
+
+func (nilTransport) RoundTrip(*http.Request) (*http.Response, error) { return nil, nil }
+
+// A transport answering (nil, nil) is an attempt that failed, not a panic on the caller's
+// goroutine (http.Client turns it into an error; the attempt transport did not).
+func TestNilResponseFromTheTransportIsAnError(t *testing.T) {
+	clock := newFakeClock()
+	c, err := NewClient(Config{BaseURL: "http://api.example", HTTPClient: &http.Client{Transport: nilTransport{}},
+		Store: keystore.NewMemory(), Now: clock.Now, Sleep: clock.Sleep, Budget: BudgetConfig{Disabled: true},
+		Policy: Policy{MaxAttempts: 2}})
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Do(context.Background(), NewOperation(http.MethodPost, "/v1/payments", paymentBody(1, "order-nil")))
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.Contains(t, err.Error(), "neither a response nor an error")
+}
