@@ -117,7 +117,9 @@ func TestStatusChecksPastKeyTTLGoManual(t *testing.T) {
 	}{
 		{"processing at every check, the wait passes KeyTTL", nil},
 		{"no usable answer, past KeyTTL", func(*checkpointAPI) KeyStatusFunc {
-			return func(context.Context, KeyStatusRequest) (KeyStatus, error) { return KeyStatus{State: KeyStatusUnknown}, nil }
+			return func(context.Context, KeyStatusRequest) (KeyStatus, error) {
+				return KeyStatus{State: KeyStatusUnknown}, nil
+			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
