@@ -104,13 +104,13 @@ func FuzzDecodeKeyStatus(f *testing.F) {
 func FuzzValidateKey(f *testing.F) {
 	for _, s := range []string{
 		"", "k", "8e03978e-40d5-43e8-bc93-6894a57f9324", "a b", "a\x00", "\x7f", "\x80", "clé",
-		opVisibleASCII(255), opVisibleASCII(256), `"\`,
+		opVisibleASCII(255), opVisibleASCII(256), `"\`, ".", "..", "...",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
 		err := ValidateKey(key)
-		valid := len(key) >= 1 && len(key) <= MaxKeyLength
+		valid := len(key) >= 1 && len(key) <= MaxKeyLength && key != "." && key != ".." // dot segments
 		for i := 0; valid && i < len(key); i++ {
 			valid = key[i] >= 0x21 && key[i] <= 0x7e
 		}
