@@ -21,8 +21,9 @@ const (
 // successes, so a client whose only traffic is its pending records (a worker retrying its
 // own intents, a fleet instance that only reclaims) would otherwise never send them again
 // after an outage drained the bucket. One resend a second per client bounds what a fleet adds
-// to an outage, and each one that succeeds puts SuccessRefund back. After Finagle's retry
-// budget (its minimum retries per second).
+// to an outage, and each one the server answers puts one more resend's worth back, so the
+// rest follow at the pace answers come. After Finagle's retry budget (its minimum retries
+// per second).
 const ResendFloor = time.Second
 
 // BudgetConfig configures the client-wide retry budget, a token bucket shared by every call of
@@ -39,10 +40,12 @@ type BudgetConfig struct {
 
 // Budget is a retry token bucket. A retry takes a token, and so does the first send of a
 // resumed record that was sent before (Do of a pending intent, Recover, the reclaimer): it
-// resends the intent. A call that ends with a definitive answer from the server after retries (a success, a permanent failure, a key conflict, a stored 5xx) returns the
-// tokens its retries took; a success at the first attempt adds SuccessRefund. Calls that
-// stop without an answer (outage, exhausted attempts) keep their tokens spent. Safe for
-// concurrent use.
+// resends the intent. A call that ends with a definitive answer from the server after
+// retries (a success, a permanent failure, a key conflict, a stored 5xx) returns the tokens
+// its retries took, and a resumed record's resend one more resend's worth; a success at the
+// first attempt adds SuccessRefund. Calls that stop without an answer (outage, exhausted
+// attempts) keep their tokens spent. With an empty bucket, one resumed record's resend per
+// ResendFloor still goes. Safe for concurrent use.
 type Budget struct {
 	cfg       BudgetConfig
 	mu        sync.Mutex

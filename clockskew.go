@@ -78,8 +78,8 @@ const (
 // (the next Do of the intent then mints a new key), one ahead would hold leases for days. So
 // Do checks too, but at most once per clockRecheck per Client: one store round trip a
 // minute, not one per call; and at once when this clock has stepped since the last check
-// (clockStepped), since a step back of days within that minute would otherwise stamp the
-// call's records days old, and a healthy instance's purge would delete them.
+// (writeClock.fresh), since a step back of days within that minute would otherwise stamp
+// the call's records days old, and a healthy instance's purge would delete them.
 const clockRecheck = time.Minute
 
 // maxClockStep is how far Config.Now may move against the monotonic clock between two
