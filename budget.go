@@ -21,8 +21,8 @@ const (
 // successes, so a client whose only traffic is its pending records (a worker retrying its
 // own intents, a fleet instance that only reclaims) would otherwise never send them again
 // after an outage drained the bucket. One resend a second per client bounds what a fleet adds
-// to an outage, and each one the server answers puts one more resend's worth back, so the
-// rest follow at the pace answers come. After Finagle's retry budget (its minimum retries
+// to an outage, and each one that succeeds puts one more resend's worth back, so the rest
+// follow at the pace successes come. After Finagle's retry budget (its minimum retries
 // per second).
 const ResendFloor = time.Second
 
@@ -42,8 +42,8 @@ type BudgetConfig struct {
 // resumed record that was sent before (Do of a pending intent, Recover, the reclaimer): it
 // resends the intent. A call that ends with a definitive answer from the server after
 // retries (a success, a permanent failure, a key conflict, a stored 5xx) returns the tokens
-// its retries took, and a resumed record's resend one more resend's worth; a success at the
-// first attempt adds SuccessRefund. Calls that stop without an answer (outage, exhausted
+// its retries took, and a resumed record's resend that succeeds one more resend's worth; a
+// success at the first attempt adds SuccessRefund. Calls that stop without an answer (outage, exhausted
 // attempts) keep their tokens spent. With an empty bucket, one resumed record's resend per
 // ResendFloor still goes. Safe for concurrent use.
 type Budget struct {
@@ -103,11 +103,12 @@ func (b *Budget) take(cl *call, unknown bool) bool {
 	return true
 }
 
-// resendBonus is what a definitive answer to a resumed record's resend puts back beyond its
-// own cost: one more resend's worth. The server answers again, so the pending records an
-// outage left are resent at the pace answers come back (each answer pays for the next),
-// starting from the floor's one a second, instead of one a second for good; during an
-// outage nothing answers and nothing comes back.
+// resendBonus is what a success of a resumed record's resend puts back beyond its own cost:
+// one more resend's worth. The server executes again, so the pending records an outage left
+// are resent at the pace successes come back (each pays for the next), starting from the
+// floor's one a second, instead of one a second for good. Only a success earns it: during an
+// outage that still answers (a 401, a 422 from a broken dependency) refusals would otherwise
+// fill the bucket that then pays for retries into the outage (adversarial run).
 func (b *Budget) resendBonus(cl *call) int {
 	if !cl.resumedResend {
 		return 0
@@ -171,10 +172,10 @@ func (b *Budget) succeeded(cl *call) {
 // not a success (a permanent failure, a key conflict, a stored 5xx): the retries reached a
 // server that answers, so a run of such calls must not drain the bucket for good.
 func (b *Budget) answered(cl *call) {
-	if b == nil || cl.spent == 0 && !cl.resumedResend {
+	if b == nil || cl.spent == 0 {
 		return
 	}
-	refund := cl.spent + b.resendBonus(cl)
+	refund := cl.spent // no resendBonus: answers that refuse must not fill the bucket
 	cl.spent = 0
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -190,11 +191,52 @@ func TestPendingRecordsResentAfterTheOutage(t *testing.T) {
 			break
 		}
 	}
-	assert.Less(t, passes, 5, "answers refill the bucket: a few passes, not one record per floor")
+	// The clock never moves: the floor alone would have sent one record in all, so all n
+	// sent means each success paid for the next.
 	pending, err := c.cfg.Store.List(context.Background(), keystore.StatePending)
 	require.NoError(t, err)
 	assert.Empty(t, pending, "every pending record was resent once the API answered")
 	for i := range n {
 		assert.Equal(t, 1, a.charges(fmt.Sprint("order-", i)), "order-%d", i)
 	}
+}
+
+// Refusals to resumed resends (a 422 from an API whose dependency broke) must not fill an
+// empty bucket: from zero, with the clock still, only the floor's one resend goes out, and
+// the bucket stays empty for the retries of new work into the outage. Before, each answered
+// resend put one more resend's worth back: 120 resends in one pass and a full bucket.
+func TestRefusedResendsDoNotFillTheBudget(t *testing.T) {
+	var refuse atomic.Bool
+	var posts atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		posts.Add(1)
+		if !refuse.Load() {
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusUnprocessableEntity)
+	})
+	c, clk, _ := scriptedClient(t, h, func(cfg *Config) { cfg.Budget = BudgetConfig{}; cfg.RecoverConcurrency = 1 })
+	ctx := context.Background()
+	for i := range 20 { // 503 at one attempt: pending, known not executed, sent before
+		_, err := c.Do(ctx, payment(i+1, fmt.Sprintf("p-%d", i)), CallMaxAttempts(1))
+		require.Error(t, err)
+	}
+	for i := 0; c.Budget().Available() > 0; i++ { // the outage drains the bucket
+		_, _ = c.Do(ctx, payment(999, fmt.Sprintf("drain-%d", i)), CallMaxAttempts(100))
+	}
+	clk.Advance(10 * time.Minute) // past the lease holds
+	refuse.Store(true)
+	before := posts.Load()
+	for range 3 { // the clock does not move: the floor is due once
+		_, err := c.Recover(ctx, nil)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, int64(1), posts.Load()-before, "the floor's one resend")
+	assert.Zero(t, c.Budget().Available(), "a refusal puts back only what it took")
 }

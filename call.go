@@ -65,7 +65,7 @@ type call struct {
 	}
 	bodyReads int // nextBody calls so far
 	// resumedResend: the first send of this resumed record took a token or the budget's
-	// floor (takeResendToken); an answer to it puts back one more resend's worth.
+	// floor (takeResendToken); a success puts back one more resend's worth.
 	resumedResend bool
 	// resendWaited: resolve waited before allowing a resend (the status endpoint said
 	// processing at every check), so the retry adds no delay of its own.
@@ -295,7 +295,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		if cl.s.status != nil && !cl.resolve(ctx) {
 			return false, errStopped
 		}
-		if cl.s.status == nil && cl.keyExpired() {
+		if cl.s.status == nil && cl.resendExpired() {
 			cl.expire()
 			return false, errStopped
 		}

@@ -122,3 +122,58 @@ func TestKeyFirstSentPastKeyTTLIsResent(t *testing.T) {
 	assert.Equal(t, 1, a.charges("order-late"))
 	assert.EqualValues(t, 2, a.posts.Load())
 }
+
+// As TestKeyFirstSentPastKeyTTLIsResent, but the first request of the key (sent now, past
+// KeyTTL of the record's CreatedAt, because Credentials refused the first call) ends with no
+// answer. The status checks judge the key's age as the resend does (resendExpired: from this
+// call's start for a key never sent before it): "not found" and an unusable status endpoint
+// went manual (ErrKeyExpired) although the server first saw the key seconds ago (adversarial
+// run).
+func TestKeyFirstSentPastKeyTTLAskedAboutIsResent(t *testing.T) {
+	for _, statusDown := range []bool{false, true} {
+		name := "status not found"
+		if statusDown {
+			name = "status endpoint 503"
+		}
+		t.Run(name, func(t *testing.T) {
+			a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, n int64) {
+				if n == 1 {
+					panic(http.ErrAbortHandler) // nothing executed, the connection dropped
+				}
+				a.charge(w, key, ref)
+			})
+			var refuse atomic.Bool
+			refuse.Store(true)
+			c, clk := ledgerClient(t, a, func(cfg *Config) {
+				cfg.Credentials = func(r *http.Request) error {
+					if refuse.Load() {
+						return errors.New("vault unreachable")
+					}
+					return nil
+				}
+				if statusDown {
+					cfg.KeyStatusFunc = func(context.Context, KeyStatusRequest) (KeyStatus, error) {
+						return KeyStatus{}, errors.New("status endpoint 503")
+					}
+					cfg.KeyStatusURL = ""
+				}
+			})
+			op := payment(1, "order-late2", WithIntent("order-late2"))
+			_, err := c.Do(context.Background(), op)
+			require.ErrorIs(t, err, ErrInvalidOperation)
+			refuse.Store(false)
+			clk.Advance(DefaultKeyTTL + time.Hour)
+			res, err := c.Do(context.Background(), op)
+			assert.NotErrorIs(t, err, ErrKeyExpired, "a key first sent seconds ago judged expired: manual")
+			if !statusDown {
+				require.NoError(t, err, "not found: resent with the same key")
+				assert.Equal(t, http.StatusCreated, res.StatusCode)
+			} else {
+				require.ErrorIs(t, err, ErrOutcomeUnknown, "the status endpoint cannot tell: pending")
+				assert.Zero(t, a.charges("order-late2"), "not resent while nothing can tell")
+				return
+			}
+			assert.Equal(t, 1, a.charges("order-late2"))
+		})
+	}
+}

@@ -16,7 +16,7 @@ import (
 // key is younger than KeyTTL.
 func (cl *call) resolve(ctx context.Context) bool {
 	if cl.s.status == nil {
-		if cl.keyExpired() {
+		if cl.resendExpired() {
 			cl.expire()
 			return false
 		}
@@ -70,7 +70,7 @@ func (cl *call) resolve(ctx context.Context) bool {
 			}
 			return false
 		case KeyStatusNotFound:
-			if cl.keyExpired() { // the server may have forgotten the key: not found proves nothing
+			if cl.resendExpired() { // the server may have forgotten the key: not found proves nothing
 				cl.expire()
 				return false
 			}
@@ -89,7 +89,7 @@ func (cl *call) resolve(ctx context.Context) bool {
 		// Processing, or no usable answer: back off, or wait longer if the server asks.
 		wait, fromRA = cl.floorDelay(st.RetryAfter, st.HasRetryAfter)
 	}
-	if processing == cl.s.policy.MaxKeyStatusChecks && !cl.keyExpired() {
+	if processing == cl.s.policy.MaxKeyStatusChecks && !cl.resendExpired() {
 		// The server knows the key and said at every check that it is executing it. It may be
 		// a request its owner abandoned (a checkpointed handler whose process died), which
 		// only a request with the key resumes: the server takes it over once the owner's
@@ -100,14 +100,14 @@ func (cl *call) resolve(ctx context.Context) bool {
 		if !cl.wait(ctx, wait, fromRA) {
 			return false
 		}
-		if cl.keyExpired() { // the wait may have carried the key past KeyTTL
+		if cl.resendExpired() { // the wait may have carried the key past KeyTTL
 			cl.expire()
 			return false
 		}
 		cl.mayLand, cl.resendWaited = true, true
 		return true
 	}
-	if cl.keyExpired() {
+	if cl.resendExpired() {
 		// Past KeyTTL the server may have forgotten the key, and nothing will ever be resent:
 		// a business lookup or a person must settle it (manual), as Recover's doc says.
 		cl.expire()

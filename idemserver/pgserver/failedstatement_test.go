@@ -165,9 +165,10 @@ func TestFailedStatementFailsTheClaim(t *testing.T) {
 				_, err := tx.Exec(ctx, creditSQL)
 				return err
 			}},
-		// A value the handler could not scan: the statement ran; reading a NULL max() as 0 is
-		// the handler's business.
-		{name: "a NULL that does not scan into an int64", want: http.StatusCreated,
+		// A value the handler could not scan: PostgreSQL never learns of it, and a handler
+		// answering it with a 500 would commit the debit with it (adversarial run). A NULL-safe
+		// scan (or COALESCE) is the handler's way out.
+		{name: "a NULL that does not scan into an int64", want: http.StatusServiceUnavailable,
 			credit: func(ctx context.Context, _ *http.Request, tx, _ pgx.Tx) error {
 				var top int64
 				if err := tx.QueryRow(ctx, "SELECT max(amount) FROM entries WHERE account = 'none'").Scan(&top); err == nil {

@@ -85,16 +85,15 @@ func (h *handlerTx) done() { <-h.c.sem }
 // leaves its transaction committable. Not failures: nil; pgx.ErrNoRows (a Scan's "no row", a
 // result); an error PostgreSQL reported (*pgconn.PgError: it aborted the transaction or the
 // savepoint itself, and a handler that recovers with ROLLBACK TO SAVEPOINT, in SQL or through
-// a savepoint, has a transaction PostgreSQL will commit); a value that could not be scanned
-// (pgx.ScanArgError: the statement ran, and a handler reading a NULL max() as 0 is right).
+// a savepoint, has a transaction PostgreSQL will commit). A value that could not be scanned
+// (pgx.ScanArgError) is a failure: PostgreSQL never learns of it, and a handler answering it
+// with a 500 would have its earlier writes committed with that answer; scan a value that
+// may be NULL into a type that holds NULL (or COALESCE it) (adversarial run).
 func (h *handlerTx) fail(err error) {
 	if err == nil || errors.Is(err, pgx.ErrNoRows) {
 		return
 	}
 	if _, ok := errors.AsType[*pgconn.PgError](err); ok {
-		return
-	}
-	if _, ok := errors.AsType[pgx.ScanArgError](err); ok {
 		return
 	}
 	lvl := h
