@@ -128,16 +128,17 @@ func (b *Budget) takeResend(cl *call, unknown bool, now time.Time) bool {
 	return b.floorLocked(now, true)
 }
 
-// resendPossible reports whether takeResend could let a resend through at now (a token, or
-// the floor due), without taking anything: the reclaimer claims no record that it could only
-// hand back denied.
+// resendPossible reports whether takeResend would let any resumed resend through at now
+// (the tokens for the costlier kind, after an unknown outcome, or the floor due), without
+// taking anything: the reclaimer claims no record that it could only hand back denied after
+// its status checks (the orphans it takes are mostly unknown outcomes).
 func (b *Budget) resendPossible(now time.Time) bool {
 	if b == nil {
 		return true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.available >= min(b.cfg.RetryCost, b.cfg.UnknownCost) || b.floorLocked(now, false)
+	return b.available >= max(b.cfg.RetryCost, b.cfg.UnknownCost) || b.floorLocked(now, false)
 }
 
 // floorLocked reports whether the floor is due at now, and with use spends it. A clock that

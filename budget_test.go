@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -223,4 +224,18 @@ func TestBudgetConcurrent(t *testing.T) {
 	final := b.Available()
 	assert.GreaterOrEqual(t, final, 0)
 	assert.LessOrEqual(t, final, capacity)
+}
+
+// The reclaimer's pre-check promises what a resend after an unknown outcome needs: with
+// fewer tokens than that and the floor spent, it claims nothing (adversarial run: it
+// claimed, asked the status endpoint, and was denied).
+func TestResendPossibleCoversTheCostlierResend(t *testing.T) {
+	b, err := NewBudget(BudgetConfig{Capacity: 7, RetryCost: 5, UnknownCost: 10})
+	require.NoError(t, err)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cl := &call{}
+	require.True(t, b.takeResend(cl, true, now), "the floor pays the first")
+	assert.False(t, b.resendPossible(now), "7 tokens cannot pay an unknown outcome's 10, and the floor is spent")
+	assert.False(t, b.takeResend(&call{}, true, now))
+	assert.True(t, b.resendPossible(now.Add(ResendFloor)), "the floor is due a second later")
 }
