@@ -138,6 +138,22 @@ func (h *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 // claim's transaction failed unless a savepoint around it is rolled back. Once the savepoint
 // is closed, Commit and Rollback return pgx.ErrTxClosed and do nothing.
 func (h *handlerTx) Commit(ctx context.Context) error {
+	return h.endSavepoint(func(tx pgx.Tx) error {
+		if failed := h.c.failedIn(h); failed != nil {
+			h.closed.Store(true)
+			_ = tx.Rollback(ctx) // closes it; its failure stays
+			return fmt.Errorf("pgserver: savepoint not released: %w", failed)
+		}
+		h.closed.Store(true)
+		err := tx.Commit(ctx)
+		h.fail(err) // at the level around it: its writes may stay
+		return err
+	})
+}
+
+// endSavepoint runs end, Commit's or Rollback's work, on h's savepoint under the claim's
+// turn: ErrTxOwned for the claim's transaction, pgx.ErrTxClosed once the savepoint is closed.
+func (h *handlerTx) endSavepoint(end func(tx pgx.Tx) error) error {
 	if h.sp == nil {
 		return h.owned()
 	}
@@ -149,39 +165,22 @@ func (h *handlerTx) Commit(ctx context.Context) error {
 		return err
 	}
 	defer h.done()
-	if failed := h.c.failedIn(h); failed != nil {
-		h.closed.Store(true)
-		_ = tx.Rollback(ctx) // closes it; its failure stays
-		return fmt.Errorf("pgserver: savepoint not released: %w", failed)
-	}
-	h.closed.Store(true)
-	err = tx.Commit(ctx)
-	h.fail(err) // at the level around it: its writes may stay
-	return err
+	return end(tx)
 }
 
 // Rollback returns ErrTxOwned for the claim's transaction, and rolls back to a savepoint,
 // undoing the failures of statements in it. A savepoint's Rollback after its Commit or
 // Rollback returns pgx.ErrTxClosed and does nothing.
 func (h *handlerTx) Rollback(ctx context.Context) error {
-	if h.sp == nil {
-		return h.owned()
-	}
-	if h.closed.Load() {
-		return pgx.ErrTxClosed
-	}
-	tx, err := h.take()
-	if err != nil {
-		return err
-	}
-	defer h.done()
-	h.closed.Store(true)
-	if err := tx.Rollback(ctx); err != nil {
-		h.fail(err) // at the level around it: its writes may stay
-		return err
-	}
-	h.c.rolledBack(h)
-	return nil
+	return h.endSavepoint(func(tx pgx.Tx) error {
+		h.closed.Store(true)
+		if err := tx.Rollback(ctx); err != nil {
+			h.fail(err) // at the level around it: its writes may stay
+			return err
+		}
+		h.c.rolledBack(h)
+		return nil
+	})
 }
 
 // owned is the claim's transaction's Commit and Rollback: nothing is sent.
