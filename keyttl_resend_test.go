@@ -87,6 +87,32 @@ func TestResendAfterAWaitNeverCrossesKeyTTL(t *testing.T) {
 	}
 }
 
+// sentLate makes op's record in a's client, with Credentials refusing that first call (no
+// request of the key ever left), and moves the clock past KeyTTL: the next Do sends the key
+// for the first time, as new. mod adds to the client's Config.
+func sentLate(t *testing.T, a *ledgerAPI, ref string, mod func(*Config)) (*Client, *Operation) {
+	t.Helper()
+	var refuse atomic.Bool
+	refuse.Store(true)
+	c, clk := ledgerClient(t, a, func(cfg *Config) {
+		cfg.Credentials = func(r *http.Request) error {
+			if refuse.Load() {
+				return errors.New("vault unreachable")
+			}
+			return nil
+		}
+		if mod != nil {
+			mod(cfg)
+		}
+	})
+	op := payment(1, ref, WithIntent(ref))
+	_, err := c.Do(context.Background(), op)
+	require.ErrorIs(t, err, ErrInvalidOperation)
+	refuse.Store(false)
+	clk.Advance(DefaultKeyTTL + time.Hour)
+	return c, op
+}
+
 // A key no request of which left before (Credentials refused the first call) was sent, right
 // as new, past KeyTTL; its first answer was a 503 with Retry-After: 1, and the resend a
 // second later went manual as an expired key, a payment never executed waiting for a person
@@ -101,21 +127,7 @@ func TestKeyFirstSentPastKeyTTLIsResent(t *testing.T) {
 		}
 		a.charge(w, key, ref)
 	})
-	var refuse atomic.Bool
-	refuse.Store(true)
-	c, clk := ledgerClient(t, a, func(cfg *Config) {
-		cfg.Credentials = func(r *http.Request) error {
-			if refuse.Load() {
-				return errors.New("vault unreachable")
-			}
-			return nil
-		}
-	})
-	op := payment(1, "order-late", WithIntent("order-late"))
-	_, err := c.Do(context.Background(), op)
-	require.ErrorIs(t, err, ErrInvalidOperation)
-	refuse.Store(false)
-	clk.Advance(DefaultKeyTTL + time.Hour)
+	c, op := sentLate(t, a, "order-late", nil)
 	res, err := c.Do(context.Background(), op)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusCreated, res.StatusCode)
@@ -142,15 +154,7 @@ func TestKeyFirstSentPastKeyTTLAskedAboutIsResent(t *testing.T) {
 				}
 				a.charge(w, key, ref)
 			})
-			var refuse atomic.Bool
-			refuse.Store(true)
-			c, clk := ledgerClient(t, a, func(cfg *Config) {
-				cfg.Credentials = func(r *http.Request) error {
-					if refuse.Load() {
-						return errors.New("vault unreachable")
-					}
-					return nil
-				}
+			c, op := sentLate(t, a, "order-late2", func(cfg *Config) {
 				if statusDown {
 					cfg.KeyStatusFunc = func(context.Context, KeyStatusRequest) (KeyStatus, error) {
 						return KeyStatus{}, errors.New("status endpoint 503")
@@ -158,11 +162,6 @@ func TestKeyFirstSentPastKeyTTLAskedAboutIsResent(t *testing.T) {
 					cfg.KeyStatusURL = ""
 				}
 			})
-			op := payment(1, "order-late2", WithIntent("order-late2"))
-			_, err := c.Do(context.Background(), op)
-			require.ErrorIs(t, err, ErrInvalidOperation)
-			refuse.Store(false)
-			clk.Advance(DefaultKeyTTL + time.Hour)
 			res, err := c.Do(context.Background(), op)
 			assert.NotErrorIs(t, err, ErrKeyExpired, "a key first sent seconds ago judged expired: manual")
 			if !statusDown {

@@ -15,21 +15,6 @@ import (
 	"github.com/idemkit/idem/idemserver/pgserver"
 )
 
-// slowSource is a CopyFromSource whose one Next, holding the claim's connection, signals
-// inside and returns after d with no row.
-type slowSource struct {
-	inside chan struct{}
-	d      time.Duration
-}
-
-func (s *slowSource) Next() bool {
-	close(s.inside)
-	time.Sleep(s.d)
-	return false
-}
-func (s *slowSource) Values() ([]any, error) { return nil, nil }
-func (s *slowSource) Err() error             { return nil }
-
 // TestHandlerStillRunningRollsBack: when the middleware comes to store the answer while a
 // statement of the handler still holds the claim's connection, the handler returned while part
 // of it runs on: an http.TimeoutHandler inside the middleware answered at its deadline, or the
@@ -56,7 +41,9 @@ func TestHandlerStillRunningRollsBack(t *testing.T) {
 		{name: "a goroutine the handler left",
 			wrap: func(h http.Handler) http.Handler { return h },
 			leave: func(t *testing.T, tx pgx.Tx) {
-				src := &slowSource{inside: make(chan struct{}), d: 300 * time.Millisecond}
+				// Its one Next holds the claim's connection, then ends with no row 300 ms later.
+				src := &blockingSource{inside: make(chan struct{}), release: make(chan struct{})}
+				time.AfterFunc(300*time.Millisecond, func() { close(src.release) })
 				go func() {
 					_, err := tx.CopyFrom(context.Background(), pgx.Identifier{"entries"}, []string{"ref", "account", "amount"}, src)
 					assert.NoError(t, err)
