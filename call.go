@@ -286,7 +286,8 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 			fmt.Errorf("server refused key %q: already used with another payload", cl.rec.Key))
 		return false, errStopped
 	case ClassDone:
-		return cl.fetchPointer(ctx, a), errStopped
+		cl.fetchPointer(ctx, a) // sets the result, or stops the call
+		return false, errStopped
 	case ClassInProgress:
 		cl.unknown = true
 		cl.unknownCause = cl.outcome(a, fmt.Sprintf("attempt %d", cl.attempts))
