@@ -133,8 +133,12 @@ func (h *Handler) countFault(f Fault) {
 }
 
 // injectBefore answers a request with a before-processing fault.
+// In the adyen dialect every such answer carries "transient-error: true" (nothing executed).
 func (h *Handler) injectBefore(w http.ResponseWriter, f Fault) {
 	h.countFault(f)
+	if h.dialect != nil && h.dialect.transient && f != FaultResetBeforeProcessing {
+		w.Header().Set(TransientErrorHeader, "true")
+	}
 	switch f {
 	case Fault503:
 		w.Header().Set("Retry-After", h.retryAfter())
