@@ -37,9 +37,9 @@ func (e Execution) Status() string {
 type Stats struct {
 	Requests        int           // POST requests that arrived, faulted ones included
 	Executions      int           // payments executed (ledger entries)
-	Replays         int           // stored results replayed to a POST
-	InProgress      int           // 409 answers: the key was still processing
-	KeyReused       int           // 422 answers: the key was reused with another request
+	Replays         int           // repeats answered from a key's record: replays, paypal's current state, gocardless's pointer
+	InProgress      int           // in-progress answers (409): the key was still processing
+	KeyReused       int           // key-reuse answers (422 idem and ietf, the dialect's code otherwise): another request
 	BadRequests     int           // 400 and 413 answers: key or body invalid, nothing stored
 	KeyStatusChecks int           // status endpoint requests, faulted ones included
 	KeyStatusFaults int           // status checks answered 503 by KeyStatusFaultRate

@@ -73,7 +73,7 @@ type Config struct {
 	Seed int64
 	// Faults is the list random faults are drawn from; nil or empty means AllFaults().
 	Faults []Fault
-	// KeyStatusFaultRate is the probability (0..1) that a status check gets 503 with
+	// KeyStatusFaultRate is the probability (0..1) that a status check (idem only) gets 503 with
 	// "Retry-After: 0". Drawn from its own source (seeded by Seed), so status checks do not
 	// shift the sequence of POST faults.
 	KeyStatusFaultRate float64
@@ -85,9 +85,10 @@ type Config struct {
 	// 0 means DefaultRetryAfter, a negative value sends "Retry-After: 0".
 	RetryAfter int
 
-	// Paths lists the POST endpoints served, each with its status endpoint at
-	// path+"/operations/{key}" and its own key scope; nil means {PaymentsPath}. Add a second
-	// path to exercise per-endpoint key scoping.
+	// Paths lists the POST endpoints served, each with its own key scope and its dialect's
+	// lookups under it (idem: the status endpoint at path+"/operations/{key}" and the search
+	// at path); nil means {PaymentsPath}. Add a second path to exercise per-endpoint key
+	// scoping.
 	Paths []string
 
 	// OnPayment, if set, is called on every POST arrival before anything else (counting,
