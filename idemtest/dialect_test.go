@@ -120,6 +120,9 @@ func TestDialectKeyHandling(t *testing.T) {
 			// The same key with another body.
 			other := pay(t, s, tt.name, "k1", 200, "r1")
 			wantStatus(t, other, tt.other)
+			if tt.name == DialectIETF {
+				assert.Equal(t, "application/problem+json", other.header.Get("Content-Type"))
+			}
 			assertJSON(t, other, tt.otherCheck, p.ID)
 			assert.Equal(t, 1, s.ExecutionsByReference("r1"))
 

@@ -12,7 +12,9 @@ import (
 type Fault int
 
 // The faults. Before-processing faults execute nothing; the others act only on a request
-// that claims a new key and passes validation (see the package documentation).
+// that claims a new key and passes validation (see the package documentation). The comments
+// below describe the idem dialect; the package documentation's "Faults in the dialects"
+// says how every other dialect maps each fault.
 const (
 	// FaultNone: no fault, the request is served normally.
 	FaultNone Fault = iota
