@@ -12,7 +12,8 @@ import (
 // middleware.
 type arrival struct {
 	fault Fault
-	acted bool // set by servePayment when an after-commit fault took effect
+	seq   uint64 // arrival order among POSTs and cancels: a later cancel cancels its charge
+	acted bool   // set by servePayment when an after-commit fault took effect
 }
 
 type arrivalKey struct{}
@@ -35,21 +36,19 @@ func (h *Handler) arrive(w http.ResponseWriter, r *http.Request, next http.Handl
 	if h.cfg.OnPayment != nil {
 		h.cfg.OnPayment(r)
 	}
-	h.mu.Lock()
-	h.stats.Requests++
+	key, err := "", error(nil)
 	if vs := r.Header.Values(h.cfg.KeyHeader); len(vs) == 1 {
-		if key, err := idemserver.ParseKey(vs[0]); err == nil {
-			h.attemptsFor[key]++
-		}
+		key, err = idemserver.ParseKey(vs[0])
+	} else {
+		err = idemserver.ErrInvalidKey
 	}
-	fault := h.nextFaultLocked()
-	h.mu.Unlock()
+	a := h.admit(key, err == nil)
+	fault := a.fault
 
 	if fault.BeforeProcessing() {
 		h.injectBefore(w, fault)
 		return
 	}
-	a := &arrival{fault: fault}
 	r = r.WithContext(context.WithValue(r.Context(), arrivalKey{}, a))
 	if fault != FaultDropAfterCommit && fault != Fault500AfterCommit {
 		next.ServeHTTP(w, r)
@@ -67,6 +66,19 @@ func (h *Handler) arrive(w http.ResponseWriter, r *http.Request, next http.Handl
 		return
 	}
 	writeJSON(w, http.StatusInternalServerError, errorBody{Error: "internal"})
+}
+
+// admit counts an arriving POST, under key when keyOK, and takes its fault and its place in
+// the arrival order.
+func (h *Handler) admit(key string, keyOK bool) *arrival {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stats.Requests++
+	if keyOK {
+		h.attemptsFor[key]++
+	}
+	h.seq++
+	return &arrival{fault: h.nextFaultLocked(), seq: h.seq}
 }
 
 // bufferedAnswer holds the middleware's answer until arrive decides what goes on the wire.

@@ -12,7 +12,9 @@ import (
 type Fault int
 
 // The faults. Before-processing faults execute nothing; the others act only on a request
-// that claims a new key and passes validation (see the package documentation).
+// that claims a new key and passes validation (see the package documentation). The comments
+// below describe the idem dialect; the package documentation's "Faults in the dialects"
+// says how every other dialect maps each fault.
 const (
 	// FaultNone: no fault, the request is served normally.
 	FaultNone Fault = iota
@@ -133,8 +135,12 @@ func (h *Handler) countFault(f Fault) {
 }
 
 // injectBefore answers a request with a before-processing fault.
+// In the adyen dialect every such answer carries "transient-error: true" (nothing executed).
 func (h *Handler) injectBefore(w http.ResponseWriter, f Fault) {
 	h.countFault(f)
+	if h.dialect != nil && h.dialect.transient && f != FaultResetBeforeProcessing {
+		w.Header().Set(TransientErrorHeader, "true")
+	}
 	switch f {
 	case Fault503:
 		w.Header().Set("Retry-After", h.retryAfter())

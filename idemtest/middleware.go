@@ -29,8 +29,14 @@ func (h *Handler) newMiddleware() *idemserver.Middleware {
 		KeyHeader:   h.cfg.KeyHeader,
 		RetryAfter:  retryAfter,
 		Now:         h.cfg.Now,
+		Retention:   h.cfg.KeyRetention, // 0: idemserver's default
 		Fingerprint: rawFingerprint,
 		WriteProblem: func(w http.ResponseWriter, r *http.Request, p idemserver.Problem) {
+			if h.cfg.Dialect == DialectIETF {
+				h.countBadRequest(p.Status)
+				idemserver.WriteProblemJSON(w, p) // RFC 9457, as the IETF draft shows it
+				return
+			}
 			h.writeProblem(w, p)
 		},
 		OnEvent: h.countEvent,
@@ -78,12 +84,17 @@ func (h *Handler) writeProblem(w http.ResponseWriter, p idemserver.Problem) {
 	if msg == "" {
 		msg = p.Title
 	}
-	if p.Status == http.StatusBadRequest || p.Status == http.StatusRequestEntityTooLarge {
+	h.countBadRequest(p.Status)
+	writeJSON(w, p.Status, errorBody{Error: code, Message: msg})
+}
+
+// countBadRequest counts a 400 or 413 answer of the middleware as a BadRequest.
+func (h *Handler) countBadRequest(status int) {
+	if status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge {
 		h.mu.Lock()
 		h.stats.BadRequests++
 		h.mu.Unlock()
 	}
-	writeJSON(w, p.Status, errorBody{Error: code, Message: msg})
 }
 
 // countEvent keeps the Stats counters the middleware's events feed.

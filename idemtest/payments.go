@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/idemkit/idem/idemserver"
@@ -61,7 +60,7 @@ func (h *Handler) servePayment(w http.ResponseWriter, r *http.Request, path stri
 	case FaultStored500, FaultStored500AfterCharge:
 		h.countFault(a.fault)
 		if a.fault == FaultStored500AfterCharge {
-			h.charge(sc, path, req)
+			h.charge(sc.Tenant, path, sc.Key, req, a.seq)
 		}
 		writeJSON(w, http.StatusInternalServerError,
 			errorBody{Error: "internal", Message: "the payment failed; this result is stored for the idempotency key"})
@@ -69,21 +68,9 @@ func (h *Handler) servePayment(w http.ResponseWriter, r *http.Request, path stri
 	case FaultDropAfterCommit, Fault500AfterCommit:
 		a.acted = true // the arrival wrapper replaces the answer once it is stored
 	}
-	id := h.charge(sc, path, req)
+	id := h.charge(sc.Tenant, path, sc.Key, req, a.seq)
 	writeJSON(w, http.StatusCreated, payment{ID: id, Amount: req.Amount, Currency: req.Currency, Customer: req.Customer,
 		Reference: req.Reference, Status: "succeeded"})
-}
-
-// charge appends the payment to the ledger and returns its id.
-func (h *Handler) charge(sc idemserver.Scope, path string, req paymentRequest) string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	id := "pay_" + strconv.Itoa(len(h.executions)+1)
-	h.executions = append(h.executions, Execution{
-		ID: id, Tenant: sc.Tenant, Path: path, Key: sc.Key, Reference: req.Reference,
-		Amount: req.Amount, Currency: req.Currency, Customer: req.Customer, At: h.cfg.Now(),
-	})
-	return id
 }
 
 // wait holds a FaultSlow request for SlowDelay, whether or not the client is still there.

@@ -42,10 +42,28 @@ func KeyStatusPath(key string) string {
 	return PaymentsPath + statusSuffix + url.PathEscape(key)
 }
 
-// Config configures a [Handler]. The zero value is a fault-free server with the defaults.
+// Config configures a [Handler]. The zero value is a fault-free server with the defaults,
+// speaking idem's own dialect.
 type Config struct {
-	// KeyHeader is the idempotency key header name; "" means DefaultKeyHeader.
+	// Dialect is the provider whose idempotency semantics the API speaks: one of Dialects()
+	// (DialectIdem, DialectIETF, DialectStripe, ...); "" means DialectIdem. NewHandler panics
+	// on an unknown name: check a name from outside with ValidDialect.
+	Dialect string
+	// KeyHeader is the idempotency key header name; "" means the dialect's carrier
+	// (KeyCarrier: DefaultKeyHeader for idem). Ignored by square, whose key is a body field.
 	KeyHeader string
+	// KeyRetention is how long a key is remembered, counted from its first request (measured
+	// with Now): a key sent again after it is a new request. 0 means the dialect's default
+	// (PayPalKeyRetention for paypal, AdyenKeyRetention for adyen, DefaultKeyRetention for
+	// the others on idemtest's own key store); a negative value means never forgotten. For
+	// idem and ietf a positive value is idemserver's Config.Retention (counted from the
+	// answer) and 0 or less keeps idemserver's default.
+	KeyRetention time.Duration
+	// SearchLag is how long a charge stays invisible to the stripe dialects' search
+	// (GET <path>/search), measured with Now from the charge's execution; 0 means
+	// DefaultSearchLag for stripe and stripe-v2, a negative value means no lag. Other
+	// dialects' lookups are consistent and ignore it.
+	SearchLag time.Duration
 
 	// FaultRate is the probability (0..1) that a POST with no scripted fault left gets a
 	// random fault, chosen uniformly from Faults.
@@ -55,7 +73,7 @@ type Config struct {
 	Seed int64
 	// Faults is the list random faults are drawn from; nil or empty means AllFaults().
 	Faults []Fault
-	// KeyStatusFaultRate is the probability (0..1) that a status check gets 503 with
+	// KeyStatusFaultRate is the probability (0..1) that a status check (idem only) gets 503 with
 	// "Retry-After: 0". Drawn from its own source (seeded by Seed), so status checks do not
 	// shift the sequence of POST faults.
 	KeyStatusFaultRate float64
@@ -67,23 +85,46 @@ type Config struct {
 	// 0 means DefaultRetryAfter, a negative value sends "Retry-After: 0".
 	RetryAfter int
 
-	// Paths lists the POST endpoints served, each with its status endpoint at
-	// path+"/operations/{key}" and its own key scope; nil means {PaymentsPath}. Add a second
-	// path to exercise per-endpoint key scoping.
+	// Paths lists the POST endpoints served, each with its own key scope and its dialect's
+	// lookups under it (idem: the status endpoint at path+"/operations/{key}" and the search
+	// at path); nil means {PaymentsPath}. Add a second path to exercise per-endpoint key
+	// scoping.
 	Paths []string
 
 	// OnPayment, if set, is called on every POST arrival before anything else (counting,
 	// faults, key handling), on the request's goroutine: a hook for tests that inspect
 	// client state at the moment a request reaches the server. It must not write a response.
 	OnPayment func(r *http.Request)
-	// Now is the clock for Execution.At and Retry-After dates; nil means time.Now.
+	// Now is the clock for Execution.At, Retry-After dates, KeyRetention and SearchLag; nil
+	// means time.Now. Tests inject a fake clock here to move past a lag or a retention
+	// without sleeping.
 	Now func() time.Time
 }
 
-// withDefaults resolves the documented defaults and panics on an invalid configuration.
-func (c Config) withDefaults() Config {
-	if c.KeyHeader == "" {
+// withDefaults resolves the documented defaults and panics on an invalid configuration. It
+// returns the dialect on idemtest's own key store, nil for idem and ietf.
+func (c Config) withDefaults() (Config, *dialect) {
+	d := dialectFor(c) // panics on an unknown dialect
+	if c.Dialect == "" {
+		c.Dialect = DialectIdem
+	}
+	switch {
+	case d != nil:
+		c.KeyHeader = d.keyHeader // "" for a body key
+	case c.KeyHeader == "":
 		c.KeyHeader = DefaultKeyHeader
+	}
+	switch {
+	case c.KeyRetention == 0 && d != nil:
+		c.KeyRetention = d.retention
+	case c.KeyRetention < 0:
+		c.KeyRetention = 0
+	}
+	switch {
+	case c.SearchLag == 0 && d != nil:
+		c.SearchLag = d.searchLag
+	case c.SearchLag < 0:
+		c.SearchLag = 0
 	}
 	if len(c.Faults) == 0 {
 		c.Faults = AllFaults()
@@ -120,7 +161,7 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return c
+	return c, d
 }
 
 // checkRate panics unless rate is a probability.
@@ -131,15 +172,17 @@ func checkRate(name string, rate float64) {
 }
 
 // Handler is the payments API as an http.Handler, usable in any http.Server, with the
-// ledger and counters that tests read. Its POST endpoints run behind idemserver's
-// middleware on a memory backend; the faults wrap it. Create it with [NewHandler]; it is
-// safe for concurrent use.
+// ledger and counters that tests read. In the idem and ietf dialects its POST endpoints run
+// behind idemserver's middleware on a memory backend; the other dialects run on idemtest's
+// own key store; the faults wrap either. Create it with [NewHandler]; it is safe for
+// concurrent use.
 type Handler struct {
 	cfg       Config
+	dialect   *dialect // nil for idem and ietf (on the middleware)
 	mux       *http.ServeMux
 	backend   *idemserver.Memory
-	mw        *idemserver.Middleware
-	done      chan struct{} // closed by Close: ends FaultSlow waits
+	mw        *idemserver.Middleware // nil unless idem or ietf
+	done      chan struct{}          // closed by Close: ends FaultSlow waits
 	closeOnce sync.Once
 
 	mu          sync.Mutex
@@ -149,15 +192,21 @@ type Handler struct {
 	script      []Fault
 	rng         *rand.Rand // POST faults
 	statusRng   *rand.Rand // status endpoint faults
+	seq         uint64     // arrivals and cancels, in order
+	keys        map[keyScope]*keyEntry
+	cancels     map[cancelScope]uint64 // the seq of the last cancel of a (tenant, reference)
 }
 
-// NewHandler returns a Handler configured by cfg. It panics if cfg is invalid (a rate
-// outside [0, 1], an unknown fault, a malformed path).
+// NewHandler returns a Handler configured by cfg. It panics if cfg is invalid (an unknown
+// dialect, see ValidDialect; a rate outside [0, 1], an unknown fault, a malformed path).
 func NewHandler(cfg Config) *Handler {
-	cfg = cfg.withDefaults()
+	cfg, d := cfg.withDefaults()
 	seed := uint64(cfg.Seed)
 	h := &Handler{
 		cfg:         cfg,
+		dialect:     d,
+		keys:        make(map[keyScope]*keyEntry),
+		cancels:     make(map[cancelScope]uint64),
 		mux:         http.NewServeMux(),
 		backend:     idemserver.NewMemory(),
 		done:        make(chan struct{}),
@@ -166,19 +215,33 @@ func NewHandler(cfg Config) *Handler {
 		rng:         rand.New(rand.NewPCG(seed, 0x1de0)),
 		statusRng:   rand.New(rand.NewPCG(seed, 0x57a7)),
 	}
+	if d != nil {
+		for _, p := range cfg.Paths {
+			h.mux.HandleFunc("POST "+p, func(w http.ResponseWriter, r *http.Request) { h.serveDialect(w, r, p) })
+		}
+		d.routes(h, cfg.Paths)
+		return h
+	}
 	h.mw = h.newMiddleware()
 	for _, p := range cfg.Paths {
 		pay := h.mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.servePayment(w, r, p) }))
-		status := h.mw.KeyStatusHandler(operation(p), nil)
 		h.mux.HandleFunc("POST "+p, func(w http.ResponseWriter, r *http.Request) { h.arrive(w, r, pay) })
+		if cfg.Dialect == DialectIETF {
+			continue // no status endpoint, no search
+		}
+		status := h.mw.KeyStatusHandler(operation(p), nil)
 		h.mux.HandleFunc("GET "+p, func(w http.ResponseWriter, r *http.Request) { h.serveSearch(w, r, p) })
 		h.mux.HandleFunc("GET "+p+statusSuffix+"{key}", func(w http.ResponseWriter, r *http.Request) { h.serveStatus(w, r, status) })
 	}
 	return h
 }
 
+// Dialect returns the dialect the handler speaks (Config.Dialect, "" resolved to DialectIdem).
+func (h *Handler) Dialect() string { return h.cfg.Dialect }
+
 // Middleware returns the idemserver middleware the POST endpoints run behind, for its
-// counters (Stats) and as an example of its configuration.
+// counters (Stats) and as an example of its configuration; nil for the dialects on
+// idemtest's own key store (every dialect but idem and ietf).
 func (h *Handler) Middleware() *idemserver.Middleware { return h.mw }
 
 // ServeHTTP routes a request to the payments or the status endpoint.
