@@ -39,14 +39,16 @@ var IETF = Profile{
 
 // Stripe is Stripe's v1 API: keys up to 255 characters, kept at least 24 hours; a repeat
 // replays the first answer (a 500 included once execution began, marked
-// Idempotent-Replayed); 409 while the first runs; idempotency_error for the key with other
-// parameters; Stripe-Should-Retry hints (idem's default classifiers). No lookup by key: the
+// Idempotent-Replayed); 409 (code idempotency_key_in_use) while the first runs;
+// idempotency_error for the key with other parameters (400 per stripe-go; some sources say
+// 409); Stripe-Should-Retry hints (idem's default classifiers). No lookup by key: the
 // Search API finds a payment by metadata, but may lag about a minute, so "not found" counts
 // only a minute after the last send. client_secret is never stored.
 var Stripe = Profile{
 	Name: "stripe", KeyHeader: "Idempotency-Key", MaxKeyLength: 255, Retention: 24 * time.Hour,
 	Replay: ReplayStored,
 	Rules: []Rule{
+		{Field: "error.code", Value: "idempotency_key_in_use", Meaning: InProgress},
 		{Field: "error.type", Value: "idempotency_error", Meaning: KeyReuse},
 		{Status: 409, Meaning: InProgress},
 	},
