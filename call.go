@@ -149,9 +149,8 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 			return nil, fmt.Errorf("idem: recording the resend before it starts: %w", err)
 		}
 	case resumed:
-		// An earlier request may have been sent up to now: the search's landing and lag
-		// count from here (searchReady).
-		cl.lastSend, cl.lastUnanswered = cl.start, cl.start
+		cl.lastSend = cl.resumedLastSend()
+		cl.lastUnanswered = cl.lastSend
 		cl.unknown = true // an earlier call or process may have sent it
 		cl.unknownCause = "; an earlier call or process may have sent the key"
 		cl.mayLand = true // and that request may still arrive after a "not found"

@@ -148,6 +148,21 @@ func (cl *call) searchReady(landing, lag time.Duration) time.Time {
 	return ready
 }
 
+// resumedLastSend bounds when an earlier call or process last sent the key of a resumed
+// record: every send follows a write of the record (its creation, or the progress written
+// before a retry's wait), after at most that wait (the policy's MaxDelay, or a Retry-After
+// within MaxRetryAfter). It is never later than now: the record was claimed, so no earlier
+// call still sends it. A call whose own policy allowed longer waits than this client's
+// default makes the bound short: the search's Landing is its margin.
+func (cl *call) resumedLastSend() time.Time {
+	p := cl.c.policy
+	last := later(cl.rec.CreatedAt, cl.rec.UpdatedAt).Add(max(p.MaxDelay, p.MaxRetryAfter))
+	if last.After(cl.start) {
+		return cl.start
+	}
+	return last
+}
+
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
