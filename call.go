@@ -35,9 +35,8 @@ type call struct {
 	baseAttempts int // rec.Attempts when the call began
 	attempts     int // requests sent in this call
 	statusChecks int
-	unknown      bool // an attempt may have executed and no answer resolved it yet
-	mayLand      bool // the key may have been sent before (this call, or a resumed record): a request that may still arrive after a "not found"
-	lookupAfter  bool // a refused resend after an unknown outcome or a "not found" ended the call: Config.Lookup may find the payment (refusal.go)
+	known        knowledge // what is known of the key's earlier requests (decide.go)
+	lookupAfter  bool      // a refused resend after an unknown outcome or a "not found" ended the call: Config.Lookup may find the payment (refusal.go)
 	last         *Attempt
 	unknownCause string                // why the outcome became unknown ("; attempt 1 got ..."), for messages
 	unsentBefore bool                  // no request of the key left before this call (resendExpired)
@@ -151,9 +150,8 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 	case resumed:
 		cl.lastSend = cl.resumedLastSend()
 		cl.lastUnanswered = cl.lastSend
-		cl.unknown = true // an earlier call or process may have sent it
+		cl.known = knownUnknown // an earlier call or process may have sent it
 		cl.unknownCause = "; an earlier call or process may have sent the key"
-		cl.mayLand = true // and that request may still arrive after a "not found"
 		cl.c.stats.unknown.Add(1)
 		if !cl.resolve(ctx) {
 			return cl.finish(ctx)
@@ -210,7 +208,9 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 	}
 	cl.last = nil
 	if err := cl.leaseLost(); err != nil { // another instance owns the key now: never send again
-		cl.unknown = cl.unknown || a.Written
+		if a.Written {
+			cl.known = knownUnknown
+		}
 		cl.stopLeaseLost(err)
 		return false, errStopped
 	}
@@ -220,7 +220,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 	}
 	if ctx.Err() != nil {
 		if a.Written {
-			cl.unknown = true
+			cl.known = knownUnknown
 		}
 		cl.halt(ErrCanceled, ctx.Err())
 		return false, errStopped
@@ -245,9 +245,9 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 	// (the contract). A server whose business checks run ahead of the key's, or whose status
 	// endpoint lags, may still answer 400 for a charged payment: the business lookup, when
 	// there is one, is asked before the call fails (refusal.go).
-	badRequestAfterNotFound := refused && !cl.unknown && cl.mayLand && a.StatusCode() == http.StatusBadRequest
-	cl.lookupAfter = (refused && (cl.unknown || cl.mayLand)) && cl.c.cfg.Lookup != nil
-	if refused && (cl.unknown || cl.mayLand) && !badRequestAfterNotFound {
+	badRequestAfterNotFound := refused && cl.known == knownNotFound && a.StatusCode() == http.StatusBadRequest
+	cl.lookupAfter = (refused && cl.known != knownClean) && cl.c.cfg.Lookup != nil
+	if refused && cl.known != knownClean && !badRequestAfterNotFound {
 		// A resend after an attempt whose outcome is unknown, or after a "not found" that a
 		// request still on its way (or a lagging status endpoint) may contradict, met a
 		// refusal that is not the key's stored answer: an auth layer's 401, a WAF's 403, a
@@ -288,7 +288,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		cl.fetchPointer(ctx, a) // sets the result, or stops the call
 		return false, errStopped
 	case ClassInProgress:
-		cl.unknown = true
+		cl.known = knownUnknown
 		cl.unknownCause = cl.outcome(a, fmt.Sprintf("attempt %d", cl.attempts))
 		wait, fromRA := cl.nextDelay(a.Response)
 		cl.c.onInProgress(cl, wait)
@@ -301,7 +301,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		cl.resendWaited = false
 		return cl.retry(ctx, a, class, true)
 	case ClassUnknown:
-		cl.unknown = true
+		cl.known = knownUnknown
 		cl.unknownCause = cl.outcome(a, fmt.Sprintf("attempt %d", cl.attempts))
 		cl.c.onUnknown(cl, a)
 		if (cl.s.status != nil || cl.c.dialect.searchFirst) && !cl.resolve(ctx) {
@@ -430,7 +430,7 @@ func (cl *call) succeed(a *Attempt) {
 		src = SourceReplay
 		cl.c.onReplay(cl, a.StatusCode())
 	}
-	cl.unknown = false
+	cl.known = knownClean
 	cl.result = cl.response(a, src)
 }
 
@@ -444,7 +444,7 @@ func (cl *call) response(a *Attempt, src Source) *Result {
 
 // fail ends the call with a final, non-retryable answer.
 func (cl *call) fail(kind error, status int, resp *Result, cause error) {
-	cl.unknown = false
+	cl.known = knownClean
 	cl.stop = &OperationError{Kind: kind, LastStatusCode: status, Response: resp, Cause: cause}
 }
 
@@ -457,7 +457,7 @@ func (cl *call) halt(kind error, cause error) {
 // for good, the record goes manual with the stored answer.
 func (cl *call) storedServerError(resp *Result, cause error) {
 	cause = fmt.Errorf("%w; the key can tell no more: the record is manual until Config.Lookup or Client.Resolve (a person's verdict) settles it; never pay it again under a new key", cause)
-	cl.unknown = true
+	cl.known = knownUnknown
 	cl.stop = &OperationError{Kind: ErrStoredServerError, Unknown: true, LastStatusCode: resp.StatusCode,
 		Response: resp, Cause: cause}
 	cl.c.onStoredServerError(cl, resp)
@@ -499,7 +499,7 @@ func (c *Client) clockBackTolerance() time.Duration {
 func (cl *call) expire() {
 	age := cl.c.cfg.Now().Sub(cl.rec.CreatedAt)
 	cl.c.onKeyExpired(cl, age)
-	cl.unknown = true
+	cl.known = knownUnknown
 	if age < 0 {
 		cl.halt(ErrKeyExpired, fmt.Errorf("key was created at %s, %s after this clock's now: a clock moved back, so its age is unknown and may be past the server's %s",
 			cl.rec.CreatedAt.Format(time.RFC3339), (-age).Round(time.Second), cl.c.cfg.KeyTTL))

@@ -29,6 +29,24 @@ var meaningClass = [...]Class{
 	profile.StoredError: ClassStoredServerError,
 }
 
+// knowledge is what a call knows of the requests of its key sent before (by itself, an
+// earlier call or another process): the state the contract's decisions turn on.
+type knowledge uint8
+
+const (
+	// knownClean: no request of the key can have executed unseen (none sent yet, or an
+	// answer settled it).
+	knownClean knowledge = iota
+	// knownUnknown: a request may have executed and nothing has settled it: the outcome is
+	// unknown. Ask (status route, search) before any resend; a refusal of a resend is not
+	// the key's answer.
+	knownUnknown
+	// knownNotFound: settled as not executed (a status "not found", a search that found
+	// nothing), but a request sent before may still land: a refusal of the resend is not the
+	// key's answer either, and a call stopping here is not recorded as not executed.
+	knownNotFound
+)
+
 // classOf returns the call's Class for a profile's Meaning (ClassUnknown for one it does not
 // know: when in doubt, ask before resending).
 func classOf(m profile.Meaning) Class {
@@ -51,7 +69,7 @@ func (cl *call) fetchPointer(ctx context.Context, a *Attempt) bool {
 			break
 		}
 	}
-	cl.unknown = true
+	cl.known = knownUnknown
 	cl.unknownCause = cl.outcome(a, fmt.Sprintf("attempt %d", cl.attempts))
 	route, ok := p.Route(profile.FetchPointer)
 	if !ok || id == "" {
@@ -64,7 +82,7 @@ func (cl *call) fetchPointer(ctx context.Context, a *Attempt) bool {
 		var body []byte
 		status, body, err = cl.c.getter(cl.rec, cl.header)(ctx, path)
 		if err == nil && status/100 == 2 {
-			cl.unknown = false
+			cl.known = knownClean
 			cl.rec.Note = fmt.Sprintf("the key's request had succeeded: %s (HTTP %d) named %s", p.Name, a.StatusCode(), id)
 			cl.result = &Result{Key: cl.rec.Key, StatusCode: status, Header: http.Header{"Content-Type": {"application/json"}},
 				Body: body, Source: SourceLookup}
@@ -114,7 +132,7 @@ func (cl *call) searchBeforeResend(ctx context.Context) bool {
 			why = "the search could not tell: " + err.Error()
 			wait, _ = cl.nextDelay(nil)
 		case r.Verdict == VerdictExecuted:
-			cl.unknown = false
+			cl.known = knownClean
 			cl.c.stats.unknownResolved.Add(1)
 			cl.rec.Note = r.Note
 			res := &Result{Key: cl.rec.Key, StatusCode: http.StatusOK, Source: SourceLookup}
@@ -126,7 +144,7 @@ func (cl *call) searchBeforeResend(ctx context.Context) bool {
 		default:
 			ready := cl.searchReady(landing, d.searchRoute.Lag)
 			if !now.Before(ready) {
-				cl.unknown, cl.mayLand = false, true
+				cl.known = knownNotFound
 				cl.c.stats.unknownResolved.Add(1)
 				return true
 			}

@@ -62,7 +62,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 	default:
 		e := cl.stop
 		e.Key, e.Scope, e.Intent = rec.Key, rec.Scope, rec.Intent
-		e.Attempts, e.Unknown = cl.attempts, e.Unknown || cl.unknown
+		e.Attempts, e.Unknown = cl.attempts, e.Unknown || cl.known == knownUnknown
 		if e.LastStatusCode == 0 {
 			e.LastStatusCode = rec.LastStatusCode
 			if cl.lastCode != 0 {
@@ -91,8 +91,8 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		case ErrKeyExpired:
 			rec.State = keystore.StateManual
 		default:
-			rec.State = keystore.StatePending           // reconcilable: Do again or Recover
-			rec.NotExecuted = !e.Unknown && !cl.mayLand // a request that may still land: ask first next time
+			rec.State = keystore.StatePending                      // reconcilable: Do again or Recover
+			rec.NotExecuted = !e.Unknown && cl.known == knownClean // a request that may still land: ask first next time
 			if e.Unknown {
 				cl.c.stats.stillUnknown.Add(1)
 			}
@@ -186,7 +186,7 @@ func (cl *call) finishLost(cause error) (*Result, error) {
 	rec := cl.rec
 	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrLeaseLost,
 		Attempts: cl.attempts, LastStatusCode: cl.lastCode, Cause: cause,
-		Unknown:  cl.unknown || (cl.stop != nil && cl.stop.Unknown),
+		Unknown:  cl.known == knownUnknown || (cl.stop != nil && cl.stop.Unknown),
 		Response: cl.response(cl.lastAnswer, SourceResponse)}
 	cl.stop, cl.result = e, nil
 	cl.c.onGiveUp(cl, e)

@@ -231,7 +231,7 @@ func (c *Client) onBudgetDenied(cl *call) {
 
 func (c *Client) onGiveUp(cl *call, e *OperationError) {
 	c.stats.finalFailures.Add(1)
-	if e.Kind == ErrExhausted && cl.unknown && cl.lastCode == 409 {
+	if e.Kind == ErrExhausted && cl.known == knownUnknown && cl.lastCode == 409 {
 		c.stats.inProgressTimeouts.Add(1)
 	}
 	if l := c.cfg.Logger; l != nil {

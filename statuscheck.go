@@ -62,7 +62,7 @@ func (cl *call) resolve(ctx context.Context) bool {
 			res := &Result{Key: cl.rec.Key, StatusCode: st.ResponseStatusCode, Body: st.ResponseBody, Source: SourceKeyStatus}
 			switch {
 			case st.ResponseStatusCode >= 200 && st.ResponseStatusCode < 300:
-				cl.unknown = false
+				cl.known = knownClean
 				cl.result = res
 			case st.ResponseStatusCode >= 500: // execution began; a stored 5xx never says how far
 				cl.storedServerError(res, fmt.Errorf("status endpoint reports the key completed with HTTP %d: execution began, effect unknown", st.ResponseStatusCode))
@@ -80,10 +80,14 @@ func (cl *call) resolve(ctx context.Context) bool {
 			cl.c.stats.unknownResolved.Add(1)
 			// Not found says the server has not seen the key yet, not that a request sent
 			// before (by this call, or by an earlier one moments ago) will never arrive: it
-			// may be queued in a load balancer. mayLand keeps a refusal of the resend from
-			// passing for the payment's answer. A resumed record set it already (run): a
-			// crash during its first attempt leaves no count of that request on disk.
-			cl.unknown, cl.mayLand = false, cl.mayLand || cl.attempts > 0
+			// may be queued in a load balancer. knownNotFound keeps a refusal of the resend from
+			// passing for the payment's answer. A resumed record counts too (lastSend is
+			// set by run): a crash during its first attempt leaves no count of that request
+			// on disk.
+			cl.known = knownClean
+			if !cl.lastSend.IsZero() {
+				cl.known = knownNotFound
+			}
 			return true
 		}
 		if st.State == KeyStatusProcessing {
@@ -107,7 +111,7 @@ func (cl *call) resolve(ctx context.Context) bool {
 			cl.expire()
 			return false
 		}
-		cl.mayLand, cl.resendWaited = true, true
+		cl.resendWaited = true // the outcome stays unknown: the resend's refusal is not the key's answer
 		return true
 	}
 	if cl.resendExpired() {
