@@ -1,0 +1,67 @@
+package idem
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/profile"
+)
+
+// TestReadmeContractTable checks README's contract table against the classifiers: each
+// row's class column is what DefaultClassifiers makes of an example of the row, in order.
+func TestReadmeContractTable(t *testing.T) {
+	answer := func(code int, body string, header ...string) *Attempt {
+		h := http.Header{}
+		for i := 0; i+1 < len(header); i += 2 {
+			h.Set(header[i], header[i+1])
+		}
+		return &Attempt{Response: &http.Response{StatusCode: code, Header: h}, Body: []byte(body), Written: true}
+	}
+	examples := []*Attempt{
+		answer(201, `{}`),
+		{Err: &notSentError{errors.New("dial tcp: connection refused")}},
+		{Err: errors.New("read: connection reset by peer"), Written: true},
+		answer(504, ``),
+		answer(500, `{}`, "Idempotent-Replayed", "true"),
+		answer(503, ``, "Retry-After", "1"),
+		answer(409, `{}`),
+		answer(422, `{"error":"idempotency_key_reused"}`),
+		answer(422, `{"error":"amount_invalid"}`),
+		answer(403, `{}`),
+		answer(303, ``),
+		answer(404, `{}`, "Idempotent-Replayed", "true"),
+		nil, // the call's rule for a refused resend
+		nil, // a hint header: see the hint's own tests
+	}
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(readme), "| what came back | meaning | what idem does | class |\n|---|---|---|---|\n")
+	require.True(t, ok, "README's contract table header changed")
+	rows := strings.Split(rest[:strings.Index(rest, "\n\n")], "\n")
+	require.Len(t, rows, len(examples), "a row was added or removed: give it an example here")
+	for i, row := range rows {
+		cells := strings.Split(strings.TrimSuffix(row, " |"), "|")
+		got := strings.Trim(strings.TrimSpace(cells[len(cells)-1]), "`")
+		if examples[i] == nil {
+			require.Equal(t, "—", got, "row %d", i+1)
+			continue
+		}
+		require.Equal(t, DefaultClassifiers().Classify(examples[i]).String(), got, "row %d: %s", i+1, cells[1])
+	}
+}
+
+// TestProvidersMeaningsTable checks docs/PROVIDERS.md's table of meanings against the
+// decision table (decide.go).
+func TestProvidersMeaningsTable(t *testing.T) {
+	page, err := os.ReadFile("docs/PROVIDERS.md")
+	require.NoError(t, err)
+	for m := profile.InProgress; m <= profile.StoredError; m++ {
+		row := "| `" + m.String() + "` | `" + classOf(m).String() + "` |"
+		require.Contains(t, string(page), row, "docs/PROVIDERS.md lacks the row for %s", m)
+	}
+}
