@@ -2,6 +2,7 @@ package idem
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 )
 
@@ -20,6 +21,17 @@ func (cl *call) nextBody() (io.Reader, error) {
 	if cl.bodyReads > 2 {
 		r = new(bytes.Reader)
 	}
-	r.Reset(cl.rec.Request.Body)
+	body := cl.rec.Request.Body
+	if f := cl.c.dialect.keyField; f != "" {
+		if cl.sendBody == nil {
+			b, err := withKeyField(body, f, cl.rec.Key)
+			if err != nil { // checked by Do before anything was persisted; a stored record may predate the profile
+				return nil, fmt.Errorf("%w: %w", ErrInvalidOperation, err)
+			}
+			cl.sendBody = b
+		}
+		body = cl.sendBody
+	}
+	r.Reset(body)
 	return r, nil
 }

@@ -70,6 +70,11 @@ type call struct {
 	// resendWaited: resolve waited before allowing a resend (the status endpoint said
 	// processing at every check), so the retry adds no delay of its own.
 	resendWaited bool
+	// lastSend and lastUnanswered: when the last request of the key left, and the last one
+	// whose answer never came (it may still execute); a search's "not found" counts only
+	// after them (searchReady).
+	lastSend, lastUnanswered time.Time
+	sendBody                 []byte // the body with the key in it (Profile.KeyField)
 }
 
 func (c *Client) newCall(s callSettings, rec *keystore.Record, header http.Header, target string) *call {
@@ -144,6 +149,9 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 			return nil, fmt.Errorf("idem: recording the resend before it starts: %w", err)
 		}
 	case resumed:
+		// An earlier request may have been sent up to now: the search's landing and lag
+		// count from here (searchReady).
+		cl.lastSend, cl.lastUnanswered = cl.start, cl.start
 		cl.unknown = true // an earlier call or process may have sent it
 		cl.unknownCause = "; an earlier call or process may have sent the key"
 		cl.mayLand = true // and that request may still arrive after a "not found"
@@ -167,7 +175,9 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 			req.Header[k] = vs[:len(vs):len(vs)] // shared read-only: an Add reallocates, a Set replaces
 		}
 	}
-	req.Header.Set(cl.c.cfg.KeyHeader, cl.keyValue())
+	if cl.c.dialect.keyField == "" { // else the key travels in the body (nextBody)
+		req.Header.Set(cl.c.cfg.KeyHeader, cl.keyValue())
+	}
 	resp, err := cl.c.retrier.Do(req)
 	if resp != nil {
 		resp.Body.Close()
@@ -221,7 +231,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		cl.lastAnswer = a
 	}
 	class := cl.c.classes.Classify(a)
-	if class < ClassSuccess || class > ClassStoredServerError || class == ClassSuccess && a.Response == nil ||
+	if class < ClassSuccess || class > ClassDone || (class == ClassSuccess || class == ClassDone) && a.Response == nil ||
 		class == ClassStoredServerError && a.StatusCode() < 300 || class == ClassStoredServerError && a.StatusCode()/100 == 4 {
 		class = ClassUnknown // a classifier's impossible answer: ask before resending
 	}
@@ -275,6 +285,8 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		cl.fail(ErrKeyConflict, a.StatusCode(), cl.response(a, SourceResponse),
 			fmt.Errorf("server refused key %q: already used with another payload", cl.rec.Key))
 		return false, errStopped
+	case ClassDone:
+		return cl.fetchPointer(ctx, a), errStopped
 	case ClassInProgress:
 		cl.unknown = true
 		cl.unknownCause = cl.outcome(a, fmt.Sprintf("attempt %d", cl.attempts))
@@ -283,7 +295,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		if !cl.wait(ctx, wait, fromRA) {
 			return false, errStopped
 		}
-		if cl.s.status != nil && !cl.resolve(ctx) {
+		if (cl.s.status != nil || cl.c.dialect.searchFirst) && !cl.resolve(ctx) {
 			return false, errStopped
 		}
 		cl.resendWaited = false
@@ -292,7 +304,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		cl.unknown = true
 		cl.unknownCause = cl.outcome(a, fmt.Sprintf("attempt %d", cl.attempts))
 		cl.c.onUnknown(cl, a)
-		if cl.s.status != nil && !cl.resolve(ctx) {
+		if (cl.s.status != nil || cl.c.dialect.searchFirst) && !cl.resolve(ctx) {
 			return false, errStopped
 		}
 		if cl.s.status == nil && cl.resendExpired() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem/internal/wait"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/profile"
 )
 
 // Client defaults.
@@ -116,6 +117,14 @@ type Config struct {
 	// process only: a resend after a restart (Recover, or Do of a persisted record) goes
 	// without it, unless Credentials adds it. Naming KeyHeader here is ErrInvalidConfig.
 	SecretHeaders []string
+	// RedactFields names JSON object members, at any depth, whose values are replaced by null
+	// in every response body idem stores (a call's answer, a status check's, a lookup's
+	// verdict): secrets of a provider's answer, such as a Stripe PaymentIntent's
+	// client_secret. The caller of Do still gets the body as the server sent it; an answer
+	// served later from the keystore (SourceStore) carries null there. The profile's own
+	// (Profile.RedactFields) are added. A body that is not JSON is stored as it is. Request
+	// bodies are stored as sent. Default: none.
+	RedactFields []string
 	// KeyTTL is the server's key retention window: a key older than this is never resent,
 	// because the server may have forgotten it. Default DefaultKeyTTL (24 hours); negative is
 	// ErrInvalidConfig.
@@ -165,6 +174,21 @@ type Config struct {
 	// finishes a dead peer's payments without a restart. Close stops it. Default 0: off (call
 	// Recover yourself). Stats.OrphansReclaimed counts the records taken.
 	ReclaimInterval time.Duration
+	// Profile is the provider's idempotency dialect (package profile: profile.Stripe,
+	// profile.PayPal, ..., or one of the caller's own): the key carrier (header or body
+	// member) and its length limit, the provider's key retention, which caps KeyTTL (a
+	// longer KeyTTL is ErrInvalidConfig naming the provider's figure; zero KeyTTL becomes
+	// the smaller of DefaultKeyTTL and the retention), its conflict answers and hints (read
+	// ahead of Classifiers), what a repeat of a key returns, its secret response members
+	// (added to RedactFields), and its settling routes: a status route or a list by key
+	// becomes the status check, a search by reference or a cancel by reference the Lookup
+	// (each only where that field is unset), a pointer route is fetched on a "done"
+	// answer. Where nothing is cached on error (profile.ReplayNothingOnError), no resend
+	// follows an unknown outcome before the search said the payment is not there. The zero
+	// value is idem's own contract with nothing assumed: no status endpoint or lookup unless
+	// configured. A profile that fails profile.Validate, a Profile without Name, or a
+	// KeyHeader contradicting it is ErrInvalidConfig.
+	Profile profile.Profile
 	// MaxClockSkew bounds how far Now may be from the keystore's clock, when the store has
 	// one (keystore.Clock: pgstore, shared by a fleet). Leases and retention are judged by
 	// Now, so before every operation that acts on other instances' records on the strength
@@ -210,6 +234,8 @@ type Client struct {
 	retrier    *retryablehttp.Client // shared by every call (retrier.go)
 	writeClock writeClock            // Do's cached clock check (clockskew.go)
 	owner      ownerHold             // this client's count in liveOwners (owners.go)
+	dialect    dialect               // what Config.Profile says (dialect.go)
+	redact     []string              // response members never stored (Config.RedactFields and the profile's)
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the
@@ -239,6 +265,10 @@ func NewClient(cfg Config) (*Client, error) {
 		c.base = u
 		c.baseStr = strings.TrimRight(u.String(), "/")
 	}
+	if err := c.applyProfile(); err != nil {
+		return nil, err
+	}
+	cfg = c.cfg // the profile may have filled KeyHeader, KeyTTL, KeyStatusURL, KeyStatusFunc and Lookup
 	if cfg.KeyTTL < 0 || cfg.Retention < 0 || cfg.RecoverConcurrency < 0 {
 		return nil, fmt.Errorf("%w: KeyTTL, Retention and RecoverConcurrency must not be negative", ErrInvalidConfig)
 	}
@@ -317,6 +347,9 @@ func NewClient(cfg Config) (*Client, error) {
 	c.classes = cfg.Classifiers
 	if c.classes == nil {
 		c.classes = DefaultClassifiers()
+	}
+	if len(c.dialect.p.Rules) > 0 { // the provider's answers are read first
+		c.classes = append(Classifiers{c.profileClassifier()}, c.classes...)
 	}
 	b, err := NewBudget(cfg.Budget)
 	if err != nil {
@@ -431,6 +464,9 @@ func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Re
 	}
 	op, err = c.adoptKeyHeader(op)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.checkKeyFor(op.key, op.body); err != nil {
 		return nil, err
 	}
 	c.maybePurge()

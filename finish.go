@@ -175,7 +175,7 @@ func (cl *call) persistedResponse(r *Result) *keystore.Response {
 		resp = new(keystore.Response)
 	}
 	cl.own.respUsed = true
-	*resp = keystore.Response{StatusCode: r.StatusCode, Header: h, Body: r.Body}
+	*resp = keystore.Response{StatusCode: r.StatusCode, Header: h, Body: redactFields(r.Body, cl.c.redact)}
 	return resp
 }
 

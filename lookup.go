@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,19 +18,42 @@ import (
 // persisted ones) and Config.Credentials, no redirects, bounded by the client's
 // AttemptTimeout.
 func (c *Client) getter(rec *keystore.Record, header http.Header) func(context.Context, string) (int, []byte, error) {
+	send := c.sender(rec, header)
+	return func(ctx context.Context, path string) (int, []byte, error) {
+		return send(ctx, http.MethodGet, path, nil)
+	}
+}
+
+// poster builds LookupRequest.Post: getter's request as a POST of a JSON body.
+func (c *Client) poster(rec *keystore.Record, header http.Header) func(context.Context, string, []byte) (int, []byte, error) {
+	send := c.sender(rec, header)
+	return func(ctx context.Context, path string, body []byte) (int, []byte, error) {
+		return send(ctx, http.MethodPost, path, body)
+	}
+}
+
+// sender sends one request of a settling route (getter, poster).
+func (c *Client) sender(rec *keystore.Record, header http.Header) func(context.Context, string, string, []byte) (int, []byte, error) {
 	if header == nil {
 		header = rec.Request.Header
 	}
-	return func(ctx context.Context, path string) (int, []byte, error) {
+	return func(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
 		target, err := c.resolveURL(path)
 		if err != nil {
 			return 0, nil, err
 		}
 		ctx, cancel := context.WithTimeout(ctx, c.policy.AttemptTimeout)
 		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		var rd io.Reader
+		if body != nil {
+			rd = bytes.NewReader(body)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, target, rd)
 		if err != nil {
 			return 0, nil, err
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
 		}
 		for k, vs := range header {
 			if !strings.EqualFold(k, "Content-Type") && !strings.EqualFold(k, "Content-Length") &&
@@ -51,8 +75,8 @@ func (c *Client) getter(rec *keystore.Record, header http.Header) func(context.C
 			return 0, nil, err
 		}
 		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, c.statusBodyLimit(ctx)))
-		return resp.StatusCode, body, err
+		got, err := io.ReadAll(io.LimitReader(resp.Body, c.statusBodyLimit(ctx)))
+		return resp.StatusCode, got, err
 	}
 }
 

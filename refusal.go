@@ -17,8 +17,11 @@ import (
 // matter (businessLookup).
 func (cl *call) askLookup(ctx context.Context) {
 	c := cl.c
+	if c.dialect.lookupActs { // a cancel here would cancel the payment the resend may yet be answered with
+		return
+	}
 	c.stats.lookups.Add(1)
-	r, err := c.cfg.Lookup(ctx, LookupRequest{Record: cl.rec.Clone(), Get: c.getter(cl.rec, cl.header)})
+	r, err := c.cfg.Lookup(ctx, LookupRequest{Record: cl.rec.Clone(), Get: c.getter(cl.rec, cl.header), Post: c.poster(cl.rec, cl.header)})
 	if err == nil && r.Verdict != VerdictExecuted {
 		return // none found yet, or could not tell: the call ends as the refusal says
 	}

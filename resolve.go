@@ -69,6 +69,9 @@ type LookupRequest struct {
 	// bounded by Policy.AttemptTimeout, and returns the status and the body, read up to
 	// 4 MiB plus six times the client's Policy.MaxResponseSize.
 	Get func(ctx context.Context, path string) (status int, body []byte, err error)
+	// Post is Get's POST with a JSON body (Content-Type application/json), for a settling
+	// route that acts, such as a cancel by reference. It sends no idempotency key.
+	Post func(ctx context.Context, path string, body []byte) (status int, respBody []byte, err error)
 }
 
 // LookupFunc asks the API about a record's business intent (see Config.Lookup). It
@@ -186,7 +189,7 @@ func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution)
 			// Never persisted: credentials, Set-Cookie, Config.SecretHeaders (as a call's answer).
 			next.Response = &keystore.Response{StatusCode: r.Response.StatusCode,
 				Header: keystore.StripSecrets(r.Response.Header, append([]string{"Set-Cookie"}, c.cfg.SecretHeaders...)...),
-				Body:   append([]byte(nil), r.Response.Body...)}
+				Body:   append([]byte(nil), redactFields(r.Response.Body, c.redact)...)}
 		}
 	} else {
 		next.State, next.Reason = keystore.StateFailed, ReasonNotExecuted
@@ -220,7 +223,7 @@ func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, heade
 		return nil, nil, false
 	}
 	c.stats.lookups.Add(1)
-	r, err := c.cfg.Lookup(ctx, LookupRequest{Record: rec.Clone(), Get: c.getter(rec, header)})
+	r, err := c.cfg.Lookup(ctx, LookupRequest{Record: rec.Clone(), Get: c.getter(rec, header), Post: c.poster(rec, header)})
 	if err == nil && r.Verdict != VerdictExecuted && r.Verdict != VerdictNotExecuted {
 		err = errors.New("the lookup could not tell")
 	}
@@ -273,8 +276,15 @@ func (c *Client) resolvedOutcome(rec *keystore.Record, stop error) (*Result, err
 // attempt outlives the lease it was sent under), and never before its CreatedAt. A clock
 // stepped back puts that time in the future and the wait grows with it. A stored 5xx needs
 // no wait: the server ended the key's execution.
+//
+// A profile's search that lags (profile.Route.Lag: Stripe's search, about a minute) adds the
+// same wait for every reason: a charge made just before may not show yet.
 func (c *Client) tooSoonForNotExecuted(rec *keystore.Record) error {
-	if rec.Reason != reasonKeyExpired {
+	wait := c.dialect.lookupLag
+	if rec.Reason == reasonKeyExpired {
+		wait = max(wait, ExpiredKeySettleDelay)
+	}
+	if wait == 0 {
 		return nil
 	}
 	last := rec.CreatedAt
@@ -283,8 +293,8 @@ func (c *Client) tooSoonForNotExecuted(rec *keystore.Record) error {
 			last = t
 		}
 	}
-	if ready := last.Add(ExpiredKeySettleDelay); c.cfg.Now().Before(ready) {
-		return fmt.Errorf("no payment found, but a request sent under the expired key may still land until %s: asked again after that (Do, Recover)",
+	if ready := last.Add(wait); c.cfg.Now().Before(ready) {
+		return fmt.Errorf("no payment found, but a request sent under the key may still land, or the search not show it yet, until %s: asked again after that (Do, Recover)",
 			ready.UTC().Format(time.RFC3339))
 	}
 	return nil

@@ -36,9 +36,14 @@ const (
 	// never tell more: never resent, the record waits for reconciliation
 	// (ErrStoredServerError, which also matches ErrOutcomeUnknown).
 	ClassStoredServerError
+	// ClassDone: the server says the key's request already succeeded and names the resource
+	// (a profile rule with Meaning Done: GoCardless's 409 idempotent_creation_conflict). The
+	// call fetches it through the profile's FetchPointer route and returns it
+	// (SourceLookup); if that fails, the outcome stays unknown (ErrOutcomeUnknown, pending).
+	ClassDone
 )
 
-var classNames = [...]string{"undecided", "success", "retry", "unknown", "in-progress", "key-conflict", "permanent", "stored-server-error"}
+var classNames = [...]string{"undecided", "success", "retry", "unknown", "in-progress", "key-conflict", "permanent", "stored-server-error", "done"}
 
 // String returns the class's lower-case name.
 func (c Class) String() string {

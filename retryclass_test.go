@@ -223,13 +223,14 @@ func TestClassString(t *testing.T) {
 		{ClassKeyConflict, "key-conflict"},
 		{ClassPermanent, "permanent"},
 		{ClassStoredServerError, "stored-server-error"},
-		{Class(8), "class(8)"},
+		{ClassDone, "done"},
+		{Class(9), "class(9)"},
 		{Class(-1), "class(-1)"},
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, tt.c.String())
 	}
-	require.Len(t, classNames, int(ClassStoredServerError)+1, "every class has a name")
+	require.Len(t, classNames, int(ClassDone)+1, "every class has a name")
 }
 
 func TestNotSentError(t *testing.T) {

@@ -20,6 +20,9 @@ func (cl *call) resolve(ctx context.Context) bool {
 			cl.expire()
 			return false
 		}
+		if cl.c.dialect.searchFirst {
+			return cl.searchBeforeResend(ctx)
+		}
 		return true
 	}
 	ctx, cancel := cl.interruptible(ctx, 0)

@@ -68,6 +68,8 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	cl.attempts++
 	cl.c.stats.attempts.Add(1)
+	sentAt := cl.c.cfg.Now()
+	cl.lastSend = sentAt
 	a := &cl.own.attempt
 	if cl.attempts > 1 { // hooks may keep an Attempt: each has its own
 		a = new(Attempt)
@@ -106,6 +108,9 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		(err != nil && !(cl.pooled.Load() && provesUnsent(t.base)))
 	if err != nil && !a.Written {
 		a.Err = &notSentError{err}
+	}
+	if a.Written && (a.Response == nil || a.Response.StatusCode == http.StatusBadGateway || a.Response.StatusCode == http.StatusGatewayTimeout) {
+		cl.lastUnanswered = sentAt // the server may still be executing it
 	}
 	cl.last = a
 	return resp, a.Err

@@ -1,0 +1,104 @@
+package idem
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+)
+
+// redactFields returns body with the value of every JSON object member named in fields, at
+// any depth, replaced by null; everything else keeps its bytes (member order, spacing,
+// numbers as written). A body that is not one well-formed JSON value, or that names none of
+// the fields, is returned as it is: it cannot hold a named member. Only stored copies are
+// redacted (Config.RedactFields): the caller of Do gets the body as the server sent it.
+func redactFields(body []byte, fields []string) []byte {
+	if len(fields) == 0 || len(body) == 0 || !mentionsAny(body, fields) || !json.Valid(body) {
+		return body
+	}
+	type frame struct{ object, wantKey bool }
+	var (
+		stack []frame
+		spans [][2]int64
+	)
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	valueDone := func() { // a value ended: its object now expects a key
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].wantKey = true
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return body // json.Valid said otherwise; keep the bytes rather than guess
+		}
+		if d, ok := tok.(json.Delim); ok {
+			switch d {
+			case '{', '[':
+				if n := len(stack); n > 0 && stack[n-1].object {
+					stack[n-1].wantKey = false
+				}
+				stack = append(stack, frame{object: d == '{', wantKey: d == '{'})
+			default:
+				stack = stack[:len(stack)-1]
+				valueDone()
+			}
+			continue
+		}
+		n := len(stack)
+		if n == 0 || !stack[n-1].object || !stack[n-1].wantKey {
+			valueDone() // a scalar value
+			continue
+		}
+		name, _ := tok.(string)
+		stack[n-1].wantKey = false
+		if !contains(fields, name) {
+			continue
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return body
+		}
+		end := dec.InputOffset()
+		spans = append(spans, [2]int64{end - int64(len(raw)), end})
+		valueDone()
+	}
+	if len(spans) == 0 {
+		return body
+	}
+	out := make([]byte, 0, len(body))
+	var at int64
+	for _, s := range spans {
+		out = append(out, body[at:s[0]]...)
+		out = append(out, "null"...)
+		at = s[1]
+	}
+	return append(out, body[at:]...)
+}
+
+// mentionsAny is a cheap pre-check: a body whose bytes hold none of the names (as JSON
+// strings) and no escape that could spell one ("client\u005fsecret") has no member to
+// redact.
+func mentionsAny(body []byte, fields []string) bool {
+	if bytes.Contains(body, []byte(`\u`)) {
+		return true
+	}
+	for _, f := range fields {
+		if bytes.Contains(body, []byte(`"`+f+`"`)) {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
