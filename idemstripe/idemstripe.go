@@ -87,8 +87,7 @@ func New(cfg Config) (*Client, error) {
 		icfg.BaseURL = strings.TrimRight(cfg.URL, "/")
 	}
 	icfg.Credentials = bearer(cfg.SecretKey, cfg.Idem.Credentials)
-	// TODO(RedactFields): icfg.RedactFields = redactFields(cfg.Idem.RedactFields, cfg.RedactFields)
-	_ = redactFields
+	icfg.RedactFields = redactFields(cfg.Idem.RedactFields, cfg.RedactFields)
 	ic, err := idem.NewClient(icfg)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package idemstripe
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
@@ -276,4 +277,41 @@ func TestRecoverAfterRestartSendsAuthorization(t *testing.T) {
 	require.Len(t, keys, 2)
 	assert.Equal(t, key, keys[1], "Recover resends the persisted key")
 	assert.Equal(t, "Bearer "+testSecret, auth[1])
+}
+
+// client_secret (and Config.RedactFields) are null in the stored response; the caller got
+// the real one, and a repeat of the intent answered from the store gets null.
+func TestClientSecretNeverStored(t *testing.T) {
+	p := newProxy(t)
+	store := keystore.NewMemory()
+	c, err := New(Config{SecretKey: testSecret, URL: p.URL, LeveledLogger: quiet,
+		Idem: idemConfig(store, 0), RedactFields: []string{"capture_method"}})
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := WithIntent(context.Background(), "order-4")
+
+	params := piParams()
+	pi, err := c.V1PaymentIntents.Create(ctx, params)
+	require.NoError(t, err)
+	require.NotEmpty(t, pi.ClientSecret, "the caller gets the real body")
+	require.NotEmpty(t, pi.CaptureMethod)
+	require.Contains(t, string(pi.LastResponse.RawJSON), pi.ClientSecret)
+
+	rec, err := store.GetByIntent(context.Background(), "", "order-4")
+	require.NoError(t, err)
+	require.Equal(t, keystore.StateSucceeded, rec.State)
+	require.NotNil(t, rec.Response)
+	var stored map[string]any
+	require.NoError(t, json.Unmarshal(rec.Response.Body, &stored))
+	assert.Contains(t, stored, "client_secret")
+	assert.Nil(t, stored["client_secret"], "client_secret is null in the store")
+	assert.Contains(t, stored, "capture_method")
+	assert.Nil(t, stored["capture_method"], "a caller's RedactFields too")
+	assert.Equal(t, pi.ID, stored["id"], "the rest is kept")
+	assert.NotContains(t, string(rec.Response.Body), pi.ClientSecret)
+
+	again, err := c.V1PaymentIntents.Create(ctx, params)
+	require.NoError(t, err)
+	assert.Equal(t, pi.ID, again.ID)
+	assert.Empty(t, again.ClientSecret, "answered from the store: no secret to give")
 }
