@@ -38,7 +38,10 @@ type Error struct {
 
 // Error describes both: idem's verdict, then Stripe's answer when there is one.
 func (e *Error) Error() string {
-	s := "idemstripe: " + e.Op.Error()
+	s := "idemstripe: operation error"
+	if e.Op != nil {
+		s = "idemstripe: " + e.Op.Error()
+	}
 	if e.Stripe != nil {
 		s += "; stripe: " + e.Stripe.Error()
 	}

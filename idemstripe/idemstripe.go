@@ -70,7 +70,9 @@ type Client struct {
 // for the request's intent (WithIntent or idem.ContextWithIntent on the call's context),
 // on every call and after a restart; else a key idem mints. The random key stripe-go mints
 // for a POST without params.IdempotencyKey is never sent (it would conflict with the
-// intent's persisted key). Errors are described on Error.
+// intent's persisted key). A caller's key given together with an intent that already has
+// another persisted key is refused by idem (ErrKeyConflict, nothing sent). Errors are
+// described on Error.
 func New(cfg Config) (*Client, error) {
 	if cfg.SecretKey == "" {
 		return nil, fmt.Errorf("%w: idemstripe: SecretKey is empty", idem.ErrInvalidConfig)

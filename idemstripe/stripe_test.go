@@ -71,6 +71,14 @@ func TestCreatePaymentIntent(t *testing.T) {
 	assert.Equal(t, string(idem.SourceResponse), pi.LastResponse.Header.Get(idem.SourceHeader))
 	_, auth := p.sent()
 	assert.Equal(t, "Bearer "+testSecret, auth[0])
+
+	// A GET goes through idem's plain retries, no key of idem's, no record.
+	got, err := c.V1PaymentIntents.Retrieve(context.Background(), pi.ID, nil)
+	require.NoError(t, err)
+	assert.NotEmpty(t, got.ID)
+	keys, _ := p.sent()
+	require.Len(t, keys, 2)
+	assert.Empty(t, keys[1])
 }
 
 func TestRetryAfter503SendsTwiceWithOneKey(t *testing.T) {
