@@ -4,10 +4,15 @@
 # idemserver/pgserver, cmd/idemctl and the payments demo's fleet test need PostgreSQL: when
 # IDEM_TEST_PG_DSN is not set, a throwaway server is
 # started with .ci/postgres.sh (which installs Debian's postgresql package if initdb is
-# missing) and stopped on exit. Extra arguments go to every `go test`, e.g. -run TestX.
+# missing) and stopped on exit. idemstripe's tests run stripe-go against stripe-mock, which
+# .ci/stripe-mock.sh installs with `go install` when it is missing. Extra arguments go to
+# every `go test`, e.g. -run TestX.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .ci/postgres.sh
+. .ci/stripe-mock.sh
+
+stripe_mock_install
 
 if [ -z "${IDEM_TEST_PG_DSN:-}" ]; then
   echo "== postgres for keystore/pgstore, idemserver/pgserver, cmd/idemctl, examples/payments"
