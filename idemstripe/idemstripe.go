@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/profile"
 	"github.com/stripe/stripe-go/v82"
 )
 
@@ -37,7 +38,8 @@ type Config struct {
 	// empty. Credentials, when nil, adds Authorization: Bearer SecretKey to every request
 	// that has none; when set, it runs after that step (to add Stripe-Account, say).
 	// RedactFields gets DefaultRedactFields and Config.RedactFields added (see RedactFields).
-	// Policy.MaxAttempts is the number of sends of one key per call: stripe-go's own retries
+	// Profile, when zero, becomes profile.Stripe without its search route (KeyTTL at most
+	// Stripe's 24 h; see New). Policy.MaxAttempts is the number of sends of one key per call: stripe-go's own retries
 	// are off.
 	Idem idem.Config
 	// RedactFields are JSON member names whose values are replaced by null, at any depth,
@@ -85,6 +87,15 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: idemstripe: Idem.KeyHeader %q: Stripe reads the key from %s", idem.ErrInvalidConfig, icfg.KeyHeader, KeyHeader)
 	}
 	icfg.KeyHeader = KeyHeader
+	if icfg.Profile.Name == "" {
+		// Stripe's dialect: its 24 h key retention caps KeyTTL, and its conflict answers
+		// (idempotency_key_in_use, idempotency_error) are read first. Its search route is
+		// left out: stripe-go sends form-encoded bodies, which the search by reference (a
+		// JSON body's member) cannot read, so a replayed 500 waits for Resolve.
+		p := profile.Stripe.Clone()
+		p.Settle = []profile.Route{{Kind: profile.Resend}}
+		icfg.Profile = p
+	}
 	if icfg.BaseURL == "" {
 		icfg.BaseURL = strings.TrimRight(cfg.URL, "/")
 	}
