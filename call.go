@@ -159,6 +159,9 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		if !cl.takeResendToken(true) {
 			return cl.finish(ctx)
 		}
+		if cl.c.dialect.searchFirst && !cl.persistProgress(ctx) { // see prepareRetry
+			return cl.finish(ctx)
+		}
 	}
 	// The client's one retryablehttp.Client finds this call through the request context.
 	ctx = &cl.bound
@@ -234,7 +237,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		class == ClassStoredServerError && a.StatusCode() < 300 || class == ClassStoredServerError && a.StatusCode()/100 == 4 {
 		class = ClassUnknown // a classifier's impossible answer: ask before resending
 	}
-	if class == ClassPermanent && a.StatusCode() >= 500 {
+	if (class == ClassPermanent || class == ClassKeyConflict) && a.StatusCode() >= 500 {
 		class = ClassStoredServerError // "do not retry" on a 5xx: the effect is still unknown
 	}
 	cl.c.onAttempt(cl, a, class)
@@ -419,6 +422,12 @@ func (cl *call) prepareRetry(req *http.Request) error {
 	// this call still holds it before the resend, and extends the lease over the attempt.
 	if err := cl.renew(context.WithoutCancel(req.Context())); err != nil {
 		cl.stopLeaseLost(err)
+		return errStopped
+	}
+	// Where nothing is cached on error, the record's UpdatedAt bounds the key's last send
+	// for whoever resumes it after a crash (resumedLastSend): it is written again right
+	// before the resend, whatever the wait was.
+	if cl.c.dialect.searchFirst && !cl.persistProgress(req.Context()) {
 		return errStopped
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/profile"
 )
 
@@ -81,7 +82,9 @@ func (cl *call) fetchPointer(ctx context.Context, a *Attempt) bool {
 		var status int
 		var body []byte
 		status, body, err = cl.c.getter(cl.rec, cl.header)(ctx, path)
-		if err == nil && status/100 == 2 {
+		if err == nil && status/100 == 2 && !samePayment(cl.rec, body) {
+			err = fmt.Errorf("the resource %s names another reference than this payment's", id)
+		} else if err == nil && status/100 == 2 {
 			cl.known = knownClean
 			cl.rec.Note = fmt.Sprintf("the key's request had succeeded: %s (HTTP %d) named %s", p.Name, a.StatusCode(), id)
 			cl.result = &Result{Key: cl.rec.Key, StatusCode: status, Header: http.Header{"Content-Type": {"application/json"}},
@@ -94,6 +97,17 @@ func (cl *call) fetchPointer(ctx context.Context, a *Attempt) bool {
 	}
 	cl.halt(ErrOutcomeUnknown, fmt.Errorf("the key's request succeeded as %s, and fetching it failed: %w", id, err))
 	return false
+}
+
+// samePayment reports whether a fetched resource can be this record's payment: its
+// reference, when it has one, is the request's.
+func samePayment(rec *keystore.Record, body []byte) bool {
+	ref, err := referenceOf(rec, ReferenceField)
+	if err != nil {
+		return true // the request names no reference to compare
+	}
+	got, ok := referenceIn(body, ReferenceField)
+	return !ok || got == ref
 }
 
 // searchBeforeResend is the status check of a profile whose provider caches nothing on
@@ -167,14 +181,13 @@ func (cl *call) searchReady(landing, lag time.Duration) time.Time {
 }
 
 // resumedLastSend bounds when an earlier call or process last sent the key of a resumed
-// record: every send follows a write of the record (its creation, or the progress written
-// before a retry's wait), after at most that wait (the policy's MaxDelay, or a Retry-After
-// within MaxRetryAfter). It is never later than now: the record was claimed, so no earlier
-// call still sends it. A call whose own policy allowed longer waits than this client's
-// default makes the bound short: the search's Landing is its margin.
+// record. Where the search decides (searchFirst), every send follows a write of the record
+// at once (its creation; prepareRetry and run write it again right before a resend,
+// whatever the wait), so its UpdatedAt is that bound, up to the moments between the write
+// and the send, which Landing covers. It is never later than now: the record was claimed,
+// so no earlier call still sends it.
 func (cl *call) resumedLastSend() time.Time {
-	p := cl.c.policy
-	last := later(cl.rec.CreatedAt, cl.rec.UpdatedAt).Add(max(p.MaxDelay, p.MaxRetryAfter))
+	last := later(cl.rec.CreatedAt, cl.rec.UpdatedAt)
 	if last.After(cl.start) {
 		return cl.start
 	}

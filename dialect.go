@@ -28,6 +28,14 @@ type dialect struct {
 	searchRoute profile.Route // its Lag and Landing
 	lookupLag   time.Duration // a lookup's "not found" counts only this long after the last send
 	lookupActs  bool          // Config.Lookup is the profile's cancel: asked only of manual records
+	actLanding  time.Duration // the cancel goes only this long after the key's last send
+}
+
+// retentionMargin is how much shorter than a provider's key retention the KeyTTL a profile
+// sets is: a resend that leaves just inside KeyTTL must still arrive, and be executed,
+// inside the retention (an attempt's timeout, and a minute for a request still on its way).
+func retentionMargin(p Policy) time.Duration {
+	return p.AttemptTimeout + profile.DefaultLanding
 }
 
 // applyProfile fills the fields Config.Profile speaks for and that the caller left zero, and
@@ -58,12 +66,18 @@ func (c *Client) applyProfile() error {
 		return fmt.Errorf("%w: KeyHeader %q, but profile %s sends the key in %q", ErrInvalidConfig, c.cfg.KeyHeader, p.Name, p.KeyHeader)
 	}
 	if p.Retention > 0 {
-		if c.cfg.KeyTTL > p.Retention {
-			return fmt.Errorf("%w: KeyTTL %s is longer than %s's key retention of %s: a key resent after it is a new payment",
-				ErrInvalidConfig, c.cfg.KeyTTL, p.Name, p.Retention)
+		// A resend sent just inside KeyTTL must arrive inside the retention.
+		ceiling := p.Retention - retentionMargin(c.policy)
+		if ceiling <= 0 {
+			return fmt.Errorf("%w: %s's key retention of %s leaves no time to resend a key (attempt timeout %s)",
+				ErrInvalidConfig, p.Name, p.Retention, c.policy.AttemptTimeout)
+		}
+		if c.cfg.KeyTTL > ceiling {
+			return fmt.Errorf("%w: KeyTTL %s is longer than %s's key retention of %s less %s for a resend to arrive: a key resent after it is a new payment",
+				ErrInvalidConfig, c.cfg.KeyTTL, p.Name, p.Retention, retentionMargin(c.policy))
 		}
 		if c.cfg.KeyTTL == 0 {
-			c.cfg.KeyTTL = min(DefaultKeyTTL, p.Retention)
+			c.cfg.KeyTTL = min(DefaultKeyTTL, ceiling)
 		}
 	}
 	c.redact = append(append([]string(nil), c.cfg.RedactFields...), p.RedactFields...)
@@ -74,11 +88,14 @@ func (c *Client) applyProfile() error {
 			return err
 		}
 		d.lookupLag = search.Lag
-		if p.Replay == profile.ReplayNothingOnError {
-			d.searchFirst, d.search, d.searchRoute = true, lk, search
-		}
 		if c.cfg.Lookup == nil {
 			c.cfg.Lookup = lk
+		}
+		// Where nothing is cached on error, no resend follows an unknown outcome before
+		// this search (whatever status route the caller adds): Validate made sure there is
+		// one.
+		if p.Replay == profile.ReplayNothingOnError {
+			d.searchFirst, d.search, d.searchRoute = true, lk, search
 		}
 	}
 	if c.cfg.KeyStatusURL == "" && c.cfg.KeyStatusFunc == nil {
@@ -90,6 +107,10 @@ func (c *Client) applyProfile() error {
 	}
 	if r, ok := p.Route(profile.CancelByReference); ok && c.cfg.Lookup == nil {
 		c.cfg.Lookup, d.lookupActs = cancelByReference(r), true
+		d.actLanding = r.Landing
+		if d.actLanding == 0 {
+			d.actLanding = profile.DefaultLanding
+		}
 	}
 	return nil
 }
@@ -135,6 +156,15 @@ func withKeyField(body []byte, field, key string) ([]byte, error) {
 	if len(trimmed) == 0 || trimmed[0] != '{' || json.Unmarshal(body, &obj) != nil {
 		return nil, fmt.Errorf("the key travels in the body member %q, and the body is not a JSON object", field)
 	}
+	// A provider that reads the first of two members, or folds case, must see the one key.
+	if duplicateMember(body) {
+		return nil, errors.New("the body has a member twice (letter case aside); the key's member must be unambiguous")
+	}
+	for k := range obj {
+		if k != field && strings.EqualFold(k, field) {
+			return nil, fmt.Errorf("the body has a member %q, a case variant of the key's member %q", k, field)
+		}
+	}
 	if v, ok := obj[field]; ok {
 		var s string
 		if json.Unmarshal(v, &s) == nil && s == key {
@@ -179,7 +209,14 @@ func (c *Client) listByKey(r profile.Route) KeyStatusFunc {
 		if len(list.Data) == 0 {
 			return KeyStatus{State: KeyStatusNotFound}, nil
 		}
-		return KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: http.StatusOK, ResponseBody: list.Data[0]}, nil
+		// Only a charge that names this key answers for it: a list whose filter was dropped
+		// (a proxy, a renamed parameter) would hand another order's charge to this one.
+		for _, item := range list.Data {
+			if k, ok := profile.Value(item, "idempotency_key"); ok && k == req.Key {
+				return KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: http.StatusOK, ResponseBody: item}, nil
+			}
+		}
+		return KeyStatus{}, fmt.Errorf("list by key listed %d payments, none with idempotency_key %q", len(list.Data), req.Key)
 	}
 }
 

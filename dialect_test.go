@@ -49,8 +49,11 @@ type post struct {
 }
 
 type charge struct {
-	ID, Ref, Key, Status string
-	At                   time.Time
+	ID     string    `json:"id"`
+	Ref    string    `json:"reference"`
+	Key    string    `json:"idempotency_key"`
+	Status string    `json:"status"`
+	At     time.Time `json:"-"`
 }
 
 func newProvider(t *testing.T, keyHdr string, script ...string) (*provider, *httptest.Server) {
@@ -188,10 +191,14 @@ func TestProfileRetentionCapsKeyTTL(t *testing.T) {
 	_, err := NewClient(Config{BaseURL: "http://x", Profile: profile.PayPal, KeyTTL: 24 * time.Hour})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "paypal's key retention of 6h0m0s")
+	// A resend sent just inside KeyTTL must still arrive inside the retention: the
+	// attempt's timeout and a minute less.
+	_, err = NewClient(Config{BaseURL: "http://x", Profile: profile.PayPal, KeyTTL: 6 * time.Hour})
+	require.ErrorIs(t, err, ErrInvalidConfig)
 	c, err := NewClient(Config{BaseURL: "http://x", Profile: profile.PayPal})
 	require.NoError(t, err)
 	defer c.Close()
-	assert.Equal(t, 6*time.Hour, c.cfg.KeyTTL)
+	assert.Equal(t, 6*time.Hour-DefaultAttemptTimeout-profile.DefaultLanding, c.cfg.KeyTTL)
 	assert.Equal(t, "PayPal-Request-Id", c.cfg.KeyHeader)
 	_, err = NewClient(Config{BaseURL: "http://x", Profile: profile.PayPal, KeyHeader: "Idempotency-Key"})
 	require.ErrorIs(t, err, ErrInvalidConfig)
@@ -333,7 +340,11 @@ func TestAdyenCancelSettles(t *testing.T) {
 		return true
 	}
 	c, _ := dialectClient(t, srv.URL, clock, profile.Adyen, nil)
-	_, err := c.Do(context.Background(), payment(100, "ord-1"))
+	_, err := c.Do(context.Background(), payment(100, "ord-1", WithIntent("ord-1")))
+	require.ErrorIs(t, err, ErrStoredServerError, "no cancel while a request of the key may still land")
+	assert.Empty(t, cancelBody)
+	clock.Advance(profile.DefaultLanding + DefaultLeaseTTL) // the landing counts from the call's lease, which may have carried a send
+	_, err = c.Do(context.Background(), payment(100, "ord-1", WithIntent("ord-1")))
 	require.ErrorIs(t, err, ErrNotExecuted)
 	assert.Len(t, prov.keys(), 1, "a 5xx without transient-error is never resent")
 	assert.JSONEq(t, `{"paymentReference":"ord-1"}`, cancelBody)

@@ -175,7 +175,8 @@ func (cl *call) persistedResponse(r *Result) *keystore.Response {
 		resp = new(keystore.Response)
 	}
 	cl.own.respUsed = true
-	*resp = keystore.Response{StatusCode: r.StatusCode, Header: h, Body: redactFields(r.Body, cl.c.redact)}
+	h, body := cl.c.redactStored(h, r.Body)
+	*resp = keystore.Response{StatusCode: r.StatusCode, Header: h, Body: body}
 	return resp
 }
 

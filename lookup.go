@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/profile"
 )
 
 // getter builds LookupRequest.Get for rec: GET with the operation's headers (header, or the
@@ -102,6 +103,15 @@ func fillPlaceholder(tmpl, placeholder, value string) (string, error) {
 	return out, nil
 }
 
+// referenceIn reads a listed payment's reference: the member field, or
+// metadata.field (Stripe keeps the caller's reference in metadata).
+func referenceIn(item []byte, field string) (string, bool) {
+	if r, ok := profile.Value(item, field); ok {
+		return r, true
+	}
+	return profile.Value(item, "metadata."+field)
+}
+
 // ReferenceField is the request body member LookupByReference reads by default.
 const ReferenceField = "reference"
 
@@ -153,11 +163,27 @@ func LookupByReference(path, field string) (LookupFunc, error) {
 		if len(list.Data) == 0 {
 			return Resolution{Verdict: VerdictNotExecuted, Note: fmt.Sprintf("lookup: no payment with %s %q", field, ref)}, nil
 		}
+		// A payment that names another reference is not this one: a search whose filter was
+		// dropped lists other orders. One that names none is taken as the search's answer.
+		found, other := -1, 0
+		for i, item := range list.Data {
+			switch r, ok := referenceIn(item, field); {
+			case !ok || r == ref:
+				if found < 0 {
+					found = i
+				}
+			default:
+				other++
+			}
+		}
+		if found < 0 {
+			return Resolution{}, fmt.Errorf("search by reference listed %d payments, none with %s %q", other, field, ref)
+		}
 		return Resolution{
 			Verdict: VerdictExecuted,
 			Response: &keystore.Response{StatusCode: http.StatusOK,
-				Header: http.Header{"Content-Type": {"application/json"}}, Body: list.Data[0]},
-			Note: fmt.Sprintf("lookup: %d payment(s) with %s %q", len(list.Data), field, ref),
+				Header: http.Header{"Content-Type": {"application/json"}}, Body: list.Data[found]},
+			Note: fmt.Sprintf("lookup: %d payment(s) with %s %q", len(list.Data)-other, field, ref),
 		}, nil
 	}, nil
 }

@@ -2,9 +2,43 @@ package idem
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
+	"net/http"
+	"strings"
 )
+
+// redactStored is what a stored answer keeps of header and body when fields are to be
+// redacted (Config.RedactFields): a gzip body (the caller asked for it with its own
+// Accept-Encoding, so net/http left it compressed) is stored decompressed and redacted,
+// without its Content-Encoding and Content-Length; a body in another encoding, which
+// cannot be read here, is not stored at all. header may be the caller's: it is copied
+// before a change.
+func (c *Client) redactStored(header http.Header, body []byte) (http.Header, []byte) {
+	if len(c.redact) == 0 || len(body) == 0 {
+		return header, body
+	}
+	enc := strings.ToLower(strings.TrimSpace(header.Get("Content-Encoding")))
+	if enc == "" || enc == "identity" {
+		return header, redactFields(body, c.redact)
+	}
+	header = header.Clone()
+	header.Del("Content-Encoding")
+	header.Del("Content-Length")
+	if enc != "gzip" && enc != "x-gzip" {
+		return header, nil
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return header, nil
+	}
+	plain, err := io.ReadAll(io.LimitReader(zr, c.policy.MaxResponseSize+1))
+	if err != nil || int64(len(plain)) > c.policy.MaxResponseSize {
+		return header, nil
+	}
+	return header, redactFields(plain, c.redact)
+}
 
 // redactFields returns body with the value of every JSON object member named in fields, at
 // any depth, replaced by null; everything else keeps its bytes (member order, spacing,

@@ -187,9 +187,9 @@ func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution)
 		next.Response = &keystore.Response{StatusCode: http.StatusOK}
 		if r.Response != nil {
 			// Never persisted: credentials, Set-Cookie, Config.SecretHeaders (as a call's answer).
-			next.Response = &keystore.Response{StatusCode: r.Response.StatusCode,
-				Header: keystore.StripSecrets(r.Response.Header, append([]string{"Set-Cookie"}, c.cfg.SecretHeaders...)...),
-				Body:   append([]byte(nil), redactFields(r.Response.Body, c.redact)...)}
+			h, body := c.redactStored(keystore.StripSecrets(r.Response.Header, append([]string{"Set-Cookie"}, c.cfg.SecretHeaders...)...), r.Response.Body)
+			next.Response = &keystore.Response{StatusCode: r.Response.StatusCode, Header: h,
+				Body: append([]byte(nil), body...)}
 		}
 	} else {
 		next.State, next.Reason = keystore.StateFailed, ReasonNotExecuted
@@ -221,6 +221,12 @@ func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, heade
 	if c.cfg.Lookup == nil || rec.State != keystore.StateManual ||
 		(rec.Reason != ReasonStoredServerError && rec.Reason != reasonKeyExpired) {
 		return nil, nil, false
+	}
+	if c.dialect.lookupActs { // a cancel is made only once no request of the key can still land
+		if err := c.tooSoonForNotExecuted(rec); err != nil {
+			c.warn("business lookup not asked yet; the record stays manual", rec, err)
+			return nil, nil, false
+		}
 	}
 	c.stats.lookups.Add(1)
 	r, err := c.cfg.Lookup(ctx, LookupRequest{Record: rec.Clone(), Get: c.getter(rec, header), Post: c.poster(rec, header)})
@@ -280,7 +286,7 @@ func (c *Client) resolvedOutcome(rec *keystore.Record, stop error) (*Result, err
 // A profile's search that lags (profile.Route.Lag: Stripe's search, about a minute) adds the
 // same wait for every reason: a charge made just before may not show yet.
 func (c *Client) tooSoonForNotExecuted(rec *keystore.Record) error {
-	wait := c.dialect.lookupLag
+	wait := max(c.dialect.lookupLag, c.dialect.actLanding)
 	if rec.Reason == reasonKeyExpired {
 		wait = max(wait, ExpiredKeySettleDelay)
 	}

@@ -14,14 +14,26 @@ import (
 // returns true when a (re)send with the same key is due and safe; otherwise the call has
 // ended (result or stop is set). Without a status endpoint it allows the resend while the
 // key is younger than KeyTTL.
+//
+// Where the provider caches nothing on error (profile.ReplayNothingOnError), a resend that
+// the status endpoint allows goes through the search by reference first: a status by key
+// knows nothing of a key whose request charged and then failed (searchBeforeResend).
 func (cl *call) resolve(ctx context.Context) bool {
+	if !cl.resolveStatus(ctx) {
+		return false
+	}
+	if cl.c.dialect.searchFirst {
+		return cl.searchBeforeResend(ctx)
+	}
+	return true
+}
+
+// resolveStatus is resolve without the search.
+func (cl *call) resolveStatus(ctx context.Context) bool {
 	if cl.s.status == nil {
 		if cl.resendExpired() {
 			cl.expire()
 			return false
-		}
-		if cl.c.dialect.searchFirst {
-			return cl.searchBeforeResend(ctx)
 		}
 		return true
 	}

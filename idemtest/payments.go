@@ -27,6 +27,9 @@ type payment struct {
 	Customer  string `json:"customer"`
 	Reference string `json:"reference"`
 	Status    string `json:"status"`
+	// IdempotencyKey is the key the charge was made under, in the increase dialect's list by
+	// key (Increase's objects carry it); omitted elsewhere.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 // servePayment is the payment handler behind the middleware, which runs it only for a

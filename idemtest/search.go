@@ -35,7 +35,11 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, path string, matc
 	data := []payment{}
 	for i := range h.executions {
 		if e := &h.executions[i]; e.Tenant == tenant && e.Path == path && match(e) {
-			data = append(data, paymentOf(e))
+			p := paymentOf(e)
+			if h.cfg.Dialect == DialectIncrease {
+				p.IdempotencyKey = e.Key
+			}
+			data = append(data, p)
 		}
 	}
 	h.mu.Unlock()

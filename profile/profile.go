@@ -154,8 +154,8 @@ type Route struct {
 	// about a minute). A "not found" counts only Lag after the last send.
 	Lag time.Duration
 	// Landing is how long a request whose answer never came may still execute at the
-	// provider; a "not found" counts only Landing after such a send. Zero means
-	// DefaultLanding.
+	// provider: a search's "not found" counts, and a cancel goes, only Landing after such a
+	// send (a cancel only Landing after the key's last send). Zero means DefaultLanding.
 	Landing time.Duration
 }
 
@@ -210,8 +210,8 @@ var ErrInvalid = errors.New("profile: invalid")
 // KeyField, or a KeyHeader that is not a header token; a negative MaxKeyLength, Retention,
 // Lag or Landing; a rule with no condition or an unknown Meaning, a Done rule without
 // Pointer; a route of unknown kind or without the placeholder its kind needs; a
-// ReplayNothingOnError profile with neither a SearchByReference nor a KeyStatus route
-// ahead of any Resend (it could never resend safely). Errors match ErrInvalid.
+// ReplayNothingOnError profile without a SearchByReference route, or with a Resend ahead of
+// it (it could never resend safely). Errors match ErrInvalid.
 func (p Profile) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalid, p.Name, fmt.Sprintf(format, args...))
@@ -259,12 +259,18 @@ func (p Profile) Validate() error {
 		case rt.Kind == CancelByReference && rt.Path == "":
 			return bad("route %d (%s) has no Path", i, rt.Kind)
 		}
-		if rt.Kind == SearchByReference || rt.Kind == KeyStatus || rt.Kind == ListByKey {
+		// Where nothing is cached on error, a status or list by key knows nothing of a key
+		// whose request charged and then failed: only the search by reference can say "not
+		// there".
+		if rt.Kind == SearchByReference {
 			searched = true
 		}
 		if rt.Kind == Resend && p.Replay == ReplayNothingOnError && !searched {
 			return bad("a resend comes before any search, and a repeat of the key executes again after an error")
 		}
+	}
+	if p.Replay == ReplayNothingOnError && !searched {
+		return bad("a repeat of the key executes again after an error, and no search by reference can say the payment is not there")
 	}
 	return nil
 }

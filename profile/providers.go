@@ -72,7 +72,8 @@ var StripeV2 = func() Profile {
 // Adyen: keys up to 64 characters, kept 7 to 14 days (7 here); a request of a key already
 // processed or in progress is answered 409 or 422 with errorCode 704 (wait, same key);
 // 503 with errorCode 703 when its idempotency store is down (nothing executed); a 5xx with
-// "transient-error: true" may be retried with the same key, one without it must not be. No
+// "transient-error: true" may be retried with the same key, its own 500 without it must not
+// be (a 502 or 504 of a proxy in front of it keeps the default reading). No
 // status API: an unknown outcome is settled by a cancel by the caller's reference, after
 // which "not executed" is definite.
 var Adyen = Profile{
@@ -82,11 +83,16 @@ var Adyen = Profile{
 		{Field: "errorCode", Value: "704", Meaning: InProgress},
 		{Status: 503, Field: "errorCode", Value: "703", Meaning: Retry},
 		{MinStatus: 500, MaxStatus: 599, Header: "Transient-Error", HeaderValue: "true", Meaning: Unknown},
-		{MinStatus: 500, MaxStatus: 599, Header: "Transient-Error", HeaderValue: "false", Meaning: StoredError},
-		{MinStatus: 500, MaxStatus: 599, Header: "Transient-Error", Meaning: StoredError},
+		// Only Adyen's own 500 says "do not retry" by the header's absence: a 502 or 504 comes
+		// from a proxy in front of it, which knows nothing of the header, and may still be
+		// forwarding the request (the default classification: unknown, resend the key).
+		{Status: 500, Header: "Transient-Error", HeaderValue: "false", Meaning: StoredError},
+		{Status: 500, Header: "Transient-Error", Meaning: StoredError},
 	},
 	Settle: []Route{
 		{Kind: Resend},
+		// The cancel goes only Landing after the last request of the key: a request still on
+		// its way would charge after a cancel that found nothing.
 		{Kind: CancelByReference, Path: "/v1/cancels", Body: `{"paymentReference":"{reference}"}`},
 	},
 	Sources: []string{"Adyen docs: API idempotency", "Adyen docs: Cancel (paymentReference)", "DIALECTS.md: Adyen"},

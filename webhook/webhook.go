@@ -29,7 +29,7 @@ type Event struct {
 	Key string
 	// Reference is the caller's reference, when the event carries it instead of the key
 	// (Adyen's merchantReference): the manual records of Scope whose request body has it in
-	// ReferenceField are settled.
+	// ReferenceField are settled. Only a VerdictExecuted event may name a reference alone.
 	Reference string
 	// ReferenceField is the request body member holding the reference; "" means
 	// idem.ReferenceField ("reference").
@@ -66,6 +66,12 @@ func Settle(ctx context.Context, c *idem.Client, ev Event) ([]*keystore.Record, 
 	}
 	if ev.Verdict != idem.VerdictExecuted && ev.Verdict != idem.VerdictNotExecuted {
 		return nil, fmt.Errorf("%w: the event's verdict is %s", idem.ErrInvalidOperation, ev.Verdict)
+	}
+	// An order is paid under several intents (a refusal, then a new try): an event about one
+	// of them, late or redelivered, says nothing of another. "Executed" by reference is
+	// safe (a charge with the reference exists); "not executed" needs the key.
+	if ev.Verdict == idem.VerdictNotExecuted && ev.Key == "" {
+		return nil, fmt.Errorf("%w: a not-executed event must name the key: by reference it could settle another attempt of the same order", idem.ErrInvalidOperation)
 	}
 	r := idem.Resolution{Verdict: ev.Verdict, Response: ev.Response, Note: ev.Note}
 	if r.Note == "" {

@@ -108,9 +108,12 @@ func TestHandlerSettlesByReference(t *testing.T) {
 	assert.JSONEq(t, `{"id":"psp_9"}`, string(rec.Response.Body))
 	assert.Contains(t, rec.Note, "psp_9")
 
-	// Delivered again, with the opposite verdict: the first stands, the event is acknowledged.
-	no := `{"merchantReference":"ord-1","success":"false","pspReference":"psp_9"}`
-	assert.Equal(t, http.StatusAccepted, post(t, h, no, sign([]byte(no))).Code, "no manual record has ord-1 any more")
+	// Delivered again: no manual record has ord-1 any more; acknowledged.
+	assert.Equal(t, http.StatusAccepted, post(t, h, ev, sign([]byte(ev))).Code)
+	// A refusal named by reference only could be about another attempt of the order (a
+	// late event of an earlier try): refused, nothing written.
+	no := `{"merchantReference":"ord-1","success":"false","pspReference":"psp_8"}`
+	assert.Equal(t, http.StatusBadRequest, post(t, h, no, sign([]byte(no))).Code)
 	rec, _ = store.Get(context.Background(), "", manual[0].Key)
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
 
