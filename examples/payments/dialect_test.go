@@ -17,12 +17,13 @@ import (
 // TestDialects runs the in-process demo (embedded server, one crash) in every dialect: no
 // reference charged twice net of cancels, none lost, every acknowledged payment charged once
 // under its id, and every payment that needs reconciliation accounted for by a manual or an
-// unknown-outcome record (never paid again blindly). Small runs: a few seconds each.
+// unknown-outcome record (never paid again blindly). Small runs, one at a time (run in
+// parallel on 2 cores, the 150 ms attempt timeouts turn into unknown outcomes): a few
+// seconds each.
 func TestDialects(t *testing.T) {
 	for _, d := range idemtest.Dialects() {
 		t.Run(d, func(t *testing.T) {
-			t.Parallel()
-			s, code, stderr := runJSONStderr(t, "-dialect", d, "-n", "40", "-crashes", "1", "-seed", "7", "-concurrency", "8")
+			s, code, stderr := runJSONStderr(t, "-dialect", d, "-n", "30", "-crashes", "1", "-seed", "7", "-concurrency", "6")
 			assert.Zero(t, s.Duplicates, s.DuplicateDetails)
 			assert.Zero(t, s.Lost, s.LostDetails)
 			assert.Zero(t, s.AckWrong, s.AckWrongDetails)
