@@ -39,8 +39,7 @@ const maxUnanswered = 3
 type childConfig struct {
 	Gen         int       `json:"gen"`
 	BaseURL     string    `json:"base_url"`
-	StatusPath  string    `json:"status_path"`
-	LookupPath  string    `json:"lookup_path"`
+	API         apiSpec   `json:"api"` // dialect and settling routes
 	Store       storeSpec `json:"store"`
 	N           int       `json:"n"`
 	Seed        int64     `json:"seed"`
@@ -73,7 +72,7 @@ func childMain(raw string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeStore()
-	client, err := newClient(cfg.BaseURL, cfg.StatusPath, cfg.LookupPath, store, cfg.Concurrency, cfg.Store.fleet())
+	client, err := newClient(cfg.BaseURL, cfg.API, store, cfg.Concurrency, cfg.Store.fleet())
 	if err != nil {
 		fmt.Fprintf(stderr, "child %d: %v\n", cfg.Gen, err)
 		return 1
@@ -170,8 +169,10 @@ func (s *sender) pay(ctx context.Context, p payment) {
 		case err == nil:
 			done.OK, done.Status, done.ID = true, res.StatusCode, paymentID(res.Body)
 		case errors.Is(err, idem.ErrNotExecuted) && try < maxTries:
-			// The server stored a 5xx for the key and the search by reference found no
-			// charge: only now is paying again safe, as a new intent (a new key).
+			// The key's outcome was settled as not executed (the server stored a 5xx for it
+			// and the search by reference found no charge, or the profile's cancel by
+			// reference canceled whatever it charged): only now is paying again safe, as a
+			// new intent (a new key).
 			continue
 		case errors.As(err, &oe):
 			done.Status, done.Pending = oe.LastStatusCode, !final(err)

@@ -22,30 +22,29 @@ const paymentsPath = "/v1/payments"
 // newClient is the one idem configuration used by every child and by the parent's final
 // reconciliation, so that they all scope and send keys the same way.
 //
-// lookupPath, if not empty, is the API's search by reference ("{reference}" is replaced):
-// the business lookup that settles a key the server stored a 5xx for. Without it such a
-// payment waits for reconciliation and is never paid again blindly.
+// api names the dialect: its profile (apiSpec.profile) gives the key carrier, the reading
+// of the provider's answers and the settling routes. Under idem those routes are the flags':
+// the status endpoint and, if not empty, the search by reference ("{reference}" is
+// replaced), the business lookup that settles a key the server stored a 5xx for. Without a
+// route that can settle it such a payment waits for reconciliation and is never paid again
+// blindly.
 //
 // fleet configures the client for a keystore shared by several sender processes: short
 // leases (a killed sender's payments are continued by the others within LeaseTTL) and a
 // background reclaimer that takes over what a dead sender left.
-func newClient(baseURL, statusPath, lookupPath string, store keystore.Store, concurrency int, fleet bool) (*idem.Client, error) {
+func newClient(baseURL string, api apiSpec, store keystore.Store, concurrency int, fleet bool) (*idem.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 2 * concurrency // the default 2 would redial most requests
-	var lookup idem.LookupFunc
-	if lookupPath != "" {
-		var err error
-		if lookup, err = idem.LookupByReference(lookupPath, "reference"); err != nil {
-			return nil, err
-		}
+	prof, err := api.profile()
+	if err != nil {
+		return nil, err
 	}
 	return idem.NewClient(idem.Config{
-		Lookup:       lookup,
-		BaseURL:      baseURL,
-		HTTPClient:   &http.Client{Transport: tr},
-		Store:        store,
-		Tenant:       tenant,
-		KeyStatusURL: statusPath,
+		Profile:    prof, // its routes become KeyStatusURL and Lookup (see apiSpec.profile)
+		BaseURL:    baseURL,
+		HTTPClient: &http.Client{Transport: tr},
+		Store:      store,
+		Tenant:     tenant,
 		Credentials: func(r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer "+apiKey)
 			return nil

@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +31,9 @@ type verdict struct {
 	StoredErrors               int      // keys that ended in a stored 5xx
 	ReconciledByLookup         int      // of those, settled by the search by reference
 	NeedsReconciliation        int      // payments whose last key is manual: a person must decide
+	Canceled                   int      // charges a cancel by reference undid (embedded ledger)
+	UnknownPending             int      // of NeedsReconciliation: left pending with an unknown outcome
+	Unsettled                  []string // the payments needing reconciliation, one line each
 	Duplicates                 []string // "pay-7: executed 2 times"
 	Lost                       []string // "pay-9: recorded succeeded, never executed"
 	NotExecuted                []string // "pay-3: key K never executed (budget_exhausted)"
@@ -44,14 +44,14 @@ type verdict struct {
 // (a last Recover, as an operator would; at least one, for the manual records a lookup may
 // settle now), pays under a new intent what the lookup found never charged, as the children
 // do, and returns every record, with what it did.
-func finalState(ctx context.Context, spec storeSpec, payments []payment, baseURL, statusPath, lookupPath string, concurrency int) ([]*keystore.Record, idem.Stats, idem.RecoverReport, error) {
+func finalState(ctx context.Context, spec storeSpec, payments []payment, baseURL string, api apiSpec, concurrency int) ([]*keystore.Record, idem.Stats, idem.RecoverReport, error) {
 	var total idem.RecoverReport
 	store, closeStore, err := spec.open(ctx)
 	if err != nil {
 		return nil, idem.Stats{}, total, err
 	}
 	defer closeStore()
-	client, err := newClient(baseURL, statusPath, lookupPath, store, concurrency, spec.fleet())
+	client, err := newClient(baseURL, api, store, concurrency, spec.fleet())
 	if err != nil {
 		return nil, idem.Stats{}, total, err
 	}
@@ -178,7 +178,7 @@ func (v *verdict) tallyStates(rs []*keystore.Record) *keystore.Record {
 	for _, r := range rs {
 		if storedError(r) {
 			v.StoredErrors++
-			if strings.HasPrefix(r.Note, "lookup:") {
+			if settledByRoute(r.Note) {
 				v.ReconciledByLookup++
 			}
 		}
@@ -206,10 +206,17 @@ func storedError(r *keystore.Record) bool {
 }
 
 // settlePending files a payment whose last record is not final, after the oracle had its
-// say (why: its reasons to call the payment lost so far). A record known not executed, and
-// not contradicted, is not executed; anything else without a final state is pending, and
-// lost. It returns the reasons the payment is lost, if any.
-func (v *verdict) settlePending(ref string, last *keystore.Record, why []string) []string {
+// say (why: its reasons to call the payment lost so far; ledger: what the oracle shows of
+// the reference, appended to the details). A record known not executed, and not
+// contradicted, is not executed. A manual record, or a pending one whose outcome stayed
+// unknown (no settling route could tell), with nothing else against it, needs
+// reconciliation: the application was never told it succeeded, and it was never paid again
+// blindly; a person (or a webhook) settles it. A payment without any record is lost. It
+// returns the reasons the payment is lost, if any.
+func (v *verdict) settlePending(ref string, last *keystore.Record, why []string, ledger string) []string {
+	if last != nil && last.State == keystore.StateManual {
+		v.Unsettled = append(v.Unsettled, fmt.Sprintf("%s: key %s manual (%s)%s", ref, last.Key, last.Reason, ledger))
+	}
 	if last != nil && (last.State.Terminal() || last.State == keystore.StateManual) {
 		return why
 	}
@@ -225,6 +232,12 @@ func (v *verdict) settlePending(ref string, last *keystore.Record, why []string)
 		return nil
 	}
 	v.Pending++
+	if last != nil && !notExecuted(last) && len(why) == 0 {
+		v.NeedsReconciliation++
+		v.UnknownPending++
+		v.Unsettled = append(v.Unsettled, fmt.Sprintf("%s: key %s pending, outcome unknown (%s)%s", ref, last.Key, last.Reason, ledger))
+		return nil
+	}
 	var state keystore.State
 	if last != nil {
 		state = last.State
@@ -236,23 +249,32 @@ func (v *verdict) settlePending(ref string, last *keystore.Record, why []string)
 	return append([]string{what}, why...)
 }
 
-// checkLedger judges every payment against the server's ledger, the oracle:
-//   - duplicate: the ledger executed the payment more than once;
-//   - lost: idem recorded a key succeeded and the ledger never executed it (or executed it
-//     under another payment id), the payment has no final state, or the ledger executed a
-//     key that idem does not record as succeeded.
+// checkLedger judges every payment against the server's ledger, the oracle, counting charges
+// per reference net of cancels (the adyen dialect's cancel by reference undoes a charge
+// whose outcome was unknown, after which the payment is made again under a new intent):
+//   - duplicate: the ledger holds more than one charge of the payment not canceled;
+//   - lost: idem recorded a key succeeded and the ledger never executed it, executed it
+//     under another payment id or canceled it; a payment recorded succeeded has no charge
+//     left; the payment has no record; or the ledger holds a charge, not canceled, under a
+//     key that idem does not record as succeeded (or manual, or pending with an unknown
+//     outcome: waiting for a person, see settlePending).
 func checkLedger(payments []payment, recs []*keystore.Record, srv *idemtest.Server) verdict {
 	var v verdict
 	groups := byPayment(recs)
 	execByKey := map[string][]idemtest.Execution{}
 	for _, e := range srv.Executions() {
 		execByKey[e.Key] = append(execByKey[e.Key], e)
+		if e.Canceled {
+			v.Canceled++
+		}
 	}
 	lost := map[string][]string{} // reference -> reasons
 	succeededKeys := map[string]bool{}
-	manualKeys := map[string]bool{} // a stored 5xx nobody settled: the charge, if any, waits for a person
+	// A stored 5xx nobody settled (manual), or an unknown outcome no route could settle
+	// (pending, not known unexecuted): the charge, if any, waits for a person.
+	manualKeys := map[string]bool{}
 	for _, r := range recs {
-		if r.State == keystore.StateManual {
+		if r.State == keystore.StateManual || (r.State == keystore.StatePending && !r.NotExecuted) {
 			manualKeys[r.Key] = true
 		}
 	}
@@ -260,41 +282,60 @@ func checkLedger(payments []payment, recs []*keystore.Record, srv *idemtest.Serv
 	for _, p := range payments {
 		rs := groups[p.Index]
 		lastOf[p.ref()] = v.tallyStates(rs)
-		switch n := srv.ExecutionsByReference(p.ref()); {
-		case n == 1:
+		charged, canceled := srv.ChargesByReference(p.ref())
+		net := charged - canceled
+		switch {
+		case net == 1:
 			v.ExecutedOnce++
-		case n > 1:
-			v.Duplicates = append(v.Duplicates, fmt.Sprintf("%s: executed %d times", p.ref(), n))
+		case net > 1 && canceled == 0:
+			v.Duplicates = append(v.Duplicates, fmt.Sprintf("%s: executed %d times", p.ref(), net))
+		case net > 1:
+			v.Duplicates = append(v.Duplicates, fmt.Sprintf("%s: executed %d times net of cancels (%d charges, %d canceled)", p.ref(), net, charged, canceled))
 		}
+		told := false // the application was told the payment succeeded
 		for _, r := range rs {
 			if r.State != keystore.StateSucceeded {
 				continue
 			}
+			told = true
 			succeededKeys[r.Key] = true
 			switch ex := execByKey[r.Key]; {
 			case len(ex) == 0:
 				lost[p.ref()] = append(lost[p.ref()], fmt.Sprintf("key %s recorded succeeded, never executed", r.Key))
 			case recordID(r) != ex[0].ID:
 				lost[p.ref()] = append(lost[p.ref()], fmt.Sprintf("key %s recorded as %q, the ledger executed %s", r.Key, recordID(r), ex[0].ID))
+			case ex[0].Canceled:
+				lost[p.ref()] = append(lost[p.ref()], fmt.Sprintf("key %s recorded succeeded as %s, the charge was canceled", r.Key, ex[0].ID))
 			}
 		}
+		if told && net == 0 && len(lost[p.ref()]) == 0 {
+			lost[p.ref()] = append(lost[p.ref()], fmt.Sprintf("recorded succeeded, %d charges of which %d canceled: none left", charged, canceled))
+		}
 	}
-	// Every execution must belong to a key idem records as succeeded.
+	// Every charge not canceled must belong to a key idem records as succeeded (or manual).
 	for key, ex := range execByKey {
-		if !succeededKeys[key] && !manualKeys[key] {
-			ref := ex[0].Reference
-			lost[ref] = append(lost[ref], fmt.Sprintf("key %s executed as %s, not recorded as succeeded", key, ex[0].ID))
+		if succeededKeys[key] || manualKeys[key] {
+			continue
+		}
+		for _, e := range ex {
+			if !e.Canceled {
+				lost[e.Reference] = append(lost[e.Reference], fmt.Sprintf("key %s executed as %s, not recorded as succeeded", key, e.ID))
+				break
+			}
 		}
 	}
 	// Only now is every execution known: a record claiming nothing was executed is believed
 	// only if the ledger agrees.
 	for _, p := range payments {
-		if why := v.settlePending(p.ref(), lastOf[p.ref()], lost[p.ref()]); len(why) > 0 {
+		charged, canceled := srv.ChargesByReference(p.ref())
+		ledger := fmt.Sprintf(" (ledger: %d charges, %d canceled)", charged, canceled)
+		if why := v.settlePending(p.ref(), lastOf[p.ref()], lost[p.ref()], ledger); len(why) > 0 {
 			lost[p.ref()] = why
 		}
 	}
 	for ref, why := range lost {
-		v.Lost = append(v.Lost, ref+": "+strings.Join(why, "; "))
+		charged, canceled := srv.ChargesByReference(ref)
+		v.Lost = append(v.Lost, fmt.Sprintf("%s: %s (ledger: %d charges, %d canceled)", ref, strings.Join(why, "; "), charged, canceled))
 	}
 	slices.Sort(v.Lost)
 	return v
@@ -306,185 +347,4 @@ func recordID(r *keystore.Record) string {
 		return ""
 	}
 	return paymentID(r.Response.Body)
-}
-
-// checkTarget judges every payment without a ledger, from what the API itself says: the
-// status endpoint asked for every persisted key, the payment ids in the records, and the ids
-// the children saw in responses.
-//   - duplicate: more than one payment id, or more than one key completed with a 2xx;
-//   - lost: a key recorded succeeded the API does not report completed with a 2xx, a key
-//     the API completed with a 2xx that idem does not record as succeeded, or no final state
-//     (except a record known never executed, which the API does not report completed).
-//
-// A record known never executed is asked about once, without retries, and a failed ask
-// proves nothing about it: against an unreachable API every key is such a record, and
-// retrying each one would only add seconds per payment to the report.
-//
-// When the API offers the search by reference (lookupPath), it is the oracle per business
-// payment: more than one charge with the reference is a duplicate, whatever the keys; a
-// charge idem does not record as succeeded (except under a key waiting for reconciliation)
-// is lost, and so is a recorded payment id the search does not list. Keys that ended in a
-// stored 5xx are not asked about: the status endpoint can only say "completed 500".
-func checkTarget(ctx context.Context, payments []payment, recs []*keystore.Record, seen map[int]map[string]bool, baseURL, statusPath, lookupPath string) verdict {
-	var v verdict
-	groups := byPayment(recs)
-	sc := &statusClient{base: strings.TrimRight(baseURL, "/"), path: statusPath, search: lookupPath}
-	for _, p := range payments {
-		rs := groups[p.Index]
-		last := v.tallyStates(rs)
-		ids := map[string]bool{}
-		for id := range seen[p.Index] {
-			ids[id] = true
-		}
-		completed := 0
-		var why []string
-		for _, r := range rs {
-			if storedError(r) {
-				if r.State == keystore.StateSucceeded {
-					ids[recordID(r)] = true
-				}
-				continue
-			}
-			tries := statusTries
-			if notExecuted(r) {
-				tries = 1
-			}
-			st, err := sc.ask(ctx, r.Key, tries)
-			if err != nil && notExecuted(r) {
-				continue
-			}
-			ok2xx := err == nil && st.State == idem.KeyStatusCompleted && st.ResponseStatusCode/100 == 2
-			if ok2xx {
-				completed++
-				ids[paymentID(st.ResponseBody)] = true
-			}
-			if r.State == keystore.StateSucceeded {
-				ids[recordID(r)] = true
-			}
-			switch {
-			case err != nil:
-				why = append(why, fmt.Sprintf("key %s: status endpoint: %v", r.Key, err))
-			case r.State == keystore.StateSucceeded && !ok2xx:
-				why = append(why, fmt.Sprintf("key %s recorded succeeded, API says %s", r.Key, st.State))
-			case r.State != keystore.StateSucceeded && ok2xx:
-				why = append(why, fmt.Sprintf("key %s completed by the API, recorded %s", r.Key, r.State))
-			}
-		}
-		why = v.settlePending(p.ref(), last, why)
-		delete(ids, "")
-		charges, searchErr := sc.searchRef(ctx, p.ref())
-		switch {
-		case searchErr == nil:
-			found := map[string]bool{}
-			for _, id := range charges {
-				found[id] = true
-			}
-			if len(charges) == 1 {
-				v.ExecutedOnce++
-			}
-			if len(charges) > 1 {
-				v.Duplicates = append(v.Duplicates, fmt.Sprintf("%s: charged %d times (search by reference: %s)",
-					p.ref(), len(charges), strings.Join(charges, ", ")))
-			}
-			for id := range ids {
-				if !found[id] {
-					why = append(why, fmt.Sprintf("payment id %s not listed by the search by reference", id))
-				}
-			}
-			if len(charges) > 0 && last != nil && last.State != keystore.StateSucceeded && last.State != keystore.StateManual {
-				why = append(why, fmt.Sprintf("charged as %s, recorded %s", charges[0], last.State))
-			}
-		case lookupPath != "" && !errors.Is(searchErr, errNoSearch) && !allNotExecuted(rs):
-			// A payment the API never executed needs no search; any other does.
-			why = append(why, fmt.Sprintf("search by reference: %v", searchErr))
-		default: // no search endpoint: the status endpoint's word per key
-			if completed == 1 && len(ids) == 1 {
-				v.ExecutedOnce++
-			}
-		}
-		if len(ids) > 1 || completed > 1 {
-			v.Duplicates = append(v.Duplicates, fmt.Sprintf("%s: %d payment ids, %d keys completed", p.ref(), len(ids), completed))
-		}
-		if len(why) > 0 {
-			v.Lost = append(v.Lost, p.ref()+": "+strings.Join(why, "; "))
-		}
-	}
-	return v
-}
-
-// statusTries bounds the asks about one key while the answers are unusable.
-const statusTries = 10
-
-// statusClient asks the status endpoint in the default convention, retrying answers it
-// cannot use (a 503 or a transport error) a few times. Once a key got only transport errors
-// in all its tries, the endpoint is taken as down and later keys get one try each, so an
-// unreachable API costs one refused connection per key, not seconds.
-type statusClient struct {
-	base, path string
-	search     string // the search by reference path, "" if the API has none
-	http       http.Client
-	down       bool
-	noSearch   bool // the API answered 400, 404, 405 or 501 to a search: it has none
-}
-
-// newGet builds the authorised GET the oracle sends, once for all its tries (a GET without
-// a body may be sent again).
-func newGet(ctx context.Context, target string) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	req.Header.Set("Accept", "application/json")
-	return req, nil
-}
-
-// fetch sends req once and reads up to 4 MiB of the answer. resp is nil when no answer came
-// (a transport error); err is set then, or when the body could not be read.
-func (c *statusClient) fetch(req *http.Request) (resp *http.Response, body []byte, err error) {
-	resp, err = c.http.Do(req)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	body, err = io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	return resp, body, err
-}
-
-func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.KeyStatus, error) {
-	if c.http.Timeout == 0 {
-		c.http.Timeout = 10 * time.Second // a black-holed API must not hold the report for minutes
-	}
-	if c.down {
-		tries = 1
-	}
-	target := c.base + strings.ReplaceAll(c.path, "{key}", url.PathEscape(key))
-	req, err := newGet(ctx, target)
-	if err != nil {
-		return idem.KeyStatus{}, err
-	}
-	var last error
-	transportOnly := true
-	for try := 0; try < tries; try++ {
-		if try > 0 {
-			time.Sleep(time.Duration(try) * 50 * time.Millisecond)
-		}
-		resp, body, err := c.fetch(req)
-		if resp != nil {
-			transportOnly = false
-		}
-		if err != nil {
-			last = err
-			continue
-		}
-		st := idem.DecodeKeyStatus(resp.StatusCode, resp.Header, body, time.Now())
-		if st.State != idem.KeyStatusUnknown && st.State != idem.KeyStatusProcessing {
-			return st, nil
-		}
-		last = fmt.Errorf("HTTP %d, state %s", resp.StatusCode, st.State)
-	}
-	if transportOnly && tries > 1 {
-		c.down = true
-	}
-	return idem.KeyStatus{}, last
 }

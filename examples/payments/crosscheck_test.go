@@ -71,15 +71,20 @@ func TestCheckLedgerCatchesDuplicatesAndLosses(t *testing.T) {
 	v := checkLedger(payments, recs, srv)
 	assert.Equal(t, []string{"pay-1: executed 2 times"}, v.Duplicates)
 	lost := strings.Join(v.Lost, "\n")
-	assert.Len(t, v.Lost, 4, lost)
+	assert.Len(t, v.Lost, 3, lost)
 	for _, want := range []string{
 		"pay-1: key k1-again executed as",
 		"pay-2: key k2 recorded succeeded, never executed",
-		`pay-3: no final state ("pending")`,
 		"pay-5: key k5 executed as",
 	} {
 		assert.Contains(t, lost, want)
 	}
+	// pay-3, left pending with an unknown outcome and no charge, was never told succeeded:
+	// not lost, but it needs reconciliation (as pay-6, manual, does).
+	assert.Equal(t, []string{
+		"pay-3: key k3 pending, outcome unknown () (ledger: 0 charges, 0 canceled)",
+		"pay-6: key k6 manual (stored_server_error) (ledger: 1 charges, 0 canceled)",
+	}, v.Unsettled)
 	assert.Equal(t, 4, v.Succeeded)
 	assert.Equal(t, 1, v.Failed)
 	assert.Equal(t, 1, v.Pending)
@@ -87,11 +92,13 @@ func TestCheckLedgerCatchesDuplicatesAndLosses(t *testing.T) {
 	assert.Equal(t, 4, v.ExecutedOnce) // pay-0, pay-4, pay-5 and pay-6, by the ledger
 	assert.Equal(t, 2, v.StoredErrors)
 	assert.Equal(t, 1, v.ReconciledByLookup)
-	assert.Equal(t, 1, v.NeedsReconciliation)
+	assert.Equal(t, 2, v.NeedsReconciliation)
+	assert.Equal(t, 1, v.UnknownPending)
 }
 
 // TestNotExecutedIsNotLost: a pending record the client knows was never executed is not a
-// loss, unless the ledger says the key was executed after all.
+// loss, unless the ledger says the key was executed after all; one whose outcome is unknown
+// needs reconciliation.
 func TestNotExecutedIsNotLost(t *testing.T) {
 	srv := idemtest.NewServer(idemtest.Config{})
 	defer srv.Close()
@@ -114,15 +121,16 @@ func TestNotExecutedIsNotLost(t *testing.T) {
 	recs := []*keystore.Record{
 		pending(payments[0], "k0", true),  // never executed: not lost
 		pending(payments[1], "k1", true),  // "never executed", but the ledger executed it: lost
-		pending(payments[2], "k2", false), // may have executed: lost
+		pending(payments[2], "k2", false), // may have executed, never told succeeded: needs reconciliation
 	}
 	v := checkLedger(payments, recs, srv)
 	assert.Equal(t, []string{"pay-0: key k0 never executed (exhausted)"}, v.NotExecuted)
 	assert.Equal(t, 1, v.Unanswered)
 	assert.Equal(t, 2, v.Pending)
 	lost := strings.Join(v.Lost, "\n")
-	require.Len(t, v.Lost, 2, lost)
+	require.Len(t, v.Lost, 1, lost)
 	assert.Contains(t, lost, `pay-1: no final state ("pending"), recorded as never executed; key k1 executed as`)
-	assert.Contains(t, lost, `pay-2: no final state ("pending")`)
+	assert.Equal(t, []string{"pay-2: key k2 pending, outcome unknown (exhausted) (ledger: 0 charges, 0 canceled)"}, v.Unsettled)
+	assert.Equal(t, 1, v.NeedsReconciliation)
 	assert.Empty(t, v.Duplicates)
 }

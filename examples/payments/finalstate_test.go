@@ -49,7 +49,7 @@ func TestFinalStateAsksTheLookupAboutManualRecords(t *testing.T) {
 		Request: keystore.Request{Method: http.MethodPost, URL: paymentsPath, Body: body}}))
 	closeStore()
 
-	recs, _, _, err := finalState(ctx, spec, nil, srv.URL, "/v1/payments/operations/{key}", "/v1/payments?reference={reference}", 4)
+	recs, _, _, err := finalState(ctx, spec, nil, srv.URL, idemAPI("/v1/payments?reference={reference}"), 4)
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	assert.Equal(t, keystore.StateSucceeded, recs[0].State, "the final reconciliation never asked the lookup")
@@ -70,14 +70,14 @@ func TestFinalStatePaysWhatTheLookupFoundUnpaid(t *testing.T) {
 	srv.Script(idemtest.FaultStored500) // executed as a failure: a 500 stored, nothing charged
 	st, closeStore, err := spec.open(ctx)
 	require.NoError(t, err)
-	child, err := newClient(srv.URL, "/v1/payments/operations/{key}", "", st, 4, false)
+	child, err := newClient(srv.URL, idemAPI(""), st, 4, false)
 	require.NoError(t, err)
 	_, err = child.Do(ctx, idem.NewOperation(http.MethodPost, paymentsPath, p.body(), idem.WithIntent(intentName(p.Index, 1))))
 	require.ErrorIs(t, err, idem.ErrStoredServerError)
 	require.NoError(t, child.Close())
 	closeStore()
 
-	recs, _, _, err := finalState(ctx, spec, []payment{p}, srv.URL, "/v1/payments/operations/{key}", "/v1/payments?reference={reference}", 4)
+	recs, _, _, err := finalState(ctx, spec, []payment{p}, srv.URL, idemAPI("/v1/payments?reference={reference}"), 4)
 	require.NoError(t, err)
 	rs := byPayment(recs)[p.Index]
 	require.Len(t, rs, 2, "a new intent")
@@ -104,4 +104,9 @@ func TestStartupRetry(t *testing.T) {
 	assert.Equal(t, 3, pg)
 	require.Error(t, startupRetry(storeSpec{Path: "keys.db"}, failTwice(&bolt)))
 	assert.Equal(t, 1, bolt)
+}
+
+// idemAPI is the idem dialect with the default status endpoint and lookupPath ("" for none).
+func idemAPI(lookupPath string) apiSpec {
+	return apiSpec{Dialect: "idem", StatusPath: "/v1/payments/operations/{key}", LookupPath: lookupPath}
 }

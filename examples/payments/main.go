@@ -65,6 +65,12 @@ type options struct {
 	target, statusPath      string
 	runID                   string
 	lookupPath, serve       string
+	dialect                 string
+}
+
+// api is the run's apiSpec: the dialect, and idem's routes from the flags.
+func (o options) api(embedded bool) apiSpec {
+	return apiSpec{Dialect: o.dialect, Embedded: embedded, StatusPath: o.statusPath, LookupPath: o.lookupPath}
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -84,6 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.lookupPath, "lookup", "/v1/payments?reference={reference}",
 		"search by reference that settles a stored 5xx ({reference} is replaced); empty: none, such payments need reconciliation")
 	fs.StringVar(&o.runID, "run-id", "", "tag in every reference (pay-TAG-7), so that runs against one -target API never share a reference; default: a random one with -target, none otherwise")
+	fs.StringVar(&o.dialect, "dialect", "idem", "idempotency dialect of the API (embedded server and client profile): "+dialectNames())
 	fs.StringVar(&o.serve, "serve", "", "serve the fault-injecting API on this address (e.g. 127.0.0.1:8080) until interrupted, for -target")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -101,6 +108,20 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if err := checkRates(fs); err != nil {
 		return o, err
+	}
+	if err := checkDialect(o.dialect); err != nil {
+		return o, err
+	}
+	if o.dialect != "idem" {
+		var idemOnly []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "status-path" || f.Name == "lookup" {
+				idemOnly = append(idemOnly, "-"+f.Name)
+			}
+		})
+		if len(idemOnly) > 0 {
+			return o, fmt.Errorf("%s: idem's routes; -dialect %s settles with its profile's own routes", strings.Join(idemOnly, " and "), o.dialect)
+		}
 	}
 	if o.lookupPath != "" && !strings.Contains(o.lookupPath, "{reference}") {
 		return o, fmt.Errorf("-lookup must contain {reference}, got %q", o.lookupPath)
@@ -187,6 +208,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "idem payments demo: %d payments, concurrency %d, %s, seed %d, %d crashes requested\nAPI %s\n",
 			o.n, o.concurrency, faults, o.seed, o.crashes, baseURL)
+		if o.dialect != "idem" {
+			fmt.Fprintf(stdout, "dialect %s: %s\n", o.dialect, dialectNote(o.dialect, srv != nil))
+		}
 		if o.runID != "" {
 			fmt.Fprintf(stdout, "references %s ... %s (-run-id %s)\n", payments[0].ref(), payments[len(payments)-1].ref(), o.runID)
 		}
@@ -197,7 +221,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
 	defer cancel()
-	cfg := childConfig{BaseURL: baseURL, StatusPath: o.statusPath, LookupPath: o.lookupPath, Store: spec,
+	api := o.api(srv != nil)
+	cfg := childConfig{BaseURL: baseURL, API: api, Store: spec,
 		N: o.n, Seed: o.seed, RunID: o.runID, Concurrency: o.concurrency, Instances: o.instances}
 	prog.start()
 	requested := o.crashes
@@ -216,12 +241,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "payments:", msg)
 	}
 
-	recs, parentStats, rep, err := finalState(ctx, spec, payments, baseURL, o.statusPath, o.lookupPath, o.concurrency)
+	recs, parentStats, rep, err := finalState(ctx, spec, payments, baseURL, api, o.concurrency)
 	if err != nil {
 		fmt.Fprintln(stderr, "payments: final reconciliation:", err)
 		return 1
 	}
 	s := summary{Mode: "embedded", Intents: o.n, Store: "bbolt", Instances: o.instances}
+	if o.dialect != "idem" {
+		s.Dialect = o.dialect // absent for idem: its JSON is as before -dialect existed
+	}
 	if spec.fleet() {
 		s.Store = "postgres"
 	}
@@ -240,7 +268,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		s.AckWrong = len(s.AckWrongDetails)
 	} else {
 		s.Mode = "target"
-		s.addVerdict(checkTarget(ctx, payments, recs, t.ids, baseURL, o.statusPath, o.lookupPath))
+		s.addVerdict(checkTarget(ctx, payments, recs, t.ids, baseURL, api))
 	}
 	t.mu.Lock()
 	for _, st := range t.stats {
@@ -266,11 +294,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if s.NeedsReconciliation > 0 {
 		// Not lost and never paid twice, but not finished: a stored 5xx no lookup settled.
 		how := "the search by reference could not tell"
-		if o.lookupPath == "" {
+		switch {
+		case !api.idem():
+			how = "the " + o.dialect + " profile's settling routes could not tell (a person must)"
+		case o.lookupPath == "":
 			how = "no search by reference (-lookup) was given"
 		}
-		fmt.Fprintf(stderr, "payments: %d of %d payments need reconciliation: the server stored a 5xx for their key and %s; they were not paid again\n",
-			s.NeedsReconciliation, s.Intents, how)
+		var parts []string
+		if manual := s.NeedsReconciliation - s.UnknownPending; manual > 0 {
+			parts = append(parts, fmt.Sprintf("the server stored a 5xx for their key and %s", how))
+			if s.UnknownPending > 0 {
+				parts[0] = fmt.Sprintf("%d manual: %s", manual, parts[0])
+			}
+		}
+		if s.UnknownPending > 0 {
+			parts = append(parts, fmt.Sprintf("%d left pending: their outcome stayed unknown and no settling route of the %s profile could tell", s.UnknownPending, o.dialect))
+		}
+		fmt.Fprintf(stderr, "payments: %d of %d payments need reconciliation: %s; they were not paid again\n",
+			s.NeedsReconciliation, s.Intents, strings.Join(parts, "; "))
 		code = 1
 	}
 	if s.NotExecuted > 0 {

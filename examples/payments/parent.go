@@ -221,7 +221,10 @@ func runChild(ctx context.Context, exe string, cfg childConfig, killAt int, t *t
 		if ev.T == "recover" && cfg.Gen > 0 && ev.Report != nil {
 			r := ev.Report
 			next := "the search by reference settles it"
-			if cfg.LookupPath == "" {
+			switch {
+			case !cfg.API.idem():
+				next = "the " + cfg.API.Dialect + " profile's routes settle it, or a person"
+			case cfg.API.LookupPath == "":
 				next = "no -lookup: left for a person"
 			}
 			msg := fmt.Sprintf("child %d: Recover found %d pending records: %d succeeded, %d failed, %d manual (a stored 5xx: %s), %d still unknown",

@@ -18,7 +18,8 @@ import (
 // errNoSearch: the API offers no search by reference.
 var errNoSearch = errors.New("no search by reference")
 
-// searchRef lists the ids of the tenant's charges with reference ref, oldest first.
+// searchRef lists the ids of the tenant's charges with reference ref that are not canceled,
+// oldest first.
 func (c *statusClient) searchRef(ctx context.Context, ref string) ([]string, error) {
 	if c.search == "" || c.noSearch {
 		return nil, errNoSearch
@@ -55,15 +56,18 @@ func (c *statusClient) searchRef(ctx context.Context, ref string) ([]string, err
 		}
 		var list struct {
 			Data []struct {
-				ID string `json:"id"`
+				ID     string `json:"id"`
+				Status string `json:"status"`
 			} `json:"data"`
 		}
 		if err := json.Unmarshal(body, &list); err != nil || list.Data == nil {
 			return nil, fmt.Errorf("no data list in %.80q", body)
 		}
-		ids := make([]string, len(list.Data))
-		for i, d := range list.Data {
-			ids[i] = d.ID
+		ids := make([]string, 0, len(list.Data))
+		for _, d := range list.Data {
+			if d.Status != "canceled" { // counted net of cancels
+				ids = append(ids, d.ID)
+			}
 		}
 		return ids, nil
 	}

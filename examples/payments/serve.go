@@ -19,12 +19,14 @@ import (
 // fault, the charge-then-store-500 one included, at -fault-rate, from -seed.
 func serverConfig(o options) idemtest.Config {
 	return idemtest.Config{
+		Dialect:            o.dialect,
+		SearchLag:          embeddedSearchLag, // the stripe dialects' only; the profile is tuned to it
 		FaultRate:          o.faultRate,
 		Seed:               o.seed,
 		Faults:             idemtest.AllFaults(),
 		KeyStatusFaultRate: 0.05,
-		SlowDelay:          300 * time.Millisecond, // > the 150ms attempt timeout: an unknown outcome
-		RetryAfter:         1,                      // seconds; real waits, so throttling shows
+		SlowDelay:          slowDelay, // > the 150ms attempt timeout: an unknown outcome
+		RetryAfter:         1,         // seconds; real waits, so throttling shows
 	}
 }
 
@@ -41,8 +43,12 @@ func serve(o options, stdout, stderr io.Writer) int {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM) // before the banner: a stop right after it is caught
 	defer signal.Stop(sig)
-	fmt.Fprintf(stdout, "serving the payments API on http://%s (fault rate %.2f, seed %d); stop with Ctrl-C\n",
-		ln.Addr(), o.faultRate, o.seed)
+	dialect := ""
+	if o.dialect != "" && o.dialect != idemtest.DialectIdem {
+		dialect = ", dialect " + o.dialect
+	}
+	fmt.Fprintf(stdout, "serving the payments API on http://%s (fault rate %.2f, seed %d%s); stop with Ctrl-C\n",
+		ln.Addr(), o.faultRate, o.seed, dialect)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
@@ -59,13 +65,16 @@ func serve(o options, stdout, stderr io.Writer) int {
 	}
 	byRef := map[string]int{}
 	for _, e := range h.Executions() {
+		if e.Canceled { // adyen's cancel by reference: counted net of cancels
+			continue
+		}
 		byRef[e.Reference]++
 	}
 	dups := 0
 	for ref, n := range byRef {
 		if n > 1 {
 			dups++
-			fmt.Fprintf(stdout, "DUPLICATE %s: charged %d times\n", ref, n)
+			fmt.Fprintf(stdout, "DUPLICATE %s: charged %d times\n", ref, n) // net of cancels
 		}
 	}
 	fmt.Fprintf(stdout, "server: %s\nledger: %d references charged, duplicates per reference %d\n", h.Stats(), len(byRef), dups)

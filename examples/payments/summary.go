@@ -13,9 +13,10 @@ import (
 
 // summary is the run's result: the table, or with -json one JSON object.
 type summary struct {
-	Mode         string `json:"mode"`      // "embedded" (in-process idemtest server) or "target"
-	Store        string `json:"store"`     // "bbolt" (one sender at a time) or "postgres" (a fleet)
-	Instances    int    `json:"instances"` // sender processes at once
+	Mode         string `json:"mode"`              // "embedded" (in-process idemtest server) or "target"
+	Dialect      string `json:"dialect,omitempty"` // -dialect, absent for idem
+	Store        string `json:"store"`             // "bbolt" (one sender at a time) or "postgres" (a fleet)
+	Instances    int    `json:"instances"`         // sender processes at once
 	Intents      int    `json:"intents"`
 	Invalid      int    `json:"invalid"` // generated with amount 0 on purpose
 	Succeeded    int    `json:"succeeded"`
@@ -53,6 +54,12 @@ type summary struct {
 	StoredErrors        int `json:"stored_errors"`
 	ReconciledByLookup  int `json:"reconciled_by_lookup"`
 	NeedsReconciliation int `json:"needs_reconciliation"`
+	// Charges the dialect's cancel by reference (adyen) canceled, in the embedded server's
+	// ledger: every count per reference above is net of them.
+	Canceled int `json:"canceled,omitempty"`
+	// Of NeedsReconciliation, payments left pending with an unknown outcome no settling route
+	// could tell (the others are manual records).
+	UnknownPending int `json:"needs_reconciliation_unknown,omitempty"`
 
 	NewIntents       int     `json:"new_intents"`       // new intents after a key settled as not executed
 	Crashes          int     `json:"crashes"`           // SIGKILLs that interrupted a sender
@@ -74,9 +81,12 @@ type summary struct {
 	LostDetails        []string `json:"lost_details,omitempty"`
 	AckWrongDetails    []string `json:"acknowledged_wrong_details,omitempty"`
 	NotExecutedDetails []string `json:"not_executed_details,omitempty"`
-	WallMS             int64    `json:"wall_ms"`
-	serverStatsString  string
-	unanswered         int // of NotExecuted: keys the API never answered at all
+	// One line per payment needing reconciliation: its last key, state and reason, and in
+	// embedded mode the ledger's charges of the reference.
+	NeedsReconciliationDetails []string `json:"needs_reconciliation_details,omitempty"`
+	WallMS                     int64    `json:"wall_ms"`
+	serverStatsString          string
+	unanswered                 int // of NotExecuted: keys the API never answered at all
 }
 
 // addStats adds one process's counters.
@@ -102,6 +112,7 @@ func (s *summary) addVerdict(v verdict) {
 	s.Lost, s.LostDetails = len(v.Lost), v.Lost
 	s.NotExecuted, s.NotExecutedDetails, s.unanswered = len(v.NotExecuted), v.NotExecuted, v.Unanswered
 	s.StoredErrors, s.ReconciledByLookup, s.NeedsReconciliation = v.StoredErrors, v.ReconciledByLookup, v.NeedsReconciliation
+	s.Canceled, s.UnknownPending, s.NeedsReconciliationDetails = v.Canceled, v.UnknownPending, v.Unsettled
 }
 
 func (s *summary) addServer(st idemtest.Stats) {
@@ -139,9 +150,12 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 		row("not executed (pending)", s.NotExecuted, "the API never executed them: resent with the same key later")
 	}
 	if s.Pending > 0 {
-		row("still pending", s.Pending, "no final state, may have executed: counted as lost")
+		row("still pending", s.Pending, "no final state, may have executed: lost, or needs reconciliation (below)")
 	}
 	executed := "one charge per reference in the server's ledger"
+	if s.Canceled > 0 {
+		executed = "one charge per reference in the server's ledger, net of cancels"
+	}
 	if s.Mode == "target" {
 		executed = "one charge per reference (search), else one completed key"
 	}
@@ -152,9 +166,18 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 		row("acknowledged", s.Acknowledged, fmt.Sprintf("payments a sender got an id for; %d not charged once under it", s.AckWrong))
 	}
 	row("stored_errors", s.StoredErrors, "keys the server stored a 5xx for: effect unknown, not resent")
-	row("reconciled_by_lookup", s.ReconciledByLookup, "of those, settled by the search by reference (-lookup)")
-	row("needs_reconciliation", s.NeedsReconciliation, "payments a stored 5xx left unsettled: never paid again blindly")
-	row("new intents", s.NewIntents, "new keys, only after the search found no charge")
+	if s.Dialect == "" {
+		row("reconciled_by_lookup", s.ReconciledByLookup, "of those, settled by the search by reference (-lookup)")
+		row("needs_reconciliation", s.NeedsReconciliation, "payments a stored 5xx left unsettled: never paid again blindly")
+		row("new intents", s.NewIntents, "new keys, only after the search found no charge")
+	} else {
+		row("reconciled_by_lookup", s.ReconciledByLookup, "of those, settled by the profile's search or cancel by reference")
+		row("needs_reconciliation", s.NeedsReconciliation, "payments left manual (no route could tell): a person decides, never paid again blindly")
+		row("new intents", s.NewIntents, "new keys, only after a key was settled as not executed")
+		if s.Canceled > 0 {
+			row("canceled", s.Canceled, "charges the cancel by reference undid; every count above is net of them")
+		}
+	}
 	serverNote := func(what string, v *int) string {
 		if v == nil {
 			return ""
@@ -210,6 +233,9 @@ func (s *summary) write(w io.Writer, asJSON bool) error {
 	}
 	for _, l := range s.AckWrongDetails {
 		fmt.Fprintf(w, "ACKNOWLEDGED WRONG %s\n", l)
+	}
+	for _, l := range s.NeedsReconciliationDetails {
+		fmt.Fprintf(w, "NEEDS RECONCILIATION %s\n", l)
 	}
 	fmt.Fprintln(w, s.verdict())
 	fmt.Fprintf(w, "wall time %.1fs\n", float64(s.WallMS)/1000)
