@@ -74,6 +74,7 @@ type call struct {
 	// after them (searchReady).
 	lastSend, lastUnanswered time.Time
 	sendBody                 []byte // the body with the key in it (Profile.KeyField)
+	finalWritten             bool   // finish's write of the final state succeeded
 }
 
 func (c *Client) newCall(s callSettings, rec *keystore.Record, header http.Header, target string) *call {

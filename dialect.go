@@ -105,6 +105,9 @@ func (c *Client) applyProfile() error {
 			c.cfg.KeyStatusFunc = c.listByKey(r)
 		}
 	}
+	if r, ok := p.Route(profile.ListByKey); ok && c.cfg.Lookup == nil {
+		c.cfg.Lookup = c.listByKeyLookup(r)
+	}
 	if r, ok := p.Route(profile.CancelByReference); ok && c.cfg.Lookup == nil {
 		c.cfg.Lookup, d.lookupActs = cancelByReference(r), true
 		d.actLanding = r.Landing
@@ -217,6 +220,27 @@ func (c *Client) listByKey(r profile.Route) KeyStatusFunc {
 			}
 		}
 		return KeyStatus{}, fmt.Errorf("list by key listed %d payments, none with idempotency_key %q", len(list.Data), req.Key)
+	}
+}
+
+// listByKeyLookup is the list by key as the Lookup of a manual record (a stored 5xx): a
+// charge listed under the key is the payment; an empty list means not executed.
+func (c *Client) listByKeyLookup(r profile.Route) LookupFunc {
+	status := c.listByKey(r)
+	return func(ctx context.Context, req LookupRequest) (Resolution, error) {
+		st, err := status(ctx, KeyStatusRequest{Key: req.Record.Key, Scope: req.Record.Scope,
+			Method: req.Record.Request.Method, URL: req.Record.Request.URL, Header: req.Record.Request.Header.Clone()})
+		switch {
+		case err != nil:
+			return Resolution{}, err
+		case st.State == KeyStatusNotFound:
+			return Resolution{Verdict: VerdictNotExecuted, Note: "list by key: no payment under the key"}, nil
+		case st.State == KeyStatusCompleted:
+			return Resolution{Verdict: VerdictExecuted, Note: "list by key: a payment under the key",
+				Response: &keystore.Response{StatusCode: st.ResponseStatusCode,
+					Header: http.Header{"Content-Type": {"application/json"}}, Body: st.ResponseBody}}, nil
+		}
+		return Resolution{}, errors.New("list by key could not tell")
 	}
 }
 

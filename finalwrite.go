@@ -21,8 +21,13 @@ import (
 // (a 401, a validation 400 made before the key was claimed): lost, the record would still be
 // pending, the status endpoint would say "not found", and Recover would send the payment the
 // application was told had failed, perhaps after it paid under a new intent.
+//
+// A manual record whose Lookup acts (a cancel by reference) is written synchronously too:
+// the cancel follows, and a record still pending after a crash would be resent, and the
+// provider's replay of the canceled charge taken for a success.
 func (c *Client) updateFinal(ctx context.Context, rec *keystore.Record) error {
-	if d, ok := c.store.(keystore.DeferredUpdater); ok && rec.State != keystore.StateFailed {
+	if d, ok := c.store.(keystore.DeferredUpdater); ok && rec.State != keystore.StateFailed &&
+		(rec.State != keystore.StateManual || !c.dialect.lookupActs) {
 		return d.UpdateDeferred(ctx, rec)
 	}
 	return c.store.Update(ctx, rec)

@@ -99,7 +99,9 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		}
 		gaveUp = e // counted once the business lookup had its say
 	}
-	if err := cl.c.updateFinal(cl.detached(), rec); err != nil {
+	err := cl.c.updateFinal(cl.detached(), rec)
+	cl.finalWritten = err == nil
+	if err != nil {
 		if errors.Is(err, keystore.ErrFenced) { // taken over meanwhile: the new owner writes
 			cl.loseLease(err)
 			if cl.result == nil {
@@ -131,8 +133,9 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		cl.c.budget.succeeded(cl)
 		return cl.result, nil
 	}
-	if rec.State == keystore.StateManual {
-		// The key can tell no more: the application's own lookup may.
+	if rec.State == keystore.StateManual && (!cl.c.dialect.lookupActs || cl.finalWritten) {
+		// The key can tell no more: the application's own lookup may (one that acts only
+		// once the record is durably manual).
 		if res, err, ok := cl.c.businessLookup(ctx, rec, cl.header, cl.stop); ok {
 			if res != nil { // the payment was found: the call ends with a Result after all
 				res.Attempts, res.KeyStatusChecks = cl.attempts, cl.statusChecks

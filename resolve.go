@@ -293,11 +293,12 @@ func (c *Client) tooSoonForNotExecuted(rec *keystore.Record) error {
 	if wait == 0 {
 		return nil
 	}
-	last := rec.CreatedAt
-	for _, t := range []time.Time{rec.UpdatedAt, rec.LeaseUntil} {
-		if t.After(last) {
-			last = t
-		}
+	last := later(rec.CreatedAt, rec.UpdatedAt)
+	if rec.Reason == reasonKeyExpired {
+		// Such a record may have been resumed from a call that crashed mid-send: its lease
+		// bounds that send. A stored 5xx was written manual by the call that sent last,
+		// after its last send (the lease it may still hold says nothing more).
+		last = later(last, rec.LeaseUntil)
 	}
 	if ready := last.Add(wait); c.cfg.Now().Before(ready) {
 		return fmt.Errorf("no payment found, but a request sent under the key may still land, or the search not show it yet, until %s: asked again after that (Do, Recover)",

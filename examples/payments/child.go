@@ -35,6 +35,13 @@ const maxRounds = 40
 // waiting would only make an unreachable API take minutes to report.
 const maxUnanswered = 3
 
+// maxRefused bounds the rounds in a row whose resend, after an outcome the key could not
+// settle, was refused with a 4xx that is not the key's stored answer (idem keeps such a
+// record pending: the refusal says nothing of the earlier attempt). The same bytes get the
+// same refusal: the payment is left pending for reconciliation instead of being driven
+// 40 rounds.
+const maxRefused = 3
+
 // childConfig is what the parent tells a child.
 type childConfig struct {
 	Gen         int       `json:"gen"`
@@ -189,7 +196,7 @@ func (s *sender) pay(ctx context.Context, p payment) {
 // stays pending (unknown, exhausted, throttled too long, budget empty). Every Do of the same
 // intent reuses the key persisted the first time, in this process or a killed one.
 func (s *sender) settle(ctx context.Context, p payment, intent string) (*idem.Result, error) {
-	unanswered := 0
+	unanswered, refused := 0, 0
 	for round := 1; ; round++ {
 		op := idem.NewOperation(http.MethodPost, paymentsPath, p.body(), idem.WithIntent(intent))
 		start := time.Now()
@@ -205,7 +212,12 @@ func (s *sender) settle(ctx context.Context, p payment, intent string) (*idem.Re
 		} else {
 			unanswered = 0
 		}
-		if unanswered == maxUnanswered {
+		if refusedErr(err) {
+			refused++
+		} else {
+			refused = 0
+		}
+		if unanswered == maxUnanswered || refused == maxRefused {
 			return res, err
 		}
 		// Give the server a moment (a slow request may still hold the key) before asking again.
@@ -227,6 +239,20 @@ func final(err error) bool {
 func unansweredErr(err error) bool {
 	var oe *idem.OperationError
 	return errors.As(err, &oe) && !oe.Unknown && oe.LastStatusCode == 0
+}
+
+// refusedErr reports an unknown outcome whose last answer was a refusal (a 4xx other than
+// the statuses that say "come back": 408, 409, 425, 429).
+func refusedErr(err error) bool {
+	var oe *idem.OperationError
+	if !errors.As(err, &oe) || !errors.Is(err, idem.ErrOutcomeUnknown) || oe.LastStatusCode/100 != 4 {
+		return false
+	}
+	switch oe.LastStatusCode {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return true
 }
 
 // fromStore reports whether Do answered from the keystore without any network work.

@@ -86,15 +86,18 @@ func (a apiSpec) profile() (profile.Profile, error) {
 // provider's real ones would only make the demo wait:
 //   - a search lag (Stripe: about a minute at the real API) becomes the embedded server's
 //     SearchLag (embeddedSearchLag, 2 s): a "not found" counts 2 s after the last send;
-//   - a search's Landing (Checkout.com: the default minute, the time a request whose answer
-//     never came may still execute) becomes the embedded server's slowest request, its slow
-//     fault's hold plus a margin (slowDelay + landingMargin).
+//   - a search's or a cancel's Landing (Checkout.com, Adyen: the default minute, the time a
+//     request whose answer never came may still execute) becomes the embedded server's
+//     slowest request, its slow fault's hold plus a margin (slowDelay + landingMargin).
 //
 // Both stay on the safe side of the embedded server: no charge is invisible longer than
 // SearchLag, and no request executes later than slowDelay after it arrived.
 func tuneEmbedded(p *profile.Profile) {
 	for i := range p.Settle {
 		r := &p.Settle[i]
+		if r.Kind == profile.CancelByReference {
+			r.Landing = slowDelay + landingMargin
+		}
 		if r.Kind != profile.SearchByReference {
 			continue
 		}
