@@ -461,3 +461,50 @@ func TestRedactFieldsInStoredAnswer(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, `{"id":"pi_1","client_secret":null,"nested":{"token":null}}`, string(rec.Response.Body))
 }
+
+// Increase's list by key also settles a stored 5xx (a manual record): the charge listed
+// under the key is the answer.
+func TestIncreaseListByKeySettlesStoredError(t *testing.T) {
+	clock := newFakeClock()
+	prov, srv := newProvider(t, "Idempotency-Key", `500 Idempotent-Replayed: true {"type":"internal_server_error"}`)
+	prov.extra = func(w http.ResponseWriter, r *http.Request) bool {
+		_ = json.NewEncoder(w).Encode(map[string]any{"data": []charge{{ID: "pay_1", Ref: "ord-1", Key: r.URL.Query().Get("idempotency_key"), Status: "succeeded"}}})
+		return true
+	}
+	c, _ := dialectClient(t, srv.URL, clock, profile.Increase, nil)
+	res, err := c.Do(context.Background(), payment(100, "ord-1"))
+	require.NoError(t, err)
+	assert.Equal(t, SourceLookup, res.Source)
+	assert.Contains(t, string(res.Body), `"pay_1"`)
+	assert.Len(t, prov.keys(), 1)
+}
+
+// failManual is a store whose write of a manual record fails.
+type failManual struct{ keystore.Store }
+
+func (f failManual) Update(ctx context.Context, rec *keystore.Record) error {
+	if rec.State == keystore.StateManual {
+		return fmt.Errorf("disk full")
+	}
+	return f.Store.Update(ctx, rec)
+}
+
+// A cancel acts on the provider: it goes only once the record is durably manual. A record
+// whose manual write failed stays pending, and a later resend would take the provider's
+// replay of the canceled charge for a success.
+func TestCancelOnlyAfterDurableManualWrite(t *testing.T) {
+	clock := newFakeClock()
+	prov, srv := newProvider(t, "Idempotency-Key", "charge-500")
+	cancels := 0
+	prov.extra = func(w http.ResponseWriter, r *http.Request) bool {
+		cancels++
+		w.WriteHeader(http.StatusCreated)
+		return true
+	}
+	p := profile.Adyen.Clone()
+	p.Settle[1].Landing = time.Nanosecond
+	c, _ := dialectClient(t, srv.URL, clock, p, func(cfg *Config) { cfg.Store = failManual{keystore.NewMemory()} })
+	_, err := c.Do(context.Background(), payment(100, "ord-1"))
+	require.ErrorIs(t, err, ErrStoredServerError)
+	assert.Zero(t, cancels, "no cancel while the manual record is not written")
+}
