@@ -503,7 +503,10 @@ func TestCancelOnlyAfterDurableManualWrite(t *testing.T) {
 	}
 	p := profile.Adyen.Clone()
 	p.Settle[1].Landing = time.Nanosecond
-	c, _ := dialectClient(t, srv.URL, clock, p, func(cfg *Config) { cfg.Store = failManual{keystore.NewMemory()} })
+	c, _ := dialectClient(t, srv.URL, clock, p, func(cfg *Config) {
+		cfg.Store = failManual{keystore.NewMemory()}
+		cfg.Now = func() time.Time { clock.Advance(time.Millisecond); return clock.Now() } // past the landing at once
+	})
 	_, err := c.Do(context.Background(), payment(100, "ord-1"))
 	require.ErrorIs(t, err, ErrStoredServerError)
 	assert.Zero(t, cancels, "no cancel while the manual record is not written")
