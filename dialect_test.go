@@ -511,3 +511,31 @@ func TestCancelOnlyAfterDurableManualWrite(t *testing.T) {
 	require.ErrorIs(t, err, ErrStoredServerError)
 	assert.Zero(t, cancels, "no cancel while the manual record is not written")
 }
+
+// A Checkout payment whose answer was cut, driven again by calls each shorter than the
+// landing: the landing counts from the last send, not from the last call's end, so the key
+// is resent once it has passed, never before.
+func TestCheckoutLandingIsNotPushedBackByCallsThatSendNothing(t *testing.T) {
+	clock := newFakeClock()
+	prov, srv := newProvider(t, "Cko-Idempotency-Key", "drop")
+	search := prov.searchRoute(clock, 0)
+	prov.extra = search
+	c, _ := dialectClient(t, srv.URL, clock, profile.Checkout, nil)
+	op := func() *Operation { return payment(100, "ord-1", WithIntent("ord-1")) }
+	sent := clock.Now()
+	_, err := c.Do(context.Background(), op(), CallMaxElapsed(5*time.Second))
+	require.ErrorIs(t, err, ErrExhausted, "the landing (1 min) does not fit in 5 s")
+	var res *Result
+	for round := 0; round < 30 && err != nil; round++ {
+		clock.Advance(5 * time.Second)
+		res, err = c.Do(context.Background(), op(), CallMaxElapsed(5*time.Second))
+		if len(prov.keys()) > 1 {
+			break
+		}
+	}
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusCreated, res.StatusCode)
+	require.Len(t, prov.keys(), 2)
+	assert.GreaterOrEqual(t, clock.Now().Sub(sent), profile.DefaultLanding, "never resent before the landing")
+	assert.Equal(t, 1, prov.charges("ord-1"))
+}

@@ -47,7 +47,12 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 	rec := cl.rec
 	var gaveUp *OperationError
 	rec.Attempts = cl.baseAttempts + cl.attempts
-	touch(rec, cl.c.cfg.Now())
+	// Where the search decides a resend (searchFirst), UpdatedAt bounds the key's last send
+	// (resumedLastSend): a call that sent nothing leaves it, or every call that waited for
+	// the landing and ran out of time would push the landing back.
+	if !cl.c.dialect.searchFirst || cl.attempts > 0 {
+		touch(rec, cl.c.cfg.Now())
+	}
 	rec.Reason, rec.Error, rec.NotExecuted = "", "", false
 	switch {
 	case cl.result != nil:
