@@ -29,14 +29,20 @@
 //     stores (the caller gets the real body), so that no PaymentIntent's secret stays in
 //     the keystore for the records' retention.
 //
-// What a caller does with the outcome (see idem's README for the contract):
+// What a caller does with the outcome (see idem's README for the contract). Test idem's
+// verdicts first: an *Error also unwraps to a *stripe.Error (the last 503, a stored 500),
+// which alone says nothing of whether the payment was made.
 //
 //	pi, err := sc.V1PaymentIntents.Create(idemstripe.WithIntent(ctx, order.ID), params)
+//	var ie *idemstripe.Error
 //	var se *stripe.Error
 //	switch {
 //	case err == nil: // created, or answered from idem's store for this intent
-//	case errors.Is(err, idem.ErrOutcomeUnknown): // maybe created: call again with the same intent, or reconcile
+//	case errors.Is(err, idem.ErrNotExecuted): // settled as not created: a new intent may pay
 //	case errors.Is(err, idem.ErrKeyConflict): // a bug: the intent's key was used with other params
+//	case errors.As(err, &ie): // unknown, stored 5xx, retries used up, ...: the record stays
+//		// pending or manual; call again with the same intent later, or reconcile. Never pay
+//		// again under a new intent.
 //	case errors.As(err, &se): // Stripe decided (card_error, invalid_request_error): not created
 //	}
 package idemstripe

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -194,6 +195,19 @@ func (v *verdict) tallyStates(rs []*keystore.Record) *keystore.Record {
 	return last
 }
 
+// invalidNote explains a pending payment the demo made invalid on purpose (amount 0): its
+// first attempt's outcome was unknown, and the refusal of its resend (a 4xx that is not the
+// key's stored answer) says nothing of that attempt, so idem keeps it pending.
+func invalidNote(r *keystore.Record) string {
+	var b struct {
+		Amount *int64 `json:"amount"`
+	}
+	if json.Unmarshal(r.Request.Body, &b) != nil || b.Amount == nil || *b.Amount != 0 {
+		return ""
+	}
+	return "; invalid on purpose (amount 0): an attempt's outcome was unknown and the refusal of the resend says nothing of it"
+}
+
 // storedError reports a key that ended in a 5xx the server stored, settled or not.
 func storedError(r *keystore.Record) bool {
 	switch r.Reason {
@@ -235,7 +249,7 @@ func (v *verdict) settlePending(ref string, last *keystore.Record, why []string,
 	if last != nil && !notExecuted(last) && len(why) == 0 {
 		v.NeedsReconciliation++
 		v.UnknownPending++
-		v.Unsettled = append(v.Unsettled, fmt.Sprintf("%s: key %s pending, outcome unknown (%s)%s", ref, last.Key, last.Reason, ledger))
+		v.Unsettled = append(v.Unsettled, fmt.Sprintf("%s: key %s pending, outcome unknown (%s)%s%s", ref, last.Key, last.Reason, ledger, invalidNote(last)))
 		return nil
 	}
 	var state keystore.State
