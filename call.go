@@ -160,7 +160,7 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 		if !cl.takeResendToken(true) {
 			return cl.finish(ctx)
 		}
-		if cl.c.dialect.searchFirst && !cl.persistProgress(ctx) { // see prepareRetry
+		if cl.c.dialect.searchFirst && !cl.persistBeforeSend() { // see prepareRetry
 			return cl.finish(ctx)
 		}
 	}
@@ -428,7 +428,7 @@ func (cl *call) prepareRetry(req *http.Request) error {
 	// Where nothing is cached on error, the record's UpdatedAt bounds the key's last send
 	// for whoever resumes it after a crash (resumedLastSend): it is written again right
 	// before the resend, whatever the wait was.
-	if cl.c.dialect.searchFirst && !cl.persistProgress(req.Context()) {
+	if cl.c.dialect.searchFirst && !cl.persistBeforeSend() {
 		return errStopped
 	}
 	return nil

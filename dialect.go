@@ -42,6 +42,11 @@ func retentionMargin(p Policy) time.Duration {
 // refuses those that contradict it (ErrInvalidConfig).
 func (c *Client) applyProfile() error {
 	p := c.cfg.Profile
+	for _, f := range append(append([]string(nil), c.cfg.RedactFields...), p.RedactFields...) {
+		if f == "" || strings.ContainsAny(f, ".[]") {
+			return fmt.Errorf("%w: RedactFields names JSON members, at any depth; %q is not a member name (a path would match nothing, and the value would be stored)", ErrInvalidConfig, f)
+		}
+	}
 	if p.Name == "" && (p.KeyHeader != "" || p.KeyField != "" || len(p.Rules) > 0 || len(p.Settle) > 0) {
 		return fmt.Errorf("%w: Profile has no Name", ErrInvalidConfig)
 	}

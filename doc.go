@@ -24,6 +24,17 @@
 //     holds the same state; pending records survive restarts and Client.Recover reconciles
 //     them.
 //
+// # Real providers: Config.Profile
+//
+// Stripe, Adyen, PayPal, Checkout.com, GoCardless, Square and Increase each answer a
+// repeated key differently, keep it for their own time, and settle an unknown outcome their
+// own way; none offers idem's status endpoint. Set Config.Profile to the provider's profile
+// (package profile: profile.Stripe, profile.PayPal, profile.Checkout, ...): it caps KeyTTL at
+// the provider's retention, reads its conflict answers, and settles through its routes (a
+// search by reference before any resend where nothing is cached on error, a pointer fetch, a
+// cancel by reference). docs/PROVIDERS.md has one line per provider; package webhook settles
+// a record from a provider's event.
+//
 // # The contract with servers
 //
 // idem follows the IETF draft "The Idempotency-Key HTTP Header Field"

@@ -14,17 +14,38 @@ import (
 // record is still pending, which is all recovery needs.
 // A fenced refusal means another instance owns the record now: the call stops (false).
 func (cl *call) persistProgress(ctx context.Context) bool {
+	ok, _ := cl.writeProgress()
+	return ok
+}
+
+// persistBeforeSend is persistProgress right before a resend where the search decides
+// (searchFirst): the write is what dates the key's last send for whoever resumes the record
+// (resumedLastSend), so a failed write stops the call (ErrOutcomeUnknown, the record
+// pending) instead of sending unrecorded.
+func (cl *call) persistBeforeSend() bool {
+	ok, err := cl.writeProgress()
+	if ok && err != nil {
+		cl.halt(ErrOutcomeUnknown, fmt.Errorf("the write that dates this resend failed, so it was not sent: %w%s", err, cl.unknownCause))
+		return false
+	}
+	return ok
+}
+
+// writeProgress writes the attempts made so far; ok is false when the call stopped (a fenced
+// write: another instance owns the record), err a write that failed otherwise (logged).
+func (cl *call) writeProgress() (ok bool, err error) {
 	cl.rec.Attempts = cl.baseAttempts + cl.attempts
 	touch(cl.rec, cl.c.cfg.Now())
 	if err := cl.c.store.Update(cl.detached(), cl.rec); err != nil {
 		if errors.Is(err, keystore.ErrFenced) {
 			cl.loseLease(err)
 			cl.stopLeaseLost(err)
-			return false
+			return false, err
 		}
 		cl.c.warn("recording attempt", cl.rec, err)
+		return true, err
 	}
-	return true
+	return true, nil
 }
 
 // finish persists the call's final state and returns what Do returns. A cancelled caller

@@ -103,6 +103,29 @@ func fillPlaceholder(tmpl, placeholder, value string) (string, error) {
 	return out, nil
 }
 
+// noEffect reports a listed payment whose status says it took no effect: declined, failed,
+// canceled (the convention's "canceled"; Checkout.com's "Declined"; Adyen's "Refused").
+func noEffect(item []byte) bool {
+	s, ok := profile.Value(item, "status")
+	if !ok {
+		return false
+	}
+	switch strings.ToLower(s) {
+	case "canceled", "cancelled", "declined", "failed", "refused", "rejected", "voided":
+		return true
+	}
+	return false
+}
+
+func allNoEffect(items []json.RawMessage) bool {
+	for _, it := range items {
+		if !noEffect(it) {
+			return false
+		}
+	}
+	return true
+}
+
 // referenceIn reads a listed payment's reference: the member field, or
 // metadata.field (Stripe keeps the caller's reference in metadata).
 func referenceIn(item []byte, field string) (string, bool) {
@@ -167,6 +190,12 @@ func LookupByReference(path, field string) (LookupFunc, error) {
 		// dropped lists other orders. One that names none is taken as the search's answer.
 		found, other := -1, 0
 		for i, item := range list.Data {
+			if noEffect(item) {
+				// A declined or canceled payment took no effect: it is not this intent's
+				// charge (it may be an earlier intent's refusal of the same order).
+				other++
+				continue
+			}
 			switch r, ok := referenceIn(item, field); {
 			case !ok || r == ref:
 				if found < 0 {
@@ -175,6 +204,9 @@ func LookupByReference(path, field string) (LookupFunc, error) {
 			default:
 				other++
 			}
+		}
+		if found < 0 && other == len(list.Data) && allNoEffect(list.Data) {
+			return Resolution{Verdict: VerdictNotExecuted, Note: fmt.Sprintf("lookup: %d payment(s) with %s %q, none in effect (declined or canceled)", other, field, ref)}, nil
 		}
 		if found < 0 {
 			return Resolution{}, fmt.Errorf("search by reference listed %d payments, none with %s %q", other, field, ref)

@@ -33,8 +33,9 @@ func (c *Client) redactStored(header http.Header, body []byte) (http.Header, []b
 	if err != nil {
 		return header, nil
 	}
-	plain, err := io.ReadAll(io.LimitReader(zr, c.policy.MaxResponseSize+1))
-	if err != nil || int64(len(plain)) > c.policy.MaxResponseSize {
+	limit := int64(maxStatusBody) + 6*c.policy.MaxResponseSize // as a status check's answer may be
+	plain, err := io.ReadAll(io.LimitReader(zr, limit+1))
+	if err != nil || int64(len(plain)) > limit {
 		return header, nil
 	}
 	return header, redactFields(plain, c.redact)
@@ -42,12 +43,17 @@ func (c *Client) redactStored(header http.Header, body []byte) (http.Header, []b
 
 // redactFields returns body with the value of every JSON object member named in fields, at
 // any depth, replaced by null; everything else keeps its bytes (member order, spacing,
-// numbers as written). A body that is not one well-formed JSON value, or that names none of
-// the fields, is returned as it is: it cannot hold a named member. Only stored copies are
+// numbers as written). A body that names none of the fields is returned as it is; one that
+// names one but is not one well-formed JSON value gives nil: nothing of it is stored. Only stored copies are
 // redacted (Config.RedactFields): the caller of Do gets the body as the server sent it.
 func redactFields(body []byte, fields []string) []byte {
-	if len(fields) == 0 || len(body) == 0 || !mentionsAny(body, fields) || !json.Valid(body) {
+	if len(fields) == 0 || len(body) == 0 || !mentionsAny(body, fields) {
 		return body
+	}
+	if !json.Valid(body) {
+		// It names a field but is not one JSON value (a byte-order mark, trailing bytes):
+		// nothing can say where the value is, so nothing of it is stored.
+		return nil
 	}
 	type frame struct{ object, wantKey bool }
 	var (

@@ -13,7 +13,9 @@ func TestRedactFields(t *testing.T) {
 		{`[{"client_secret":"q"},"client_secret"]`, `[{"client_secret":null},"client_secret"]`},
 		{`{"x":"client_secret"}`, `{"x":"client_secret"}`},
 		{`{"client\u005fsecret":"e"}`, `{"client\u005fsecret":null}`},
-		{`not json "client_secret"`, `not json "client_secret"`},
+		{`not json "client_secret"`, ``}, // names a field, cannot be read: nothing stored
+		{"\xEF\xBB\xBF" + `{"client_secret":"s"}`, ``},
+		{`not json at all`, `not json at all`},
 		{``, ``},
 	}
 	for _, tt := range tests {

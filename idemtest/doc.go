@@ -3,7 +3,7 @@
 // Stripe's documented behaviour) and injects faults on demand. idem's tests, examples and
 // users run their clients against it; its ledger is the oracle that proves every intent
 // executed at most once. It speaks idem's own dialect by default and, with Config.Dialect,
-// the idempotency dialect of each provider in DIALECTS.md (see # Dialects below); everything
+// the idempotency dialect of each provider in docs/DIALECTS.md (see # Dialects below); everything
 // up to that section describes the idem dialect.
 //
 // The server half is idemserver's: every POST runs behind idemserver's middleware on a
@@ -132,7 +132,7 @@
 // Every in-progress answer carries Retry-After. The 409/422/400 answers for another body
 // and the in-progress codes where the provider documents none (paypal, gocardless, square,
 // increase, adyen's other body) are the simulator's choice, written in the provider's error
-// format; DIALECTS.md says which parts each provider documents.
+// format; docs/DIALECTS.md says which parts each provider documents.
 //
 // The gocardless pointer is 409 {"error":{"message":...,"type":"invalid_state","code":409,
 // "errors":[{"reason":"idempotent_creation_conflict","message":...,"links":

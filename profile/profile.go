@@ -3,8 +3,15 @@
 // the key returns, and how an unknown outcome can be settled. A Profile is data; the idem
 // client reads it through one decision table (idem's decide.go) and has no provider-named
 // branch. The values in this package follow each provider's public documentation as
-// collected in the project's DIALECTS.md (late 2026); where a provider's current
+// collected in the repository's docs/DIALECTS.md (late 2026); where a provider's current
 // documentation says otherwise, it wins: copy the value and change the field.
+//
+// The paths of the settling routes (Route.Path) follow the project's simulator convention
+// (docs/DIALECTS.md, "Convention for simulators and the demo": POST /v1/payments, a search
+// at /v1/payments?reference=...), which idemtest serves. Against a provider's real API, copy
+// the profile and set each Route.Path to that API's endpoint; a route left at the
+// convention's path answers 404 there, which idem reads as "could not tell" (never as "not
+// executed"), so payments wait for a person instead of settling.
 //
 // A caller composes its own profile by copying one (Clone) and changing fields, or by
 // filling a Profile from scratch; Validate says what is missing.

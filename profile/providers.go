@@ -6,11 +6,6 @@ import (
 	"time"
 )
 
-// The paths of the settling routes below follow the project's simulator convention
-// (DIALECTS.md, "Convention for simulators and the demo"): the payment body
-// {"amount","currency","customer","reference"} at POST /v1/payments. Against a provider's
-// real API, copy the profile and set each Route.Path to that API's endpoint.
-
 // Idem is idem's own contract (idemserver, idemtest): a status endpoint by key, stored
 // answers replayed, a consistent search by reference.
 var Idem = Profile{
@@ -57,7 +52,7 @@ var Stripe = Profile{
 		{Kind: SearchByReference, Path: "/v1/payments/search?query=metadata['reference']:'{reference}'", Lag: time.Minute},
 	},
 	RedactFields: []string{"client_secret"},
-	Sources:      []string{"Stripe API reference: Idempotent requests", "Stripe docs: Search (read-after-write lag)", "DIALECTS.md: Stripe (v1)"},
+	Sources:      []string{"Stripe API reference: Idempotent requests", "Stripe docs: Search (read-after-write lag)", "docs/DIALECTS.md: Stripe (v1)"},
 }
 
 // StripeV2 is Stripe's v2 APIs: as Stripe, except that a retry of the key completes failed
@@ -65,7 +60,7 @@ var Stripe = Profile{
 var StripeV2 = func() Profile {
 	p := Stripe.Clone()
 	p.Name, p.Replay = "stripe-v2", ReplayCurrent
-	p.Sources = []string{"Stripe docs: API v2 idempotency", "DIALECTS.md: Stripe (v2 APIs)"}
+	p.Sources = []string{"Stripe docs: API v2 idempotency", "docs/DIALECTS.md: Stripe (v2 APIs)"}
 	return p
 }()
 
@@ -95,7 +90,7 @@ var Adyen = Profile{
 		// its way would charge after a cancel that found nothing.
 		{Kind: CancelByReference, Path: "/v1/cancels", Body: `{"paymentReference":"{reference}"}`},
 	},
-	Sources: []string{"Adyen docs: API idempotency", "Adyen docs: Cancel (paymentReference)", "DIALECTS.md: Adyen"},
+	Sources: []string{"Adyen docs: API idempotency", "Adyen docs: Cancel (paymentReference)", "docs/DIALECTS.md: Adyen"},
 }
 
 // PayPal: the key travels in PayPal-Request-Id and is kept 6 hours (Orders v2; up to 72
@@ -111,7 +106,7 @@ var PayPal = Profile{
 		{Field: "name", Value: "DUPLICATE_REQUEST_ID", Meaning: KeyReuse},
 	},
 	Settle:  []Route{{Kind: Resend}, {Kind: Person}},
-	Sources: []string{"PayPal REST API: Idempotency", "DIALECTS.md: PayPal"},
+	Sources: []string{"PayPal REST API: Idempotency", "docs/DIALECTS.md: PayPal"},
 }
 
 // Checkout is Checkout.com: the key travels in Cko-Idempotency-Key and is kept 24 hours;
@@ -126,7 +121,7 @@ var Checkout = Profile{
 		{Kind: SearchByReference, Path: "/v1/payments?reference={reference}"},
 		{Kind: Resend},
 	},
-	Sources: []string{"Checkout.com docs: Idempotency", "Checkout.com API: Get payment details by reference (beta)", "DIALECTS.md: Checkout.com"},
+	Sources: []string{"Checkout.com docs: Idempotency", "Checkout.com API: Get payment details by reference (beta)", "docs/DIALECTS.md: Checkout.com"},
 }
 
 // GoCardless: a repeat of a key whose resource was created is not replayed but answered
@@ -140,7 +135,7 @@ var GoCardless = Profile{
 		{Kind: Resend},
 		{Kind: FetchPointer, Path: "/v1/payments/{id}"},
 	},
-	Sources: []string{"GoCardless API: Idempotency keys", "DIALECTS.md: GoCardless"},
+	Sources: []string{"GoCardless API: Idempotency keys", "docs/DIALECTS.md: GoCardless"},
 }
 
 // Square: the key is the request body's idempotency_key (at most 45 characters for
@@ -151,7 +146,7 @@ var Square = Profile{
 	Name: "square", KeyField: "idempotency_key", MaxKeyLength: 45, Replay: ReplayStored,
 	Rules:   []Rule{{Field: "errors.code", Value: "IDEMPOTENCY_KEY_REUSED", Meaning: KeyReuse}},
 	Settle:  []Route{{Kind: Resend}, {Kind: Person}},
-	Sources: []string{"Square API: Idempotency", "Square API: CreatePayment (idempotency_key, max length 45)", "DIALECTS.md: Square"},
+	Sources: []string{"Square API: Idempotency", "Square API: CreatePayment (idempotency_key, max length 45)", "docs/DIALECTS.md: Square"},
 }
 
 // Increase: keys up to 200 characters; replays marked Idempotent-Replayed; a key used with
@@ -164,7 +159,7 @@ var Increase = Profile{
 		{Kind: ListByKey, Path: "/v1/payments?idempotency_key={key}"},
 		{Kind: Resend},
 	},
-	Sources: []string{"Increase API: Idempotency keys", "DIALECTS.md: Increase"},
+	Sources: []string{"Increase API: Idempotency keys", "docs/DIALECTS.md: Increase"},
 }
 
 // All returns a copy of every profile of this package, by name.

@@ -29,7 +29,9 @@ type Event struct {
 	Key string
 	// Reference is the caller's reference, when the event carries it instead of the key
 	// (Adyen's merchantReference): the manual records of Scope whose request body has it in
-	// ReferenceField are settled. Only a VerdictExecuted event may name a reference alone.
+	// ReferenceField are settled. Only a VerdictExecuted event may name a reference alone, and
+	// only while one record of Scope has it (an order tried under several intents needs the
+	// key). Settle then lists the keystore's records: a webhook's cost grows with the store.
 	Reference string
 	// ReferenceField is the request body member holding the reference; "" means
 	// idem.ReferenceField ("reference").
@@ -53,13 +55,14 @@ var ErrNoRecord = errors.New("webhook: no record for the event")
 // again later.
 var ErrStillPending = errors.New("webhook: the record is still pending")
 
-// Settle gives the event's verdict to the manual record it names (by Key, or every manual
-// record of Scope with Reference), with idem.Client.Resolve, and returns the records
-// settled. Errors: ErrNoRecord when nothing matches; an *idem.OperationError matching
+// Settle gives the event's verdict to the manual record it names (by Key, or the one record
+// of Scope with Reference), with idem.Client.Resolve, and returns the record settled.
+// Errors: ErrNoRecord when nothing matches; an *idem.OperationError matching
 // idem.ErrNotManual when the record is succeeded or failed (a verdict stands), also
 // matching ErrStillPending when it is pending;
-// idem.ErrInvalidOperation for an event with neither Key nor Reference, or
-// idem.VerdictUnknown; a keystore error.
+// idem.ErrInvalidOperation for an event with neither Key nor Reference, idem.VerdictUnknown,
+// a not-executed event without Key, or a Reference that several records have; a keystore
+// error.
 func Settle(ctx context.Context, c *idem.Client, ev Event) ([]*keystore.Record, error) {
 	if ev.Key == "" && ev.Reference == "" {
 		return nil, fmt.Errorf("%w: the event names neither a key nor a reference", idem.ErrInvalidOperation)
@@ -91,25 +94,30 @@ func Settle(ctx context.Context, c *idem.Client, ev Event) ([]*keystore.Record, 
 	if field == "" {
 		field = idem.ReferenceField
 	}
-	manual, err := c.Store().List(ctx, keystore.StateManual)
+	// Every record of the reference, whatever its state: an order paid under several intents
+	// (a refusal or a cancel, then a new try) makes the reference ambiguous, and an event
+	// about one intent, late or redelivered, must not settle another.
+	all, err := c.Store().List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("webhook: listing manual records: %w", err)
+		return nil, fmt.Errorf("webhook: listing records: %w", err)
 	}
-	var settled []*keystore.Record
-	for _, rec := range manual {
-		if rec.Scope != ev.Scope || referenceOf(rec.Request.Body, field) != ev.Reference {
-			continue
+	var match []*keystore.Record
+	for _, rec := range all {
+		if rec.Scope == ev.Scope && referenceOf(rec.Request.Body, field) == ev.Reference {
+			match = append(match, rec)
 		}
-		got, err := c.Resolve(ctx, rec.Scope, rec.Key, r)
-		if err != nil {
-			return settled, pendingErr(ctx, c, rec.Scope, rec.Key, err)
-		}
-		settled = append(settled, got)
 	}
-	if len(settled) == 0 {
-		return nil, fmt.Errorf("%w: no manual record of tenant %q has %s %q", ErrNoRecord, ev.Scope, field, ev.Reference)
+	switch {
+	case len(match) == 0:
+		return nil, fmt.Errorf("%w: no record of tenant %q has %s %q", ErrNoRecord, ev.Scope, field, ev.Reference)
+	case len(match) > 1:
+		return nil, fmt.Errorf("%w: %d records of tenant %q have %s %q (several intents of one order): the event must name the key", idem.ErrInvalidOperation, len(match), ev.Scope, field, ev.Reference)
 	}
-	return settled, nil
+	got, err := c.Resolve(ctx, match[0].Scope, match[0].Key, r)
+	if err != nil {
+		return nil, pendingErr(ctx, c, match[0].Scope, match[0].Key, err)
+	}
+	return []*keystore.Record{got}, nil
 }
 
 // pendingErr adds ErrStillPending to a refusal of a record that is pending now.

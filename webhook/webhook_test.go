@@ -108,8 +108,8 @@ func TestHandlerSettlesByReference(t *testing.T) {
 	assert.JSONEq(t, `{"id":"psp_9"}`, string(rec.Response.Body))
 	assert.Contains(t, rec.Note, "psp_9")
 
-	// Delivered again: no manual record has ord-1 any more; acknowledged.
-	assert.Equal(t, http.StatusAccepted, post(t, h, ev, sign([]byte(ev))).Code)
+	// Delivered again: the record is settled, the first verdict stands; acknowledged.
+	assert.Equal(t, http.StatusOK, post(t, h, ev, sign([]byte(ev))).Code)
 	// A refusal named by reference only could be about another attempt of the order (a
 	// late event of an earlier try): refused, nothing written.
 	no := `{"merchantReference":"ord-1","success":"false","pspReference":"psp_8"}`
@@ -119,7 +119,9 @@ func TestHandlerSettlesByReference(t *testing.T) {
 
 	// A pending record is still being worked on: deliver later.
 	pend := `{"merchantReference":"ord-2","success":"true","pspReference":"psp_10"}`
-	assert.Equal(t, http.StatusAccepted, post(t, h, pend, sign([]byte(pend))).Code, "only manual records are matched by reference")
+	assert.Equal(t, http.StatusConflict, post(t, h, pend, sign([]byte(pend))).Code, "still pending: deliver again later")
+	other := `{"merchantReference":"ord-9","success":"true","pspReference":"psp_11"}`
+	assert.Equal(t, http.StatusAccepted, post(t, h, other, sign([]byte(other))).Code, "no record: a payment idem did not make")
 
 	bad := `{"nope":1}`
 	assert.Equal(t, http.StatusBadRequest, post(t, h, bad, sign([]byte(bad))).Code)
