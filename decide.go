@@ -58,10 +58,10 @@ func classOf(m profile.Meaning) Class {
 }
 
 // fetchPointer settles a "done" answer: the profile's FetchPointer route, with the id the
-// matching rule's Pointer names, is the key's answer. It returns false with the call
-// stopped (ErrOutcomeUnknown, the record pending) when the id or the resource cannot be
-// had: the answer says the key's request succeeded, never that it failed.
-func (cl *call) fetchPointer(ctx context.Context, a *Attempt) bool {
+// matching rule's Pointer names, is the key's answer (cl.result). When the id or the
+// resource cannot be had it stops the call (ErrOutcomeUnknown, the record pending): the
+// answer says the key's request succeeded, never that it failed.
+func (cl *call) fetchPointer(ctx context.Context, a *Attempt) {
 	p := cl.c.dialect.p
 	var id string
 	for _, r := range p.Rules {
@@ -75,7 +75,7 @@ func (cl *call) fetchPointer(ctx context.Context, a *Attempt) bool {
 	route, ok := p.Route(profile.FetchPointer)
 	if !ok || id == "" {
 		cl.halt(ErrOutcomeUnknown, fmt.Errorf("HTTP %d says the key's request succeeded, but names no resource this profile can fetch", a.StatusCode()))
-		return false
+		return
 	}
 	path, err := fillPlaceholder(route.Path, "{id}", id)
 	if err == nil {
@@ -89,14 +89,13 @@ func (cl *call) fetchPointer(ctx context.Context, a *Attempt) bool {
 			cl.rec.Note = fmt.Sprintf("the key's request had succeeded: %s (HTTP %d) named %s", p.Name, a.StatusCode(), id)
 			cl.result = &Result{Key: cl.rec.Key, StatusCode: status, Header: http.Header{"Content-Type": {"application/json"}},
 				Body: body, Source: SourceLookup}
-			return true
+			return
 		}
 		if err == nil {
 			err = fmt.Errorf("HTTP %d", status)
 		}
 	}
 	cl.halt(ErrOutcomeUnknown, fmt.Errorf("the key's request succeeded as %s, and fetching it failed: %w", id, err))
-	return false
 }
 
 // samePayment reports whether a fetched resource can be this record's payment: its

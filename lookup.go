@@ -160,11 +160,9 @@ func LookupByReference(path, field string) (LookupFunc, error) {
 		field = ReferenceField
 	}
 	return func(ctx context.Context, req LookupRequest) (Resolution, error) {
-		var body map[string]json.RawMessage
-		var ref string
-		if json.Unmarshal(req.Record.Request.Body, &body) != nil ||
-			json.Unmarshal(body[field], &ref) != nil || ref == "" {
-			return Resolution{}, fmt.Errorf("the request body has no %q string to look up", field)
+		ref, err := referenceOf(req.Record, field)
+		if err != nil {
+			return Resolution{}, err
 		}
 		target, err := fillPlaceholder(path, "{reference}", ref)
 		if err != nil {

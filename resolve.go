@@ -281,10 +281,12 @@ func (c *Client) resolvedOutcome(rec *keystore.Record, stop error) (*Result, err
 // sent last, and never moves back: touch) or, after a crash mid-call, its LeaseUntil (no
 // attempt outlives the lease it was sent under), and never before its CreatedAt. A clock
 // stepped back puts that time in the future and the wait grows with it. A stored 5xx needs
-// no wait: the server ended the key's execution.
+// no wait of its own (the server ended the key's execution), only the profile's:
 //
-// A profile's search that lags (profile.Route.Lag: Stripe's search, about a minute) adds the
-// same wait for every reason: a charge made just before may not show yet.
+// A profile's search that lags (profile.Route.Lag: Stripe's search, about a minute) adds its
+// lag for every reason, counted from the final write: a charge made just before may not show
+// yet. A lookup that acts (a cancel by reference) waits its Route.Landing the same way, so
+// that no request of the key still on its way charges after the cancel.
 func (c *Client) tooSoonForNotExecuted(rec *keystore.Record) error {
 	wait := max(c.dialect.lookupLag, c.dialect.actLanding)
 	if rec.Reason == reasonKeyExpired {
