@@ -44,6 +44,7 @@ func TestDialectAdversarial2CheckoutResendAfterAFailedPreSendWriteNeverChargesTw
 		HTTPClient: &http.Client{Transport: tr}, Budget: BudgetConfig{Disabled: true}}
 	c1, err := NewClient(cfg)
 	require.NoError(t, err)
+	defer c1.Close() // after the oracle: the first process "crashed", its client is only tidied up
 	func() {
 		defer func() { t.Logf("first process: %v", recover()) }()
 		_, derr := c1.Do(context.Background(), payment(100, "ord-1"), CallMaxRetryAfter(300e9), CallMaxElapsed(600e9))

@@ -125,6 +125,7 @@ func advResumed(t *testing.T, ra string, opts ...CallOption) {
 		HTTPClient: &http.Client{Transport: tr}, Budget: BudgetConfig{Disabled: true}}
 	c1, err := NewClient(cfg)
 	require.NoError(t, err)
+	defer c1.Close() // after the oracle: the first process "crashed", its client is only tidied up
 	func() {
 		defer func() { t.Logf("first process: %v", recover()) }()
 		_, _ = c1.Do(context.Background(), payment(100, "ord-1"), opts...)
