@@ -344,6 +344,9 @@ func NewClient(cfg Config) (*Client, error) {
 	if c.store == nil {
 		c.store = keystore.NewMemory()
 	}
+	if _, ok := c.store.(keystore.ManualClaimer); c.dialect.lookupActs && !ok {
+		return nil, fmt.Errorf("%w: profile %s settles by a cancel by reference, which needs a store that can claim a manual record (keystore.ManualClaimer: Memory, boltstore, pgstore); %T cannot", ErrInvalidConfig, c.dialect.p.Name, c.store)
+	}
 	c.classes = cfg.Classifiers
 	if c.classes == nil {
 		c.classes = DefaultClassifiers()

@@ -489,6 +489,10 @@ func (f failManual) Update(ctx context.Context, rec *keystore.Record) error {
 	return f.Store.Update(ctx, rec)
 }
 
+func (f failManual) ClaimManual(ctx context.Context, scope, key string, l keystore.Lease) (*keystore.Record, error) {
+	return keystore.ClaimManual(ctx, f.Store, scope, key, l)
+}
+
 // A cancel acts on the provider: it goes only once the record is durably manual. A record
 // whose manual write failed stays pending, and a later resend would take the provider's
 // replay of the canceled charge for a success.

@@ -44,6 +44,14 @@ var (
 	// ErrNotManual: Client.Resolve was asked to settle a record that is not waiting for
 	// reconciliation (not StateManual). Nothing is written.
 	ErrNotManual = errors.New("idem: record is not waiting for reconciliation")
+	// ErrCancelInFlight: Client.Resolve (a person, a webhook) was asked to settle a manual
+	// record while a cancel by reference (profile.CancelByReference) sent for it may still
+	// land: until the cancel's claim on the record ends and its Route.Landing has passed. A
+	// verdict then could be voided by the cancel (an "executed" payment canceled after it was
+	// reported paid) or let the order be paid again under a new intent that the cancel then
+	// voids. Nothing is written; give the verdict again later (a webhook answers 409 so that
+	// the provider delivers the event again).
+	ErrCancelInFlight = errors.New("idem: a cancel by reference sent for the record may still land")
 	// ErrExhausted: the policy's MaxAttempts or MaxElapsed ran out. The record stays pending.
 	ErrExhausted = errors.New("idem: retries exhausted")
 	// ErrKeyConflict: the idempotency key is already bound to another request (method, path or

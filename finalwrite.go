@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"unicode/utf8"
@@ -24,13 +25,25 @@ import (
 //
 // A manual record whose Lookup acts (a cancel by reference) is written synchronously too:
 // the cancel follows, and a record still pending after a crash would be resent, and the
-// provider's replay of the canceled charge taken for a success.
+// provider's replay of the canceled charge taken for a success. The call's lease on it is
+// then released: the cancel's claim (claimForCancel) is refused while another owner's lease
+// is live, and the call's own has nothing left to guard.
 func (c *Client) updateFinal(ctx context.Context, rec *keystore.Record) error {
 	if d, ok := c.store.(keystore.DeferredUpdater); ok && rec.State != keystore.StateFailed &&
 		(rec.State != keystore.StateManual || !c.dialect.lookupActs) {
 		return d.UpdateDeferred(ctx, rec)
 	}
-	return c.store.Update(ctx, rec)
+	if err := c.store.Update(ctx, rec); err != nil {
+		return err
+	}
+	if rec.State == keystore.StateManual && c.dialect.lookupActs && rec.Owner == c.cfg.Owner {
+		// Fenced: a record claimed since is left as it is. A failed release only makes the
+		// cancel wait for the lease to expire.
+		if err := c.store.Release(ctx, rec.Scope, rec.Key, c.cfg.Owner, rec.Fence); err != nil && !errors.Is(err, keystore.ErrFenced) {
+			c.warn("releasing the lease of a manual record", rec, err)
+		}
+	}
+	return nil
 }
 
 // withoutSecrets is keystore.StripSecrets(h, secret...) that returns h itself when it holds

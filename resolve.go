@@ -92,7 +92,9 @@ type LookupFunc func(ctx context.Context, req LookupRequest) (Resolution, error)
 // that is not a 2xx (the record would become succeeded with an error answer);
 // keystore.ErrNotFound when there is no such record; an *OperationError matching
 // ErrNotManual when the record is not manual (pending, succeeded or failed: nothing is
-// written); ErrCanceled when ctx ends while waiting; a *ClockSkewError (ErrClockSkew) when
+// written); an *OperationError matching ErrCancelInFlight while a cancel by reference sent
+// for the record by any instance may still land (nothing is written: give the verdict again
+// after the time the error names); ErrCanceled when ctx ends while waiting; a *ClockSkewError (ErrClockSkew) when
 // the store has a clock and Config.Now is off it by more than Config.MaxClockSkew (the
 // verdict's time would be wrong for every other instance; nothing is written); a keystore
 // error when the write fails.
@@ -119,10 +121,14 @@ func (c *Client) Resolve(ctx context.Context, scope, key string, r Resolution) (
 		return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrNotManual,
 			LastStatusCode: rec.LastStatusCode, Stored: true, Cause: fmt.Errorf("record is %s", rec.State)}
 	}
-	if err := c.settle(ctx, rec, r); err != nil {
+	if err := c.settle(ctx, rec, r, false); err != nil {
 		if errors.Is(err, errSettledElsewhere) {
 			return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrNotManual,
 				LastStatusCode: rec.LastStatusCode, Stored: true, Cause: fmt.Errorf("record is %s (settled by another instance meanwhile)", rec.State)}
+		}
+		if errors.Is(err, ErrCancelInFlight) {
+			return nil, &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrCancelInFlight,
+				LastStatusCode: rec.LastStatusCode, Stored: true, Cause: err}
 		}
 		return nil, err
 	}
@@ -165,7 +171,11 @@ var errSettledElsewhere = errors.New("idem: the record was settled meanwhile")
 // are ordered by the store when it is a keystore.StateGuardedUpdater (Memory, bbolt,
 // pgstore): the write is made only while the record is still manual, and the later verdict
 // gets errSettledElsewhere. With a store that is not, the later write stands.
-func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution) error {
+//
+// A cancel by reference claimed on the record (cancelclaim.go) holds every other verdict
+// until it can no longer land (ErrCancelInFlight); ownCancel is the claimant's own verdict,
+// written with the claim's Fence after its cancel was answered.
+func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution, ownCancel bool) error {
 	// The verdict's UpdatedAt is this clock's: far behind, the record would look older than
 	// Retention to every other instance and be purged, and its intent paid again.
 	if err := c.checkWriteClock(ctx, rec); errors.Is(err, ErrClockSkew) {
@@ -178,6 +188,11 @@ func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution)
 	if cur.State != keystore.StateManual {
 		*rec = *cur
 		return errSettledElsewhere
+	}
+	if !ownCancel {
+		if err := c.cancelMayLand(cur); err != nil {
+			return err
+		}
 	}
 	next := rec.Clone()
 	next.Note, next.NotExecuted = r.Note, false
@@ -207,6 +222,17 @@ func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution)
 			return errSettledElsewhere
 		}
 	}
+	if errors.Is(err, keystore.ErrFenced) { // claimed since it was read: a cancel is on its way
+		if cur, gerr := c.store.Get(context.WithoutCancel(ctx), rec.Scope, rec.Key); gerr == nil {
+			if cur.State != keystore.StateManual {
+				*rec = *cur
+				return errSettledElsewhere
+			}
+			if cerr := c.cancelMayLand(cur); cerr != nil {
+				return cerr
+			}
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("idem: persisting the resolution of key %q: %w", rec.Key, err)
 	}
@@ -222,14 +248,23 @@ func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, heade
 		(rec.Reason != ReasonStoredServerError && rec.Reason != reasonKeyExpired) {
 		return nil, nil, false
 	}
-	if c.dialect.lookupActs { // a cancel is made only once no request of the key can still land
-		if err := c.tooSoonForNotExecuted(rec); err != nil {
+	seen := rec.Clone() // the record as found: its last send and any earlier cancel's claim
+	if c.dialect.lookupActs {
+		// A cancel is made only once no request of the key, and no earlier cancel, can still
+		// land, and only by the instance that claimed the record for it.
+		if err := c.tooSoonForNotExecuted(seen); err != nil {
 			c.warn("business lookup not asked yet; the record stays manual", rec, err)
 			return nil, nil, false
 		}
+		claimed, err := c.claimForCancel(ctx, rec)
+		if err != nil {
+			c.warn("cancel by reference not sent; the record stays manual", rec, err)
+			return nil, nil, false
+		}
+		rec.Owner, rec.LeaseUntil, rec.Fence = claimed.Owner, claimed.LeaseUntil, claimed.Fence
 	}
 	c.stats.lookups.Add(1)
-	r, err := c.cfg.Lookup(ctx, LookupRequest{Record: rec.Clone(), Get: c.getter(rec, header), Post: c.poster(rec, header)})
+	r, err := c.cfg.Lookup(ctx, LookupRequest{Record: seen.Clone(), Get: c.getter(rec, header), Post: c.poster(rec, header)})
 	if err == nil && r.Verdict != VerdictExecuted && r.Verdict != VerdictNotExecuted {
 		err = errors.New("the lookup could not tell")
 	}
@@ -237,7 +272,7 @@ func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, heade
 		err = r.check() // never a succeeded record with a non-2xx answer
 	}
 	if err == nil && r.Verdict == VerdictNotExecuted {
-		err = c.tooSoonForNotExecuted(rec)
+		err = c.tooSoonForNotExecuted(seen)
 	}
 	if err != nil {
 		c.warn("business lookup inconclusive; the record stays manual", rec, err)
@@ -246,7 +281,7 @@ func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, heade
 	if r.Note == "" {
 		r.Note = "lookup: " + r.Verdict.String()
 	}
-	if err := c.settle(ctx, rec, r); err != nil {
+	if err := c.settle(ctx, rec, r, c.dialect.lookupActs); err != nil {
 		if errors.Is(err, errSettledElsewhere) && rec.State != keystore.StatePending {
 			res, err := c.storedOutcome(rec) // the verdict that was persisted first stands
 			return res, err, true
@@ -296,6 +331,9 @@ func (c *Client) tooSoonForNotExecuted(rec *keystore.Record) error {
 		return nil
 	}
 	last := later(rec.CreatedAt, rec.UpdatedAt)
+	if cancelClaimed(rec) { // an earlier cancel's request may still land until its claim ends
+		last = later(last, rec.LeaseUntil)
+	}
 	if rec.Reason == reasonKeyExpired {
 		// Such a record may have been resumed from a call that crashed mid-send: its lease
 		// bounds that send. A stored 5xx was written manual by the call that sent last,

@@ -9,7 +9,7 @@ import (
 // Optional capabilities a Store may implement. The client uses each one when the store has it
 // and falls back to the plain Store methods otherwise, so an adapter written against Store
 // alone keeps working. Memory and the bbolt file store implement all of them but Clock;
-// pgstore implements Pager, StateGuardedUpdater and Clock.
+// pgstore implements Pager, StateGuardedUpdater, ManualClaimer and Clock.
 
 // DeferredUpdater is implemented by a store that can accept a write without waiting for it
 // to be durable. The client uses it for a call's final-state write only, and not when that

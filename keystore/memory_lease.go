@@ -129,3 +129,29 @@ func (m *Memory) ClaimExpired(ctx context.Context, l Lease, limit int) ([]*Recor
 	}
 	return out, nil
 }
+
+// ClaimManual gives l.Owner the lease of the manual record (scope, key) with the next Fence
+// and returns a copy of it (keystore.ManualClaimer). Errors: ErrInvalid (bad lease),
+// ErrNotFound, ErrStateChanged (wrapped: not manual), *ClaimedError, ErrClosed, ctx.Err().
+func (m *Memory) ClaimManual(ctx context.Context, scope, key string, l Lease) (*Record, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.begin(ctx); err != nil {
+		return nil, err
+	}
+	k := scopedName{scope, key}
+	rec, ok := m.records[k]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	r := rec.rules(k)
+	if err := ManualClaimRefusal(&r, l); err != nil {
+		return nil, err
+	}
+	ApplyClaim(&r, l)
+	rec.setLease(&r)
+	return rec.export(k), nil
+}

@@ -113,19 +113,17 @@ func TestDialectAdversarial2LateEventByReferenceNeverSettlesTheNextIntent(t *tes
 	}
 }
 
-// A cancel in flight (Recover in a worker) and an "executed" event (the webhook tier, another
-// instance) on one manual record: the event settles it first, the cancel then voids the
-// charge, and the worker reports the payment as succeeded.
-// Open (see docs/PROVIDERS.md, "What is left to a person"): a cancel by reference in flight
-// races a verdict given elsewhere (this webhook, or a second instance's cancel). The fix
-// needs a durable "cancel in flight" claim on the manual record, which no store has yet.
-const openCancelRace = "open: a cancel by reference in flight races another settling route; needs a durable cancel-in-flight claim on the manual record"
-
-func TestDialectAdversarial2CancelInFlightAndExecutedEventAcknowledgeACanceledCharge(t *testing.T) {
-	t.Skip(openCancelRace)
+// A cancel in flight (a worker's Do) and an "executed" event (the webhook tier, another
+// instance) on one manual record: the worker claimed the record before it sent the cancel,
+// so the event is refused (ErrCancelInFlight: the handler answers 409 and the provider
+// delivers it again), the cancel settles the record not executed, and the redelivered event
+// finds the verdict standing. Nobody is told the order is paid while its charge is voided.
+func TestCancelInFlightHoldsAnExecutedEvent(t *testing.T) {
 	l := &adyenLedger{charges: map[string]int{}, cancelGate: make(chan struct{}), cancelSeen: make(chan struct{})}
 	api := httptest.NewServer(l)
 	defer api.Close()
+	openGate := sync.OnceFunc(func() { close(l.cancelGate) })
+	defer openGate() // before api.Close, which waits for the cancel's handler
 	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 	store := keystore.NewMemory()
 	worker := adyenClient(t, api.URL, store, clk)
@@ -148,22 +146,32 @@ func TestDialectAdversarial2CancelInFlightAndExecutedEventAcknowledgeACanceledCh
 		done <- out{res, err}
 	}()
 	<-l.cancelSeen // the cancel is on its way
-	_, err = Settle(ctx, hook, Event{Reference: "ord-1", Verdict: idem.VerdictExecuted,
-		Response: &keystore.Response{StatusCode: 200, Body: []byte(`{"pspReference":"psp-1"}`)}})
+	event := Event{Reference: "ord-1", Verdict: idem.VerdictExecuted,
+		Response: &keystore.Response{StatusCode: 200, Body: []byte(`{"pspReference":"psp-1"}`)}}
+	_, err = Settle(ctx, hook, event)
+	require.ErrorIs(t, err, idem.ErrCancelInFlight, "no verdict while the cancel may land")
+	rec, err := store.GetByIntent(ctx, "", "ord-1#0")
 	require.NoError(t, err)
-	close(l.cancelGate) // the cancel lands: the charge is voided
+	require.Equal(t, keystore.StateManual, rec.State, "the refused event wrote nothing")
+
+	openGate() // the cancel lands: the charge is voided
 	o := <-done
-	if o.err == nil && l.charges["ord-1"] == 0 {
-		require.Failf(t, "acknowledged a canceled charge", "Do returned %d %s; live charges of ord-1: 0", o.res.StatusCode, o.res.Body)
-	}
+	require.ErrorIs(t, o.err, idem.ErrNotExecuted, "the cancel's own verdict")
+	require.Equal(t, 0, l.charges["ord-1"])
+
+	_, err = Settle(ctx, hook, event) // redelivered: the cancel's verdict stands
+	require.ErrorIs(t, err, idem.ErrNotManual)
+	rec, err = store.GetByIntent(ctx, "", "ord-1#0")
+	require.NoError(t, err)
+	require.Equal(t, keystore.StateFailed, rec.State)
 }
 
-// Two instances reconcile one manual record with Adyen's cancel: the first cancel settles
-// it not executed, the application pays the order under its next intent, and the second
-// instance's cancel (sent before the verdict, landing after) voids that new charge; the new
-// intent stays succeeded.
-func TestDialectAdversarial2SecondInstancesLateCancelVoidsTheNextIntentsCharge(t *testing.T) {
-	t.Skip(openCancelRace)
+// Two instances reconcile one manual record with Adyen's cancel. The second instance's cancel
+// is slow on the network; the first instance finds the record claimed for it and sends no
+// cancel of its own, nor gives a verdict, so the application cannot pay the order again
+// while that cancel may still land. Once it has landed and settled the record, the order is
+// paid under its next intent, and that charge stands.
+func TestSecondInstancesCancelKeepsTheRecordUntilItLands(t *testing.T) {
 	l := &adyenLedger{charges: map[string]int{}}
 	var cancels atomic.Int32
 	slow := make(chan struct{})
@@ -190,6 +198,8 @@ func TestDialectAdversarial2SecondInstancesLateCancelVoidsTheNextIntentsCharge(t
 	})
 	api := httptest.NewServer(mux)
 	defer api.Close()
+	land := sync.OnceFunc(func() { close(slow) })
+	defer land() // before api.Close, which waits for the cancel's handler
 	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 	store := keystore.NewMemory()
 	inst1 := adyenClient(t, api.URL, store, clk)
@@ -206,18 +216,21 @@ func TestDialectAdversarial2SecondInstancesLateCancelVoidsTheNextIntentsCharge(t
 	go func() { rep, _ := inst2.Recover(ctx, nil); rec2 <- rep }()
 	<-slowSeen // instance 2's cancel is on its way
 	_, err = inst1.Do(ctx, idem.NewOperation(http.MethodPost, "/v1/payments", body, idem.WithIntent("ord-1#0")))
+	require.ErrorIs(t, err, idem.ErrStoredServerError, "still unknown: instance 2's cancel may land")
+	require.NotErrorIs(t, err, idem.ErrNotExecuted)
+	require.EqualValues(t, 1, cancels.Load(), "instance 1 sent no cancel of its own")
+
+	land() // instance 2's cancel lands and settles the record
+	require.Equal(t, 1, (<-rec2).Resolved)
+	_, err = inst1.Do(ctx, idem.NewOperation(http.MethodPost, "/v1/payments", body, idem.WithIntent("ord-1#0")))
 	require.ErrorIs(t, err, idem.ErrNotExecuted)
 
 	okB.Store(true) // the application pays under the next intent
 	res, err := inst1.Do(ctx, idem.NewOperation(http.MethodPost, "/v1/payments", body, idem.WithIntent("ord-1#1")))
 	require.NoError(t, err)
-	require.Equal(t, 1, l.charges["ord-1"])
-
-	close(slow) // instance 2's cancel lands
-	<-rec2
+	require.Equal(t, 1, l.charges["ord-1"], "no cancel voids the new charge")
 	rec, err := store.Get(ctx, "", res.Key)
 	require.NoError(t, err)
-	if rec.State == keystore.StateSucceeded && l.charges["ord-1"] == 0 {
-		require.Failf(t, "acknowledged a canceled charge", "intent #1 is %s; live charges of ord-1: 0", rec.State)
-	}
+	require.Equal(t, keystore.StateSucceeded, rec.State)
+	require.EqualValues(t, 1, cancels.Load())
 }

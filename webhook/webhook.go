@@ -59,7 +59,9 @@ var ErrStillPending = errors.New("webhook: the record is still pending")
 // of Scope with Reference), with idem.Client.Resolve, and returns the record settled.
 // Errors: ErrNoRecord when nothing matches; an *idem.OperationError matching
 // idem.ErrNotManual when the record is succeeded or failed (a verdict stands), also
-// matching ErrStillPending when it is pending;
+// matching ErrStillPending when it is pending; an *idem.OperationError matching
+// idem.ErrCancelInFlight while a cancel by reference sent for the record may still land
+// (Handler answers both with 409, so that the provider delivers the event again later);
 // idem.ErrInvalidOperation for an event with neither Key nor Reference, idem.VerdictUnknown,
 // a not-executed event without Key, or a Reference that several records have; a keystore
 // error.
@@ -146,7 +148,8 @@ const MaxEventSize = 1 << 20
 // Handler is an http.Handler for a provider's webhook: it verifies the request, parses the
 // event and settles the record it names (Settle). Answers: 200 when settled; 202 when no
 // record matches (a payment idem did not make: nothing to retry); 409 when the record is
-// still pending (the provider delivers again later); 200 when it was settled already (the
+// still pending or a cancel by reference sent for it may still land (the provider delivers
+// again later); 200 when it was settled already (the
 // first verdict stands; the event is acknowledged); 400 for an event Parse refuses; 401
 // when Verify refuses, or when Verify is nil (every request is refused: a webhook that
 // settles payments must check the provider's signature); 405 for a method other than POST;
@@ -202,7 +205,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 	case errors.Is(err, idem.ErrInvalidOperation):
 		http.Error(w, clip(err.Error()), http.StatusBadRequest)
-	case errors.Is(err, ErrStillPending):
+	case errors.Is(err, ErrStillPending), errors.Is(err, idem.ErrCancelInFlight):
 		http.Error(w, "the payment is still being worked on: deliver again later", http.StatusConflict)
 	case errors.Is(err, idem.ErrNotManual):
 		w.WriteHeader(http.StatusOK) // already settled: the first verdict stands

@@ -28,6 +28,7 @@ var fleetCases = []struct {
 	{"ConcurrentClaim", testConcurrentClaim},
 	{"ConcurrentClaimExpired", testConcurrentClaimExpired},
 	{"SharedIntent", testSharedIntent},
+	{"ClaimManual", testClaimManual},
 }
 
 // t0 is "now" for the lease cases, an hour after the records were created.
