@@ -150,10 +150,13 @@ func (p *prober) detect() {
 			}
 		}
 		if replaySeen {
-			fits := pr.Replay == replay || replay == profile.ReplayStored && pr.Replay == profile.ReplayNothingOnError
-			if fits {
+			// A byte-identical repeat fits a stored answer, and also the resource as it is now
+			// when nothing changed it since: no evidence for or against ReplayCurrent.
+			switch {
+			case pr.Replay == replay || replay == profile.ReplayStored && pr.Replay == profile.ReplayNothingOnError:
 				add(wReplay, "%s", replayWhy)
-			} else {
+			case replay == profile.ReplayStored && pr.Replay == profile.ReplayCurrent:
+			default:
 				add(-wReplayWrong, "")
 			}
 		}

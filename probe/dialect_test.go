@@ -1,0 +1,53 @@
+package probe_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/probe"
+)
+
+// The probe names the dialect of docs/DIALECTS.md that idemtest speaks, for every dialect
+// whose key travels in a header (square's is a body field, which the probe does not send),
+// and suggests its profile. The key header is the caller's (-key-header); the rest comes from
+// the answers.
+func TestDetectsDialect(t *testing.T) {
+	const stripeSearch = "/v1/payments/search?query=metadata['reference']:'{reference}'"
+	for _, tc := range []struct {
+		dialect, header string
+		faults          []idemtest.Fault // random faults at 50% after the burst; nil: none
+		search          string           // the search by reference; "" for the default
+	}{
+		{idemtest.DialectIdem, "", nil, ""},
+		{idemtest.DialectIETF, "", nil, ""},
+		{idemtest.DialectStripe, "", nil, stripeSearch},
+		// A 5xx completed by the resend, counted once by the search, tells v2 from v1.
+		{idemtest.DialectStripeV2, "", []idemtest.Fault{idemtest.FaultStored500AfterCharge}, stripeSearch},
+		{idemtest.DialectAdyen, "", nil, ""},
+		{idemtest.DialectPayPal, "PayPal-Request-Id", nil, ""},
+		{idemtest.DialectCheckout, "Cko-Idempotency-Key", nil, ""},
+		{idemtest.DialectGoCardless, "", nil, ""},
+		{idemtest.DialectIncrease, "", nil, ""},
+	} {
+		t.Run(tc.dialect, func(t *testing.T) {
+			t.Parallel()
+			cfg := idemtest.Config{Dialect: tc.dialect, SlowDelay: 200 * time.Millisecond, SearchLag: -1, Seed: 3}
+			if tc.faults != nil {
+				cfg.FaultRate, cfg.Faults = 0.5, tc.faults
+			}
+			api := idemtest.NewServer(cfg)
+			t.Cleanup(api.Close)
+			api.Script(idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultNone)
+			api.Script(slices.Repeat([]idemtest.Fault{idemtest.FaultSlow}, probe.DefaultConcurrency)...)
+			rep := run(t, api.URL, func(c *probe.Config) {
+				c.KeyHeader, c.SearchPath = tc.header, tc.search
+				c.Trials = 9
+			})
+			if rep.Dialect.Profile != tc.dialect || rep.Suggestion.Profile != tc.dialect {
+				t.Errorf("dialect %+v, want %s\n%s", rep.Dialect, tc.dialect, text(rep))
+			}
+		})
+	}
+}
