@@ -45,7 +45,7 @@ func NewPlan(cfg Config) (*Plan, error) {
 		{CheckReplay, 0, 0, "the create request again, same key: no new payment on an API that replays"},
 		{CheckKeyReuse, 0, 1, "another body under the create key: a payment only if the API executes it (broken)"},
 		{CheckInProgress, 1, c.Rounds, fmt.Sprintf("%d identical requests under one key per burst, 1 payment each, %d bursts at most", c.Concurrency, c.Rounds)},
-		{"trials", c.Trials, c.Trials, fmt.Sprintf("%d payments, each resent once with its key (%d with the answer cut: %s); no new payment on an API that keeps keys",
+		{"trials", c.Trials, c.Trials, fmt.Sprintf("%d payments, each resent once with its key (%d with the answer cut: %s); the resends add none on an API that keeps keys",
 			c.Trials, c.Trials/LostEvery, CheckLostResponse)},
 		{CheckRetention, retention, retMax, retWhat},
 	}
