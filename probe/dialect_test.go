@@ -2,6 +2,7 @@ package probe_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,13 @@ func TestDetectsDialect(t *testing.T) {
 			})
 			if rep.Dialect.Profile != tc.dialect || rep.Suggestion.Profile != tc.dialect {
 				t.Errorf("dialect %+v, want %s\n%s", rep.Dialect, tc.dialect, text(rep))
+			}
+			// PayPal's and Increase's key-reuse answers are not idem's default 422, but their
+			// profiles read them as key reuse: honoured, naming the profile.
+			if tc.dialect == idemtest.DialectPayPal || tc.dialect == idemtest.DialectIncrease {
+				if r, _ := rep.Row(probe.CheckKeyReuse); r.Result != probe.Honoured || !strings.Contains(r.Evidence, `"`+tc.dialect+`" profile`) {
+					t.Errorf("key-reuse = %s (%s)", r.Result, r.Evidence)
+				}
 			}
 		})
 	}

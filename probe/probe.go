@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/profile"
 )
 
 // Run sends the contract's checks to cfg.BaseURL and returns one Row per check (in the
@@ -144,9 +145,10 @@ func (p *prober) run(ctx context.Context) {
 	} else {
 		p.noSearch = "no payment was executed"
 	}
+	p.detect()
+	p.keyReuseByProfile()
 	p.gradeTrials()
 	p.executesOnce()
-	p.detect()
 }
 
 // create sends one operation under a fresh key until it gets a 2xx, resending the same key
@@ -262,6 +264,26 @@ func (p *prober) keyReuse(ctx context.Context, key, ref string) {
 		p.set(CheckKeyReuse, Broken, "HTTP %d%s: another request executed under a used key", a.status, idEvidence(a))
 	default:
 		p.set(CheckKeyReuse, Broken, "got %s, want 422 naming key reuse", a)
+	}
+}
+
+// keyReuseByProfile regrades a key-reuse row that idem's default classifiers could not read:
+// when the detected profile has a rule reading the answer as key reuse (PayPal's
+// PAYPAL_REQUEST_ID_PREVIOUSLY_USED, Increase's idempotency_key_already_used_error), a client
+// configured with that profile gets ErrKeyConflict, and the row is Honoured, saying so. A 2xx
+// stays Broken whatever a profile says.
+func (p *prober) keyReuseByProfile() {
+	row, a := p.rows[CheckKeyReuse], p.reused
+	if row.Result != Broken || p.dialect.Profile == "" || a.err != nil || a.status < 400 || a.status > 499 {
+		return
+	}
+	pr, err := profile.ByName(p.dialect.Profile)
+	if err != nil {
+		return
+	}
+	if r := ruleMatch(pr, a); r != nil && r.Meaning == profile.KeyReuse {
+		p.set(CheckKeyReuse, Honoured, "HTTP %d %s: read as key reuse by the %q profile's rule (not by idem's default classifiers)",
+			a.status, short(a.body), pr.Name)
 	}
 }
 

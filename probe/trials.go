@@ -6,6 +6,8 @@ import (
 	"net/http"
 
 	"github.com/google/uuid"
+
+	"github.com/idemkit/idem/profile"
 )
 
 // trial is one payment of the trials: sent under a fresh key and reference (its answer
@@ -15,6 +17,7 @@ type trial struct {
 	cut      bool   // the first answer was cut after the request was written
 	first    answer // the first answer; zero when cut
 	resend   answer // the resend's answer, after transient answers and 409s were waited out
+	pointer  bool   // the resend is a conflict the detected profile reads as "done", naming the resource
 }
 
 // runTrials sends cfg.Trials payments, each resent once with its key. Every LostEvery-th
@@ -48,7 +51,8 @@ func (p *prober) runTrials(ctx context.Context) {
 
 // resendKind names what a trial's resend showed: "replayed" (the first answer again, or a
 // replayed 5xx), "2xx" (a 2xx after a 5xx or a cut: completed or executed again, the search
-// tells), "unsettled" (only transient answers or 409s), or "other".
+// tells), "pointer" (a 409 naming the resource, as GoCardless answers), "unsettled" (only
+// transient answers or 409s), or "other".
 func resendKind(t trial) string {
 	a := t.resend
 	switch {
@@ -58,6 +62,8 @@ func resendKind(t trial) string {
 		return "replayed"
 	case a.ok():
 		return "2xx"
+	case a.err == nil && a.status == http.StatusConflict && t.pointer:
+		return "pointer"
 	case transient(a) || a.status == http.StatusConflict:
 		return "unsettled"
 	}
@@ -67,6 +73,13 @@ func resendKind(t trial) string {
 // gradeTrials sets the lost-response and stored-5xx rows from the trials and the search's
 // counts.
 func (p *prober) gradeTrials() {
+	if pr, err := profile.ByName(p.dialect.Profile); err == nil && p.dialect.Profile != "" {
+		for i, t := range p.trials {
+			if r := ruleMatch(pr, t.resend); r != nil && r.Meaning == profile.Done {
+				p.trials[i].pointer = true
+			}
+		}
+	}
 	var cut, fives []trial
 	read := 0
 	for _, t := range p.trials {
