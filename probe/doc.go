@@ -24,9 +24,9 @@
 //     draft; NotObserved without it).
 //   - key-reuse: the same key with another body gets 422 naming key reuse (or Stripe's 400
 //     idempotency_error); the error code is reported so that a client can recognise it
-//     (idem.IsKeyReuse, idem.KeyConflictCodes); an answer idem's default classifiers do not read is honoured
-//     when the detected dialect's profile has a rule reading it as key reuse (PayPal's,
-//     Increase's).
+//     (idem.IsKeyReuse, idem.KeyConflictCodes). An answer idem's default classifiers do not
+//     read is honoured when the detected dialect's profile has a rule reading it as key
+//     reuse (PayPal's, Increase's).
 //   - in-progress: Config.Concurrency identical requests with one fresh key at once, on
 //     connections opened beforehand: a 409 with Retry-After, or identical answers from one
 //     execution. Best effort: a burst without a 409 is repeated with a fresh key (one more
