@@ -82,6 +82,10 @@ type Config struct {
 	// SearchPath is the search by reference, relative to BaseURL, with "{reference}"; ""
 	// means Path+SearchSuffix, "-" means none (executes-once falls back on response ids).
 	SearchPath string
+	// SearchLag is how long the search may take to list a charge (Stripe's search: about a
+	// minute): the probe waits this long after its last payment before counting. 0 means
+	// none; a charge the search does not list yet leaves executes-once not observed.
+	SearchLag time.Duration
 	// Header is sent with every request: credentials, a tenant header. Never stored.
 	Header http.Header
 	// Concurrency is how many identical requests the in-progress check sends at once; 0
@@ -169,6 +173,9 @@ func (c Config) resolve() (Config, error) {
 	}
 	if c.Trials == 0 {
 		c.Trials = DefaultTrials
+	}
+	if c.SearchLag < 0 {
+		return c, fmt.Errorf("%w: SearchLag %s is negative", ErrInvalidConfig, c.SearchLag)
 	}
 	if c.Retention < 0 || c.RetentionWait < 0 {
 		return c, fmt.Errorf("%w: Retention %s or RetentionWait %s is negative", ErrInvalidConfig, c.Retention, c.RetentionWait)

@@ -34,7 +34,10 @@ func TestDetectsDialect(t *testing.T) {
 	} {
 		t.Run(tc.dialect, func(t *testing.T) {
 			t.Parallel()
-			cfg := idemtest.Config{Dialect: tc.dialect, SlowDelay: 200 * time.Millisecond, SearchLag: -1, Seed: 3}
+			clk := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+			// The stripe dialects' search lags idemtest.DefaultSearchLag: the probe waits it out
+			// (Config.SearchLag) on the fake clock.
+			cfg := idemtest.Config{Dialect: tc.dialect, SlowDelay: 200 * time.Millisecond, Seed: 3, Now: clk.Now}
 			if tc.faults != nil {
 				cfg.FaultRate, cfg.Faults = 0.5, tc.faults
 			}
@@ -44,6 +47,7 @@ func TestDetectsDialect(t *testing.T) {
 			api.Script(slices.Repeat([]idemtest.Fault{idemtest.FaultSlow}, probe.DefaultConcurrency)...)
 			rep := run(t, api.URL, func(c *probe.Config) {
 				c.KeyHeader, c.SearchPath = tc.header, tc.search
+				c.SearchLag, c.Sleep, c.Now = idemtest.DefaultSearchLag, clk.Sleep, clk.Now
 				c.Trials = 9
 			})
 			if rep.Dialect.Profile != tc.dialect || rep.Suggestion.Profile != tc.dialect {

@@ -47,6 +47,12 @@ func (p *prober) count(ctx context.Context) {
 		p.noSearch = "no payment sent"
 		return
 	}
+	if lag := p.s.cfg.SearchLag; lag > 0 {
+		if err := p.s.cfg.Sleep(ctx, lag); err != nil {
+			p.noSearch = fmt.Sprintf("the wait of %s for the search's lag ended: %v", lag, err)
+			return
+		}
+	}
 	counts := map[string]int{}
 	for _, ref := range p.refs {
 		path := p.s.searchPath(ref)

@@ -37,6 +37,8 @@ flags:
   -status-path P      the status endpoint with {key} (default PATH/operations/{key}; - for none)
   -search-path P      the search by reference with {reference} (default PATH?reference={reference};
                       - for none: the rows that count charges are then not observed)
+  -search-lag D       wait D after the last payment before the search counts (Stripe's
+                      search lags about 1m; default 0)
   -key-header H       the idempotency key header (default Idempotency-Key)
   -header 'N: V'      a header sent with every request, e.g. a tenant header (repeatable)
   -auth-env VAR       send the Authorization header from environment variable VAR
@@ -98,6 +100,7 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Trials, "trials", 0, "")
 	fs.DurationVar(&cfg.Retention, "retention", 0, "")
 	fs.DurationVar(&cfg.RetentionWait, "retention-wait", 0, "")
+	fs.DurationVar(&cfg.SearchLag, "search-lag", 0, "")
 	fs.Var(headers, "header", "")
 
 	// The URL may come before or after the flags.
