@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/profile"
 )
 
 // Run sends the contract's checks to cfg.BaseURL and returns one Row per check (in the
@@ -235,118 +234,6 @@ func (p *prober) replay(ctx context.Context, key, ref string) {
 	} else {
 		p.set(CheckReplayMarker, NotObserved, "no %s header on the replay", ReplayedHeader)
 	}
-}
-
-// keyReuse sends another body with the create key: 422 naming key reuse (or 400 naming it
-// precisely, as Stripe answers), the answers idem's client reads as ErrKeyConflict.
-func (p *prober) keyReuse(ctx context.Context, key, ref string) {
-	a, met := p.settle(ctx, func() answer { return p.s.post(ctx, key, p.s.cfg.OtherBody(ref)) }, nil)
-	p.addID(ref, a)
-	p.reused = a
-	switch {
-	case transient(a): // every transport error included
-		p.notObservedTransient(CheckKeyReuse, a, met)
-	case (a.status == http.StatusUnprocessableEntity || a.status == http.StatusBadRequest) &&
-		idem.ClassifyStatusCode(&idem.Attempt{Response: &http.Response{StatusCode: a.status}, Body: a.body}) == idem.ClassKeyConflict:
-		// The client's own rule: a 422 naming key reuse, or Stripe's 400 idempotency_error.
-		p.set(CheckKeyReuse, Honoured, "HTTP %d %s", a.status, short(a.body))
-	case a.status == http.StatusUnprocessableEntity:
-		codes := errorCodes(a.body)
-		if len(codes) == 0 {
-			p.set(CheckKeyReuse, Broken, "HTTP 422 without a code naming key reuse (%s): a client cannot tell it from validation", short(a.body))
-			return
-		}
-		p.codes = append(p.codes, codes[0])
-		p.set(CheckKeyReuse, Honoured, "HTTP 422 code %q, not recognised by idem.IsKeyReuse: use idem.KeyConflictCodes", codes[0])
-	case a.ok() && bytes.Equal(a.body, p.first.body):
-		p.set(CheckKeyReuse, Broken, "HTTP %d replaying the first answer: the body is not part of the key's fingerprint", a.status)
-	case a.ok():
-		p.set(CheckKeyReuse, Broken, "HTTP %d%s: another request executed under a used key", a.status, idEvidence(a))
-	default:
-		p.set(CheckKeyReuse, Broken, "got %s, want 422 naming key reuse", a)
-	}
-}
-
-// keyReuseByProfile regrades a key-reuse row that idem's default classifiers could not read:
-// when the detected profile has a rule reading the answer as key reuse (PayPal's
-// PAYPAL_REQUEST_ID_PREVIOUSLY_USED, Increase's idempotency_key_already_used_error), a client
-// configured with that profile gets ErrKeyConflict, and the row is Honoured, saying so. A 2xx
-// stays Broken whatever a profile says.
-func (p *prober) keyReuseByProfile() {
-	row, a := p.rows[CheckKeyReuse], p.reused
-	if row.Result != Broken || p.dialect.Profile == "" || a.err != nil || a.status < 400 || a.status > 499 {
-		return
-	}
-	pr, err := profile.ByName(p.dialect.Profile)
-	if err != nil {
-		return
-	}
-	if r := ruleMatch(pr, a); r != nil && r.Meaning == profile.KeyReuse {
-		p.set(CheckKeyReuse, Honoured, "HTTP %d %s: read as key reuse by the %q profile's rule (not by idem's default classifiers)",
-			a.status, short(a.body), pr.Name)
-	}
-}
-
-// statusNotFound asks the status endpoint about a key never sent.
-func (p *prober) statusNotFound(ctx context.Context) {
-	if p.s.cfg.KeyStatusPath == "-" {
-		p.set(CheckKeyStatusNotFound, NotObserved, "no status endpoint configured")
-		return
-	}
-	a := p.s.get(ctx, p.s.statusPath(uuid.NewString()))
-	st := decode(a, p.s.cfg)
-	switch st.State {
-	case idem.KeyStatusNotFound:
-		p.set(CheckKeyStatusNotFound, Honoured, "HTTP 404 %s", short(a.body))
-	case idem.KeyStatusCompleted, idem.KeyStatusProcessing:
-		p.set(CheckKeyStatusNotFound, Broken, "a key never sent is %s (%s)", st.State, a)
-	default:
-		if unauthorized(a) {
-			p.denied = true
-			p.set(CheckKeyStatusNotFound, NotObserved, "%s at %s: %s", a, p.s.cfg.KeyStatusPath, authAdvice)
-			return
-		}
-		p.set(CheckKeyStatusNotFound, NotObserved, "%s at %s: no status endpoint in the default convention", a, p.s.cfg.KeyStatusPath)
-	}
-}
-
-// unauthorized reports an answer that refused the probe's credentials (401, 403): it says
-// nothing of the contract, only that the probe was not let in.
-func unauthorized(a answer) bool {
-	return a.err == nil && (a.status == http.StatusUnauthorized || a.status == http.StatusForbidden)
-}
-
-// authAdvice is what an unauthorized answer's row says.
-const authAdvice = "the API refused the probe's credentials; send them with probe.Config.Header (idemctl probe -auth-env NAME or -header)"
-
-// statusCompleted asks the status endpoint about key, whose answer had status want (a 2xx,
-// or the stored 5xx of a key that never completed).
-func (p *prober) statusCompleted(ctx context.Context, key string, want int) {
-	if p.s.cfg.KeyStatusPath == "-" {
-		p.set(CheckKeyStatusCompleted, NotObserved, "no status endpoint configured")
-		return
-	}
-	a := p.s.get(ctx, p.s.statusPath(key))
-	st := decode(a, p.s.cfg)
-	switch {
-	case st.State == idem.KeyStatusCompleted && st.ResponseStatusCode == want:
-		p.set(CheckKeyStatusCompleted, Honoured, "HTTP 200 completed, response_status %d", st.ResponseStatusCode)
-	case st.State == idem.KeyStatusCompleted:
-		p.set(CheckKeyStatusCompleted, Broken, "completed with response_status %d, but the answer was %d", st.ResponseStatusCode, want)
-	case st.State == idem.KeyStatusNotFound:
-		p.set(CheckKeyStatusCompleted, Broken, "reports not_found for an executed key: a client would resend it")
-	case st.State == idem.KeyStatusProcessing:
-		p.set(CheckKeyStatusCompleted, Broken, "still processing after the operation answered")
-	default:
-		p.set(CheckKeyStatusCompleted, NotObserved, "%s at %s: no status endpoint in the default convention", a, p.s.cfg.KeyStatusPath)
-	}
-}
-
-func decode(a answer, cfg Config) idem.KeyStatus {
-	if a.err != nil {
-		return idem.KeyStatus{}
-	}
-	return idem.DecodeKeyStatus(a.status, a.header, a.body, cfg.Now())
 }
 
 // retryAfter grades every Retry-After the probe met.
