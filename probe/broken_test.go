@@ -90,4 +90,3 @@ func TestCorrectFakeIsSafe(t *testing.T) {
 		}
 	}
 }
-

@@ -58,4 +58,3 @@ func (p *prober) keyReuseByProfile() {
 			a.status, short(a.body), pr.Name)
 	}
 }
-

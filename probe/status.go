@@ -70,4 +70,3 @@ func decode(a answer, cfg Config) idem.KeyStatus {
 	}
 	return idem.DecodeKeyStatus(a.status, a.header, a.body, cfg.Now())
 }
-
