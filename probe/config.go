@@ -23,6 +23,18 @@ const (
 	// DefaultRounds is how many bursts the in-progress check sends at most, each with a
 	// fresh key (one operation each), until one shows an overlap.
 	DefaultRounds = 3
+	// DefaultTrials is how many payments the trials send, each resent once with its key and
+	// counted by the search: 30, the least above trialsFor(DesignRate, DesignPower) = 29, so
+	// that an API charging again after 10% of its executions is caught with probability
+	// 1-0.9^30 = 95.8%.
+	DefaultTrials = 30
+	// LostEvery: every LostEvery-th trial cuts its own answer (the lost-response scenario):
+	// 10 of the default 30.
+	LostEvery = 3
+	// DefaultRetentionWait is the longest the probe waits to resend a key near the end of
+	// the API's advertised retention (Config.Retention): one minute. A longer retention
+	// leaves the retention row not observed unless Config.RetentionWait allows the wait.
+	DefaultRetentionWait = time.Minute
 	// DefaultTimeout bounds each request the probe sends.
 	DefaultTimeout = 10 * time.Second
 	// KeyStatusSuffix is appended to Path for the default status endpoint (README, "The contract").
@@ -70,6 +82,10 @@ type Config struct {
 	// SearchPath is the search by reference, relative to BaseURL, with "{reference}"; ""
 	// means Path+SearchSuffix, "-" means none (executes-once falls back on response ids).
 	SearchPath string
+	// SearchLag is how long the search may take to list a charge (Stripe's search: about a
+	// minute): the probe waits this long after its last payment before counting. 0 means
+	// none; a charge the search does not list yet leaves executes-once not observed.
+	SearchLag time.Duration
 	// Header is sent with every request: credentials, a tenant header. Never stored.
 	Header http.Header
 	// Concurrency is how many identical requests the in-progress check sends at once; 0
@@ -78,6 +94,17 @@ type Config struct {
 	// Rounds is how many bursts the in-progress check sends at most, each creating one
 	// operation; 0 means DefaultRounds.
 	Rounds int
+	// Trials is how many payments the trials send (each with a fresh key and reference,
+	// resent once with the key; every LostEvery-th one with its answer cut by the probe), 0
+	// means DefaultTrials. The report's Power says what the number buys.
+	Trials int
+	// Retention is how long the API says it keeps a key (its documentation, or a header it
+	// advertises); 0 means not advertised, and the retention row is not observed. When it is
+	// at most RetentionWait, the probe resends a key 90% into it and expects a replay.
+	Retention time.Duration
+	// RetentionWait is the longest the probe waits for the retention check; 0 means
+	// DefaultRetentionWait.
+	RetentionWait time.Duration
 	// HTTPClient sends the requests; nil means a client with DefaultTimeout.
 	HTTPClient *http.Client
 	// Now is the clock for Retry-After dates; nil means time.Now.
@@ -92,6 +119,11 @@ func (c Config) withDefaults() (Config, error) {
 	if !c.Sandbox {
 		return c, ErrNotSandbox
 	}
+	return c.resolve()
+}
+
+// resolve checks c and fills the defaults, whatever Sandbox says.
+func (c Config) resolve() (Config, error) {
 	u, err := url.Parse(c.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return c, fmt.Errorf("%w: BaseURL %q is not an absolute http(s) URL", ErrInvalidConfig, c.BaseURL)
@@ -135,6 +167,21 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Rounds == 0 {
 		c.Rounds = DefaultRounds
+	}
+	if c.Trials < 0 {
+		return c, fmt.Errorf("%w: Trials %d is negative", ErrInvalidConfig, c.Trials)
+	}
+	if c.Trials == 0 {
+		c.Trials = DefaultTrials
+	}
+	if c.SearchLag < 0 {
+		return c, fmt.Errorf("%w: SearchLag %s is negative", ErrInvalidConfig, c.SearchLag)
+	}
+	if c.Retention < 0 || c.RetentionWait < 0 {
+		return c, fmt.Errorf("%w: Retention %s or RetentionWait %s is negative", ErrInvalidConfig, c.Retention, c.RetentionWait)
+	}
+	if c.RetentionWait == 0 {
+		c.RetentionWait = DefaultRetentionWait
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Timeout: DefaultTimeout}

@@ -72,24 +72,11 @@ func (s *sender) do(ctx context.Context, method, path, key string, body []byte) 
 }
 
 func (s *sender) doWith(ctx context.Context, client *http.Client, method, path, key string, body []byte) answer {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, s.cfg.BaseURL+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, s.cfg.BaseURL+path, nil)
 	if err != nil {
 		return answer{err: err}
 	}
-	req.GetBody = nil // no resend by the transport: the probe counts what it sends
-	for k, vs := range s.cfg.Header {
-		req.Header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
-	}
-	if key != "" {
-		req.Header.Set(s.cfg.KeyHeader, key)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	s.prepare(req, key, body)
 	resp, err := client.Do(req)
 	s.mu.Lock()
 	s.sent++
@@ -112,6 +99,26 @@ func (s *sender) doWith(ctx context.Context, client *http.Client, method, path, 
 	a := answer{status: resp.StatusCode, header: resp.Header, body: b, err: err}
 	s.note(a)
 	return a
+}
+
+// prepare sets req's body (nil: none), the configured headers and the key ("" for none).
+// The transport gets no GetBody, so it never resends on its own: the probe counts what it
+// sends.
+func (s *sender) prepare(req *http.Request, key string, body []byte) {
+	if body != nil {
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.ContentLength = int64(len(body))
+	}
+	req.GetBody = nil
+	for k, vs := range s.cfg.Header {
+		req.Header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+	}
+	if key != "" {
+		req.Header.Set(s.cfg.KeyHeader, key)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 }
 
 // note records a's Retry-After, or its absence on a 429 or 503.

@@ -12,24 +12,21 @@ import (
 // inProgress sends bursts of Concurrency identical requests with one fresh key each, at
 // most Rounds of them, until one shows what the API does with a key in progress. Each burst
 // goes out on connections opened beforehand, so that the requests reach the server together.
-// It returns the references used (one operation each).
-func (p *prober) inProgress(ctx context.Context) []string {
+// Each burst is one payment (p.payment).
+func (p *prober) inProgress(ctx context.Context) {
 	client, done := p.burstClient()
 	defer done()
-	var refs []string
 	for round := 1; ; round++ {
 		key, ref := uuid.NewString(), "probe-"+uuid.NewString()
+		p.payment(CheckInProgress, key, ref)
 		p.warm(ctx, client)
-		res, evidence, executed := p.burst(ctx, client, key, ref)
-		if executed { // a burst whose answers were all transient may have executed nothing
-			refs = append(refs, ref)
-		}
+		res, evidence := p.burst(ctx, client, key, ref)
 		if res != NotObserved || round >= p.s.cfg.Rounds {
 			if round > 1 {
 				evidence += fmt.Sprintf(" (burst %d of %d)", round, p.s.cfg.Rounds)
 			}
-			p.set(CheckInProgress, res, "%s", evidence)
-			return refs
+			p.setN(CheckInProgress, round*p.s.cfg.Concurrency, res, "%s", evidence)
+			return
 		}
 	}
 }
@@ -68,8 +65,8 @@ func (p *prober) warm(ctx context.Context, client *http.Client) {
 
 // burst sends Concurrency identical requests at once and judges their answers. Transient
 // answers (see transient) and replays of a stored 5xx say nothing about overlap; only
-// different 2xx bodies or another kind of answer are Broken. executed reports a 2xx.
-func (p *prober) burst(ctx context.Context, client *http.Client, key, ref string) (res Result, evidence string, executed bool) {
+// different 2xx bodies or another kind of answer are Broken.
+func (p *prober) burst(ctx context.Context, client *http.Client, key, ref string) (res Result, evidence string) {
 	n := p.s.cfg.Concurrency
 	answers := make([]answer, n)
 	start := make(chan struct{})
@@ -87,7 +84,7 @@ func (p *prober) burst(ctx context.Context, client *http.Client, key, ref string
 	var bodies [][]byte
 	conflicts, withRA, other := 0, 0, 0
 	for _, a := range answers {
-		p.addID(ref, a)
+		p.answered(key, ref, a)
 		switch {
 		case a.ok():
 			tally[fmt.Sprint(a.status)]++
@@ -97,6 +94,7 @@ func (p *prober) burst(ctx context.Context, client *http.Client, key, ref string
 		case a.err == nil && a.status == http.StatusConflict:
 			tally["409"]++
 			conflicts++
+			p.conflict = a
 			if a.header.Get("Retry-After") != "" {
 				withRA++
 			}
@@ -108,16 +106,15 @@ func (p *prober) burst(ctx context.Context, client *http.Client, key, ref string
 		}
 	}
 	counts := formatTally(tally)
-	executed = len(bodies) > 0
 	switch {
 	case len(bodies) > 1:
-		return Broken, fmt.Sprintf("%d requests, one key: %s with %d different bodies: executed concurrently", n, counts, len(bodies)), executed
+		return Broken, fmt.Sprintf("%d requests, one key: %s with %d different bodies: executed concurrently", n, counts, len(bodies))
 	case other > 0:
-		return Broken, fmt.Sprintf("%d requests, one key: %s; want only 2xx and 409", n, counts), executed
+		return Broken, fmt.Sprintf("%d requests, one key: %s; want only 2xx and 409", n, counts)
 	case conflicts > 0 && withRA == conflicts:
-		return Honoured, fmt.Sprintf("%d requests, one key: %s, every 409 with Retry-After", n, counts), executed
+		return Honoured, fmt.Sprintf("%d requests, one key: %s, every 409 with Retry-After", n, counts)
 	case conflicts > 0:
-		return Honoured, fmt.Sprintf("%d requests, one key: %s; %d 409s without Retry-After", n, counts, conflicts-withRA), executed
+		return Honoured, fmt.Sprintf("%d requests, one key: %s; %d 409s without Retry-After", n, counts, conflicts-withRA)
 	}
-	return NotObserved, fmt.Sprintf("%d requests, one key: %s: no overlap seen (best effort; executes-once confirms)", n, counts), executed
+	return NotObserved, fmt.Sprintf("%d requests, one key: %s: no overlap seen (best effort; executes-once confirms)", n, counts)
 }

@@ -36,68 +36,86 @@ func idEvidence(a answer) string {
 	return ""
 }
 
-// executesOnce judges the probe's references: by the search by reference when the API has
-// one, else by the ids of the answers.
-func (p *prober) executesOnce(ctx context.Context, refs ...string) {
-	if p.s.cfg.SearchPath != "-" {
-		counts, evidence, ok := p.search(ctx, refs)
-		if ok {
-			for i, ref := range refs {
-				switch n := counts[i]; {
-				case n > 1:
-					p.set(CheckExecutesOnce, Broken, "the search lists %d charges for reference %s: executed again on retry", n, ref)
-					return
-				case n == 0:
-					p.set(CheckExecutesOnce, NotObserved, "the search lists no charge for reference %s after a 2xx: it does not find the probe's payments", ref)
-					return
-				}
-			}
-			p.found = true
-			p.set(CheckExecutesOnce, Honoured, "the search lists one charge per reference (%d references)", len(refs))
-			return
-		}
-		if evidence != "" {
-			defer func() { // keep the reason the search was not used
-				r := p.rows[CheckExecutesOnce]
-				r.Evidence += "; " + evidence
-				p.rows[CheckExecutesOnce] = r
-			}()
-		}
-	}
-	distinct := 0
-	for _, ref := range refs {
-		seen := map[string]bool{}
-		for _, id := range p.ids[ref] {
-			seen[id] = true
-		}
-		if len(seen) > 1 {
-			p.set(CheckExecutesOnce, Broken, "%d different ids for one key and reference: executed again on retry", len(seen))
-			return
-		}
-		distinct += len(seen)
-	}
-	if distinct == 0 {
-		p.set(CheckExecutesOnce, NotObserved, "no search by reference and no id in the answers")
+// count asks the search by reference for every reference the probe sent a payment with.
+// It leaves p.counts nil, and p.noSearch saying why, when the API has no usable search.
+func (p *prober) count(ctx context.Context) {
+	if p.s.cfg.SearchPath == "-" {
+		p.noSearch = "none configured"
 		return
 	}
-	p.set(CheckExecutesOnce, Honoured, "one id per key in every answer (no search: a hidden second execution would not show)")
-}
-
-// search counts each reference's charges; ok is false when the API has no usable search.
-func (p *prober) search(ctx context.Context, refs []string) (counts []int, evidence string, ok bool) {
-	for _, ref := range refs {
+	if len(p.refs) == 0 {
+		p.noSearch = "no payment sent"
+		return
+	}
+	if lag := p.s.cfg.SearchLag; lag > 0 {
+		if err := p.s.cfg.Sleep(ctx, lag); err != nil {
+			p.noSearch = fmt.Sprintf("the wait of %s for the search's lag ended: %v", lag, err)
+			return
+		}
+	}
+	counts := map[string]int{}
+	for _, ref := range p.refs {
 		path := p.s.searchPath(ref)
 		a := p.s.get(ctx, path)
 		if a.err != nil || a.status != http.StatusOK {
-			return nil, fmt.Sprintf("search %s: %s", strings.SplitN(path, "?", 2)[0], a), false
+			p.noSearch = fmt.Sprintf("search %s: %s", strings.SplitN(path, "?", 2)[0], a)
+			return
 		}
 		var v struct {
 			Data []json.RawMessage `json:"data"`
 		}
 		if json.Unmarshal(a.body, &v) != nil || v.Data == nil {
-			return nil, "search answered without a data list", false
+			p.noSearch = "the search answered without a data list"
+			return
 		}
-		counts = append(counts, len(v.Data))
+		counts[ref] = len(v.Data)
 	}
-	return counts, "", true
+	p.counts = counts
+	for _, t := range p.trials {
+		if _, ok := counts[t.ref]; ok {
+			p.counted++
+		}
+	}
+}
+
+// executesOnce judges every reference the probe sent: by the search's counts when the API
+// has one; without one, only different ids for one key are evidence (Broken), and one id
+// per key proves nothing: a hidden second execution would not show.
+func (p *prober) executesOnce() {
+	n := len(p.refs)
+	if p.counts != nil {
+		for _, ref := range p.refs {
+			if c := p.counts[ref]; c > 1 {
+				p.setN(CheckExecutesOnce, n, Broken, "the search lists %d charges for reference %s (sent for %s): executed again on retry", c, ref, p.scenario[ref])
+				return
+			}
+		}
+		for _, ref := range p.refs {
+			if p.okRef[ref] && p.counts[ref] == 0 {
+				p.setN(CheckExecutesOnce, n, NotObserved, "the search lists no charge for reference %s after a 2xx: it does not find the probe's payments", ref)
+				return
+			}
+		}
+		p.found = true
+		p.setN(CheckExecutesOnce, n, Honoured, "the search lists at most one charge for each of %d references, one per 2xx; %s",
+			n, Power{Trials: p.counted, Rate: DesignRate, Probability: detectionPower(DesignRate, p.counted)})
+		return
+	}
+	distinct := 0
+	for _, ref := range p.refs {
+		seen := map[string]bool{}
+		for _, id := range p.ids[ref] {
+			seen[id] = true
+		}
+		if len(seen) > 1 {
+			p.setN(CheckExecutesOnce, n, Broken, "%d different ids for one key and reference %s (sent for %s): executed again on retry", len(seen), ref, p.scenario[ref])
+			return
+		}
+		distinct += len(seen)
+	}
+	if distinct == 0 {
+		p.setN(CheckExecutesOnce, n, NotObserved, "no search by reference (%s) and no id in the answers", p.noSearch)
+		return
+	}
+	p.setN(CheckExecutesOnce, n, NotObserved, "one id per key in every answer, but no search by reference (%s): a second execution whose answer was not shown would not show", p.noSearch)
 }

@@ -25,7 +25,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &prober{s: &sender{cfg: c}, rows: map[string]Row{}, ids: map[string][]string{}}
+	p := &prober{s: &sender{cfg: c}, rows: map[string]Row{}, ids: map[string][]string{}, paid: map[string]bool{}, okRef: map[string]bool{}, scenario: map[string]string{}}
 	p.run(ctx)
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -33,10 +33,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if s := p.s; !s.answered {
 		return nil, fmt.Errorf("%w: %s: no answer to %d requests (last: %v)", ErrUnreachable, c.BaseURL, s.sent, s.lastErr)
 	}
-	rep := &Report{Target: c.BaseURL + c.Path, Suggestion: p.suggestion(), Unauthorized: p.denied}
+	rep := &Report{Target: c.BaseURL + c.Path, Unauthorized: p.denied, Verdict: verdictOf(p.rows), Dialect: p.dialect}
 	for _, check := range Checks {
 		rep.Rows = append(rep.Rows, p.rows[check])
 	}
+	rep.Power = Power{Trials: p.counted, Rate: DesignRate, Probability: detectionPower(DesignRate, p.counted)}
+	rep.Charges = Charges{Keys: len(p.refs), Answered2xx: len(p.paid), Found: -1}
+	if p.counts != nil {
+		rep.Charges.Found = 0
+		for _, n := range p.counts {
+			rep.Charges.Found += n
+		}
+	}
+	rep.Suggestion = p.suggestion(rep.Verdict)
 	return rep, nil
 }
 
@@ -49,30 +58,96 @@ type prober struct {
 	first  answer              // the create answer
 	found  bool                // the search by reference found the probe's payments
 	denied bool                // an answer refused the probe's credentials (unauthorized)
+
+	refs      []string          // every reference sent with a payment body under a fresh key
+	scenario  map[string]string // the check each reference was sent for
+	paid      map[string]bool   // keys answered 2xx
+	okRef     map[string]bool   // references answered 2xx
+	stored    answer            // the last stored 5xx create met (a key that never gave a 2xx)
+	storedKey string            // its key
+	replayed  answer            // the replay check's answer
+	reused    answer            // the key-reuse check's answer
+	conflict  answer            // a 409 met by the in-progress bursts
+	trials    []trial           // the trials, in order
+	counts    map[string]int    // charges per reference by the search; nil without a usable search
+	noSearch  string            // why the search was not used, "" when it was
+	counted   int               // trials the search counted
+	dialect   Dialect           // the dialect detected
 }
 
 func (p *prober) set(check string, res Result, format string, args ...any) {
-	p.rows[check] = Row{Check: check, Rule: rules[check], Result: res, Evidence: fmt.Sprintf(format, args...)}
+	n := 0
+	if res != NotObserved && oneRequest[check] {
+		n = 1
+	}
+	p.rows[check] = Row{Check: check, Rule: rules[check], Result: res, Evidence: fmt.Sprintf(format, args...), Trials: n}
+}
+
+// oneRequest are the checks whose verdict rests on one request when they have one.
+var oneRequest = map[string]bool{CheckReplay: true, CheckReplayMarker: true, CheckKeyReuse: true,
+	CheckKeyStatusCompleted: true, CheckKeyStatusNotFound: true}
+
+// setN is set with the number of trials the row rests on.
+func (p *prober) setN(check string, n int, res Result, format string, args ...any) {
+	p.set(check, res, format, args...)
+	r := p.rows[check]
+	r.Trials = n
+	p.rows[check] = r
+}
+
+// payment records a fresh key and reference about to be sent with a payment body.
+func (p *prober) payment(check, key, ref string) {
+	p.refs = append(p.refs, ref)
+	p.scenario[ref] = check
+}
+
+// answered records a's "id" for ref and whether key was answered 2xx.
+func (p *prober) answered(key, ref string, a answer) {
+	p.addID(ref, a)
+	if a.ok() {
+		p.paid[key], p.okRef[ref] = true, true
+	}
 }
 
 func (p *prober) run(ctx context.Context) {
 	p.statusNotFound(ctx)
 	key1, ref1, ok := p.create(ctx)
-	if !ok {
-		for _, c := range Checks {
-			if _, done := p.rows[c]; !done && c != CheckRetryAfter {
-				p.set(c, NotObserved, "needs a successful create")
-			}
+	if ok {
+		p.replay(ctx, key1, ref1)
+		p.keyReuse(ctx, key1, ref1)
+		p.inProgress(ctx)
+	} else {
+		for _, c := range []string{CheckReplay, CheckReplayMarker, CheckKeyReuse, CheckInProgress} {
+			p.set(c, NotObserved, "needs a create answered 2xx")
 		}
-		p.retryAfter()
-		return
 	}
-	p.replay(ctx, key1, ref1)
-	p.keyReuse(ctx, key1, ref1)
-	refs := p.inProgress(ctx)
-	p.statusCompleted(ctx, key1)
+	executes := ok || p.storedKey != ""
+	if executes { // the API executes payments: the trials can tell how
+		p.runTrials(ctx)
+		p.retention(ctx)
+	} else {
+		for _, c := range []string{CheckLostResponse, CheckStored5xx, CheckRetention} {
+			p.set(c, NotObserved, "needs a create that the API executed (a 2xx or a stored 5xx)")
+		}
+	}
+	switch {
+	case ok:
+		p.statusCompleted(ctx, key1, p.first.status)
+	case p.storedKey != "":
+		p.statusCompleted(ctx, p.storedKey, p.stored.status)
+	default:
+		p.set(CheckKeyStatusCompleted, NotObserved, "needs a key the API executed")
+	}
 	p.retryAfter()
-	p.executesOnce(ctx, append([]string{ref1}, refs...)...)
+	if executes {
+		p.count(ctx)
+	} else {
+		p.noSearch = "no payment was executed"
+	}
+	p.detect()
+	p.keyReuseByProfile()
+	p.gradeTrials()
+	p.executesOnce()
 }
 
 // create sends one operation under a fresh key until it gets a 2xx, resending the same key
@@ -82,18 +157,23 @@ func (p *prober) run(ctx context.Context) {
 func (p *prober) create(ctx context.Context) (key, ref string, ok bool) {
 	cfg := p.s.cfg
 	var met []answer
+	stored := 0
 	for range transientTries {
 		key, ref = uuid.NewString(), "probe-"+uuid.NewString()
+		p.payment(CheckCreate, key, ref)
 		a, t := p.settle(ctx, func() answer { return p.s.post(ctx, key, cfg.Body(ref)) }, nil)
 		met = append(met, t...)
 		p.first = a
+		p.answered(key, ref, a)
 		switch {
 		case a.ok():
-			p.addID(ref, a)
-			p.set(CheckCreate, Honoured, "HTTP %d%s%s", a.status, idEvidence(a), transientNote(met))
+			p.setN(CheckCreate, len(p.refs), Honoured, "HTTP %d%s%s", a.status, idEvidence(a), storedNote(stored, transientNote(met)))
 			return key, ref, true
 		case storedServerError(a):
-			met = append(met, a)
+			// Not transient: the key's stored answer says execution began and its effect is
+			// unknown. Another payment under a new key, at most transientTries of them.
+			stored++
+			p.stored, p.storedKey = a, key
 			continue
 		case transient(a):
 			p.notObservedTransient(CheckCreate, a, met)
@@ -103,12 +183,20 @@ func (p *prober) create(ctx context.Context) (key, ref string, ok bool) {
 			p.set(CheckCreate, NotObserved, "a fresh key got %s: %s", a, authAdvice)
 			return "", "", false
 		}
-		p.set(CheckCreate, Broken, "a fresh key got %s%s", a, transientNote(met))
+		p.setN(CheckCreate, len(p.refs), Broken, "a fresh key got %s%s", a, transientNote(met))
 		return "", "", false
 	}
-	last := met[len(met)-1]
-	p.notObservedTransient(CheckCreate, last, met[:len(met)-1])
+	p.setN(CheckCreate, len(p.refs), NotObserved, "each of %d payments was answered a 5xx that the API then replayed as its key's stored answer "+
+		"(%s): execution began, its effect unknown, so no payment completed; not a transient answer (see %s)", stored, p.stored, CheckStored5xx)
 	return "", "", false
+}
+
+// storedNote prefixes note with the stored 5xx met before a 2xx, if any.
+func storedNote(stored int, note string) string {
+	if stored == 0 {
+		return note
+	}
+	return fmt.Sprintf(" (after %d payments answered a stored 5xx)%s", stored, note)
 }
 
 // replay resends the create request: the same answer, ideally marked as a replay. A 409
@@ -116,11 +204,18 @@ func (p *prober) create(ctx context.Context) (key, ref string, ok bool) {
 func (p *prober) replay(ctx context.Context, key, ref string) {
 	a, met := p.settle(ctx, func() answer { return p.s.post(ctx, key, p.s.cfg.Body(ref)) },
 		func(a answer) bool { return a.err == nil && a.status == http.StatusConflict })
-	p.addID(ref, a)
+	p.answered(key, ref, a)
+	p.replayed = a
 	note := transientNote(met)
 	switch {
 	case a.err == nil && a.status == p.first.status && bytes.Equal(a.body, p.first.body):
 		p.set(CheckReplay, Honoured, "HTTP %d, byte-identical body%s", a.status, note)
+	case a.ok() && answerID(a) != "" && answerID(a) == answerID(p.first):
+		p.set(CheckReplay, Honoured, "HTTP %d, the resource as it is now (same id %s), not the stored answer%s", a.status, answerID(a), note)
+	case a.err == nil && a.status == http.StatusConflict && answerID(p.first) != "" && bytes.Contains(a.body, []byte(answerID(p.first))):
+		p.set(CheckReplay, Honoured, "HTTP 409 naming the resource %s (a pointer, not a replay)%s", answerID(p.first), note)
+		p.set(CheckReplayMarker, NotObserved, "no replay")
+		return
 	case a.ok():
 		p.set(CheckReplay, Broken, "HTTP %d with another body%s (first: %s): executed again?", a.status, idEvidence(a), short(p.first.body))
 		p.set(CheckReplayMarker, NotObserved, "no replay")
@@ -139,96 +234,6 @@ func (p *prober) replay(ctx context.Context, key, ref string) {
 	} else {
 		p.set(CheckReplayMarker, NotObserved, "no %s header on the replay", ReplayedHeader)
 	}
-}
-
-// keyReuse sends another body with the create key: 422 naming key reuse (or 400 naming it
-// precisely, as Stripe answers), the answers idem's client reads as ErrKeyConflict.
-func (p *prober) keyReuse(ctx context.Context, key, ref string) {
-	a, met := p.settle(ctx, func() answer { return p.s.post(ctx, key, p.s.cfg.OtherBody(ref)) }, nil)
-	p.addID(ref, a)
-	switch {
-	case transient(a): // every transport error included
-		p.notObservedTransient(CheckKeyReuse, a, met)
-	case (a.status == http.StatusUnprocessableEntity || a.status == http.StatusBadRequest) &&
-		idem.ClassifyStatusCode(&idem.Attempt{Response: &http.Response{StatusCode: a.status}, Body: a.body}) == idem.ClassKeyConflict:
-		// The client's own rule: a 422 naming key reuse, or Stripe's 400 idempotency_error.
-		p.set(CheckKeyReuse, Honoured, "HTTP %d %s", a.status, short(a.body))
-	case a.status == http.StatusUnprocessableEntity:
-		codes := errorCodes(a.body)
-		if len(codes) == 0 {
-			p.set(CheckKeyReuse, Broken, "HTTP 422 without a code naming key reuse (%s): a client cannot tell it from validation", short(a.body))
-			return
-		}
-		p.codes = append(p.codes, codes[0])
-		p.set(CheckKeyReuse, Honoured, "HTTP 422 code %q, not recognised by idem.IsKeyReuse: use idem.KeyConflictCodes", codes[0])
-	case a.ok() && bytes.Equal(a.body, p.first.body):
-		p.set(CheckKeyReuse, Broken, "HTTP %d replaying the first answer: the body is not part of the key's fingerprint", a.status)
-	case a.ok():
-		p.set(CheckKeyReuse, Broken, "HTTP %d%s: another request executed under a used key", a.status, idEvidence(a))
-	default:
-		p.set(CheckKeyReuse, Broken, "got %s, want 422 naming key reuse", a)
-	}
-}
-
-// statusNotFound asks the status endpoint about a key never sent.
-func (p *prober) statusNotFound(ctx context.Context) {
-	if p.s.cfg.KeyStatusPath == "-" {
-		p.set(CheckKeyStatusNotFound, NotObserved, "no status endpoint configured")
-		return
-	}
-	a := p.s.get(ctx, p.s.statusPath(uuid.NewString()))
-	st := decode(a, p.s.cfg)
-	switch st.State {
-	case idem.KeyStatusNotFound:
-		p.set(CheckKeyStatusNotFound, Honoured, "HTTP 404 %s", short(a.body))
-	case idem.KeyStatusCompleted, idem.KeyStatusProcessing:
-		p.set(CheckKeyStatusNotFound, Broken, "a key never sent is %s (%s)", st.State, a)
-	default:
-		if unauthorized(a) {
-			p.denied = true
-			p.set(CheckKeyStatusNotFound, NotObserved, "%s at %s: %s", a, p.s.cfg.KeyStatusPath, authAdvice)
-			return
-		}
-		p.set(CheckKeyStatusNotFound, NotObserved, "%s at %s: no status endpoint in the default convention", a, p.s.cfg.KeyStatusPath)
-	}
-}
-
-// unauthorized reports an answer that refused the probe's credentials (401, 403): it says
-// nothing of the contract, only that the probe was not let in.
-func unauthorized(a answer) bool {
-	return a.err == nil && (a.status == http.StatusUnauthorized || a.status == http.StatusForbidden)
-}
-
-// authAdvice is what an unauthorized answer's row says.
-const authAdvice = "the API refused the probe's credentials; send them with probe.Config.Header (idemctl probe -auth-env NAME or -header)"
-
-// statusCompleted asks the status endpoint about the create key.
-func (p *prober) statusCompleted(ctx context.Context, key string) {
-	if p.s.cfg.KeyStatusPath == "-" {
-		p.set(CheckKeyStatusCompleted, NotObserved, "no status endpoint configured")
-		return
-	}
-	a := p.s.get(ctx, p.s.statusPath(key))
-	st := decode(a, p.s.cfg)
-	switch {
-	case st.State == idem.KeyStatusCompleted && st.ResponseStatusCode == p.first.status:
-		p.set(CheckKeyStatusCompleted, Honoured, "HTTP 200 completed, response_status %d", st.ResponseStatusCode)
-	case st.State == idem.KeyStatusCompleted:
-		p.set(CheckKeyStatusCompleted, Broken, "completed with response_status %d, but the answer was %d", st.ResponseStatusCode, p.first.status)
-	case st.State == idem.KeyStatusNotFound:
-		p.set(CheckKeyStatusCompleted, Broken, "reports not_found for an executed key: a client would resend it")
-	case st.State == idem.KeyStatusProcessing:
-		p.set(CheckKeyStatusCompleted, Broken, "still processing after the operation answered")
-	default:
-		p.set(CheckKeyStatusCompleted, NotObserved, "%s at %s: no status endpoint in the default convention", a, p.s.cfg.KeyStatusPath)
-	}
-}
-
-func decode(a answer, cfg Config) idem.KeyStatus {
-	if a.err != nil {
-		return idem.KeyStatus{}
-	}
-	return idem.DecodeKeyStatus(a.status, a.header, a.body, cfg.Now())
 }
 
 // retryAfter grades every Retry-After the probe met.
@@ -261,7 +266,7 @@ func (p *prober) retryAfter() {
 		list = append(list, f)
 	}
 	sort.Strings(list)
-	p.set(CheckRetryAfter, Honoured, "%d values, all valid (%s)", len(seen), strings.Join(list, ", "))
+	p.setN(CheckRetryAfter, len(seen), Honoured, "%d values, all valid (%s)", len(seen), strings.Join(list, ", "))
 }
 
 func isDigits(s string) bool {

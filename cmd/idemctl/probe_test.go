@@ -29,9 +29,12 @@ func probeCmd(args ...string) (code int, stdout, stderr string) {
 // on arrival, before the middleware claims the key, so the first to arrive need not be the
 // one that claims it (with only that one slow, the check saw no overlap and sent two more
 // bursts, two more payments).
+// After the burst, a stored 500 after a charge on 30% of the payments: the stored-5xx row
+// needs a 5xx to be observed, and the verdict is safe only when it is.
 func slowIdemtest(t *testing.T) *idemtest.Server {
 	t.Helper()
-	api := idemtest.NewServer(idemtest.Config{SlowDelay: 400 * time.Millisecond})
+	api := idemtest.NewServer(idemtest.Config{SlowDelay: 400 * time.Millisecond, FaultRate: 0.3, Seed: 7,
+		Faults: []idemtest.Fault{idemtest.FaultStored500AfterCharge}})
 	t.Cleanup(api.Close)
 	api.Script(idemtest.FaultNone, idemtest.FaultNone, idemtest.FaultNone)
 	api.Script(slices.Repeat([]idemtest.Fault{idemtest.FaultSlow}, probe.DefaultConcurrency)...)
@@ -46,8 +49,19 @@ func TestProbeTableAgainstIdemtest(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q\n%s", code, errOut, out)
 	}
 	for _, c := range probe.Checks {
-		if !strings.Contains(out, fmt.Sprintf("%-17s %-13s ", c, probe.Honoured)) {
-			t.Errorf("row %s not honoured:\n%s", c, out)
+		res := probe.Honoured
+		if c == probe.CheckRetention {
+			res = probe.NotObserved
+		}
+		if !strings.Contains(out, fmt.Sprintf("%-17s %-13s ", c, res)) {
+			t.Errorf("row %s not %s:\n%s", c, res, out)
+		}
+	}
+	ex := api.Executions()
+	for _, s := range []string{"verdict: safe", fmt.Sprintf("the search lists %d charges", len(ex)), "power: 30 trials", "probability 95.8%",
+		`Profile: profile.ByName("idem")`} {
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), s) { // wrapped lines joined
+			t.Errorf("no %q in:\n%s", s, out)
 		}
 	}
 	for _, l := range strings.Split(out, "\n") {
@@ -61,8 +75,10 @@ func TestProbeTableAgainstIdemtest(t *testing.T) {
 	if strings.Contains(out, "sk_sandbox") {
 		t.Error("the credential is printed")
 	}
-	if ex := api.Executions(); len(ex) != 2 || ex[0].Tenant != "Bearer sk_sandbox" {
-		t.Errorf("ledger = %+v, want two payments under the -auth-env credential", ex)
+	for _, e := range ex {
+		if e.Tenant != "Bearer sk_sandbox" || api.ExecutionsByReference(e.Reference) != 1 {
+			t.Errorf("execution %+v, want every payment once under the -auth-env credential", e)
+		}
 	}
 }
 
@@ -76,11 +92,12 @@ func TestProbeJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if len(rep.Rows) != len(probe.Checks) || len(rep.Broken()) != 0 || rep.Suggestion.KeyStatusURL != "/v1/payments/operations/{key}" {
+	if len(rep.Rows) != len(probe.Checks) || len(rep.Broken()) != 0 || rep.Suggestion.KeyStatusURL != "/v1/payments/operations/{key}" ||
+		rep.Verdict != probe.VerdictSafe || rep.Charges.Found != len(api.Executions()) {
 		t.Errorf("report = %+v", rep)
 	}
 	for _, r := range rep.Rows {
-		if r.Result != probe.Honoured {
+		if r.Result != probe.Honoured && r.Check != probe.CheckRetention {
 			t.Errorf("%s: %s (%s)", r.Check, r.Result, r.Evidence)
 		}
 	}
@@ -98,7 +115,7 @@ func TestProbeBodyTemplate(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
 	ex := api.Executions()
-	if len(ex) != 2 || ex[0].Amount != 4200 || ex[0].Currency != "USD" || ex[0].Customer != "cus_tmpl" ||
+	if len(ex) < 2 || ex[0].Amount != 4200 || ex[0].Currency != "USD" || ex[0].Customer != "cus_tmpl" ||
 		!strings.HasPrefix(ex[0].Reference, "probe-") {
 		t.Errorf("ledger = %+v", ex)
 	}
@@ -131,8 +148,47 @@ func TestProbeBrokenServerExitsOne(t *testing.T) {
 	if got := rep.Broken(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("broken = %v, want %v", got, want)
 	}
-	if rep.Suggestion.Safe {
-		t.Error("suggestion is Safe")
+	if rep.Suggestion.Safe || rep.Verdict != probe.VerdictUnsafe {
+		t.Errorf("verdict %s, safe %v", rep.Verdict, rep.Suggestion.Safe)
+	}
+	// Without a search, the charges are counted by the answers only: every POST executed.
+	if rep.Charges.Found != -1 || rep.Charges.Answered2xx != rep.Charges.Keys {
+		t.Errorf("charges %+v", rep.Charges)
+	}
+}
+
+// An API that honours what it shows but has no search: nothing broken, yet not proven safe
+// (exit 3), the rows that need the search named.
+func TestProbeNotProvenExitsThree(t *testing.T) {
+	api := slowIdemtest(t)
+	code, out, _ := probeCmd(api.URL, "-sandbox", "-search-path", "-")
+	if code != 3 || !strings.Contains(out, "NOT PROVEN SAFE") || !strings.Contains(out, "executes-once     not observed") {
+		t.Fatalf("exit %d, want 3\n%s", code, out)
+	}
+}
+
+// -dry-run lists the payments a run would make and sends nothing, without -sandbox.
+func TestProbeDryRun(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	code, out, errOut := probeCmd(srv.URL, "-dry-run", "-trials", "12")
+	if code != 0 || errOut != "" || hits.Load() != 0 {
+		t.Fatalf("exit %d, stderr %q, %d requests", code, errOut, hits.Load())
+	}
+	// 1 create + 1 burst + 12 trials at least; 5 + 1 + 3 + 12 at most.
+	for _, s := range []string{"dry run: nothing sent", "real charges: 14 to 21 payments", "12 payments, each resent once", `"reference":"probe-<uuid>"`} {
+		if !strings.Contains(out, s) {
+			t.Errorf("no %q in:\n%s", s, out)
+		}
+	}
+	code, out, _ = probeCmd(srv.URL, "-dry-run", "-json")
+	var plan probe.Plan
+	if code != 0 || json.Unmarshal([]byte(out), &plan) != nil || plan.Min != 32 || plan.Max != 39 {
+		t.Errorf("exit %d, plan %+v\n%s", code, plan, out)
+	}
+	if hits.Load() != 0 {
+		t.Errorf("%d requests sent by a dry run", hits.Load())
 	}
 }
 
@@ -195,6 +251,8 @@ func TestProbeUsage(t *testing.T) {
 		{[]string{"-sandbox", "-body", "/nonexistent/body.json", srv.URL}, "-body"},
 		{[]string{"-sandbox", "-body", noPlaceholder, srv.URL}, "no {reference} placeholder"},
 		{[]string{"-sandbox", "-rounds", "-1", srv.URL}, "Rounds"},
+		{[]string{"-sandbox", "-trials", "-1", srv.URL}, "Trials"},
+		{[]string{"-dry-run", "-trials", "-1", srv.URL}, "Trials"},
 	} {
 		code, out, errOut := probeCmd(tc.args...)
 		if code != 2 || out != "" || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "usage: idemctl probe") {
