@@ -43,7 +43,7 @@ func ExampleTracer() {
 		for _, a := range s.Attributes {
 			switch a.Key {
 			case idemotel.AttrResendCount, idemotel.AttrStatusCode, idemotel.AttrOutcome:
-				fmt.Printf(" %s=%s", a.Key, a.Value.Emit())
+				fmt.Printf(" %s=%s", a.Key, a.Value.String())
 			}
 		}
 		for _, e := range s.Events {
