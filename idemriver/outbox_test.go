@@ -97,7 +97,13 @@ func TestOutboxFailureAfterTheSendNeverResends(t *testing.T) {
 	var calls atomic.Int64
 	var mu sync.Mutex
 	var sources []idem.Source
-	w := &idemriver.Worker{Client: c, OnSuccess: func(_ context.Context, _ *river.Job[idemriver.PaymentArgs], res *idem.Result) error {
+	var keys []string // the key of each run's operation (through Worker.Send)
+	w := &idemriver.Worker{Client: c, Send: func(ctx context.Context, op *idem.Operation) (*idem.Result, error) {
+		mu.Lock()
+		keys = append(keys, op.Key())
+		mu.Unlock()
+		return c.Do(ctx, op)
+	}, OnSuccess: func(_ context.Context, _ *river.Job[idemriver.PaymentArgs], res *idem.Result) error {
 		mu.Lock()
 		sources = append(sources, res.Source)
 		mu.Unlock()
@@ -119,6 +125,9 @@ func TestOutboxFailureAfterTheSendNeverResends(t *testing.T) {
 	defer mu.Unlock()
 	if len(sources) != 2 || sources[0] != idem.SourceResponse || sources[1] != idem.SourceStore {
 		t.Errorf("answers %v, want [response store]", sources)
+	}
+	if len(keys) != 2 || keys[0] != args.Key || keys[1] != args.Key {
+		t.Errorf("keys of the runs %v, want the job's %s twice", keys, args.Key)
 	}
 	if n := api.AttemptsFor(args.Key); n != 1 || api.ExecutionsByReference("order-after") != 1 {
 		t.Errorf("POSTs %d, charges %d; want 1 and 1", n, api.ExecutionsByReference("order-after"))

@@ -29,8 +29,13 @@ type Worker struct {
 	// Client sends the payment. Its Store should be keystore/pgstore on the application's
 	// database, and its LeaseTTL short enough that a job rescued from a dead worker is not
 	// kept waiting long for the dead worker's lease. Required: a nil Client fails every run
-	// (a plain error: River retries on its schedule; nothing is sent).
+	// (a plain error: River retries on its schedule; nothing is sent), unless Send is set.
 	Client *idem.Client
+	// Send, if set, replaces Client.Do for sending the job's operation: for tracing with
+	// idemotel, func(ctx, op) { return tracer.Do(ctx, client, op) }, so that the job's span
+	// (River's otelriver middleware, say) holds idem's call and attempt spans. It must call
+	// Client.Do (or Tracer.Do) with the operation unchanged, and return its result and error.
+	Send func(ctx context.Context, op *idem.Operation) (*idem.Result, error)
 	// OnSuccess, if set, is called with the answer before the job completes (to mark the
 	// order paid, say; the job's ctx). An error makes River retry the job on its own schedule;
 	// the retry gets the answer from the keystore without sending, and calls OnSuccess again.
@@ -62,13 +67,17 @@ var errNoClient = errors.New("idemriver: Worker.Client is nil")
 // Work sends the job's payment and returns River's decision: nil (completed), a
 // river.JobCancel, a river.JobSnooze, or a plain error for River's retry schedule.
 func (w *Worker) Work(ctx context.Context, job *river.Job[PaymentArgs]) error {
-	if w.Client == nil {
+	if w.Client == nil && w.Send == nil {
 		return errNoClient
 	}
 	if err := job.Args.check(); err != nil {
 		return w.failed(ctx, job, err)
 	}
-	res, err := w.Client.Do(ctx, job.Args.Operation())
+	send := w.Send
+	if send == nil {
+		send = func(ctx context.Context, op *idem.Operation) (*idem.Result, error) { return w.Client.Do(ctx, op) }
+	}
+	res, err := send(ctx, job.Args.Operation())
 	if err == nil {
 		if w.OnSuccess != nil {
 			return w.OnSuccess(ctx, job, res)
