@@ -202,12 +202,22 @@ func TestTraceRetryAfterWait(t *testing.T) {
 	api.Script(idemtest.Fault503)
 	tr, exp, _ := newTracer(t)
 	var sl sleeps
-	c := tracedClient(t, api.URL, tr, func(cfg *idem.Config) { cfg.Sleep = sl.sleep })
+	var retries, attemptsSeen atomic.Int64 // the application's own hooks still run
+	c := tracedClient(t, api.URL, tr, func(cfg *idem.Config) {
+		cfg.Sleep = sl.sleep
+		cfg.Hooks = tr.Hooks(idem.Hooks{
+			OnRetry:   func(idem.RetryEvent) { retries.Add(1) },
+			OnAttempt: func(idem.AttemptEvent) { attemptsSeen.Add(1) },
+		})
+	})
 	if _, err := tr.Do(context.Background(), c, payment("trace-2")); err != nil {
 		t.Fatal(err)
 	}
 	if len(sl.got) != 1 || sl.got[0] != 3*time.Second {
 		t.Fatalf("slept %v, want [3s]", sl.got)
+	}
+	if retries.Load() != 1 || attemptsSeen.Load() != 2 {
+		t.Errorf("the wrapped hooks saw %d retries and %d attempts, want 1 and 2", retries.Load(), attemptsSeen.Load())
 	}
 	for _, s := range exp.GetSpans() {
 		if s.Name != idemotel.CallSpanName {

@@ -170,10 +170,10 @@ func start(t testing.TB, rc *river.Client[pgx.Tx]) {
 	})
 }
 
-// waitEvent returns the next event of job id among kinds, or fails after 10 s.
+// waitEvent returns the next event of job id among kinds, or fails after 20 s (a bound: River's scheduler runs every 5 s).
 func waitEvent(t testing.TB, events <-chan *river.Event, id int64, kinds ...river.EventKind) *river.Event {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(20 * time.Second)
 	for {
 		select {
 		case ev := <-events:
@@ -186,7 +186,7 @@ func waitEvent(t testing.TB, events <-chan *river.Event, id int64, kinds ...rive
 				}
 			}
 		case <-deadline:
-			t.Fatalf("job %d: no %v event within 10 s", id, kinds)
+			t.Fatalf("job %d: no %v event within 20 s", id, kinds)
 			return nil
 		}
 	}

@@ -70,6 +70,7 @@ func workerProcess(dsn, api string) int {
 // it: every order is charged exactly once, and no POST follows another without a status
 // check between them.
 func TestOutboxWorkerSIGKILL(t *testing.T) {
+	t.Parallel()
 	needPG(t)
 	for _, point := range []string{"before-execution", "during-execution", "after-execution", "after-response"} {
 		t.Run(point, func(t *testing.T) {

@@ -24,6 +24,7 @@ var finished = []river.EventKind{river.EventKindJobCompleted, river.EventKindJob
 // An order whose transaction rolls back leaves no payment job and no charge; one that
 // commits is charged once, under the key minted at insert, which every attempt carries.
 func TestOutboxCommitOrRollback(t *testing.T) {
+	t.Parallel() // each test has its own schema, API and River clients
 	pool, _ := schemaDSN(t)
 	api := idemtest.NewServer(idemtest.Config{})
 	t.Cleanup(api.Close)
@@ -62,6 +63,7 @@ func TestOutboxCommitOrRollback(t *testing.T) {
 
 // Every fault around the send ends in one charge per order, the job completed.
 func TestOutboxFaultsAroundTheSend(t *testing.T) {
+	t.Parallel() // each test has its own schema, API and River clients
 	pool, _ := schemaDSN(t)
 	api := idemtest.NewServer(idemtest.Config{RetryAfter: -1})
 	t.Cleanup(api.Close)
@@ -90,6 +92,7 @@ func TestOutboxFaultsAroundTheSend(t *testing.T) {
 // OnSuccess failed, as a worker dying after the send would leave it): River retries the
 // job, and the retry gets the answer from the keystore without sending.
 func TestOutboxFailureAfterTheSendNeverResends(t *testing.T) {
+	t.Parallel() // each test has its own schema, API and River clients
 	pool, _ := schemaDSN(t)
 	api := idemtest.NewServer(idemtest.Config{})
 	t.Cleanup(api.Close)
@@ -139,6 +142,7 @@ func TestOutboxFailureAfterTheSendNeverResends(t *testing.T) {
 // snoozed, not failed; the next run asks the status endpoint before resending, and the
 // order is charged once.
 func TestOutboxWorkerContextKilledAroundTheSend(t *testing.T) {
+	t.Parallel() // each test has its own schema, API and River clients
 	for _, after := range []bool{false, true} {
 		name := map[bool]string{false: "before-execution", true: "after-execution"}[after]
 		t.Run(name, func(t *testing.T) {
@@ -192,6 +196,7 @@ func TestOutboxWorkerContextKilledAroundTheSend(t *testing.T) {
 // A Retry-After longer than idem's cap is River's schedule: the job is snoozed for exactly
 // the server's wait (not counted as an attempt), then resent under the same key.
 func TestOutboxRetryAfterSnoozesTheJob(t *testing.T) {
+	t.Parallel() // each test has its own schema, API and River clients
 	pool, _ := schemaDSN(t)
 	api := idemtest.NewServer(idemtest.Config{RetryAfter: 120})
 	t.Cleanup(api.Close)
@@ -228,6 +233,7 @@ func TestOutboxRetryAfterSnoozesTheJob(t *testing.T) {
 
 // A permanent refusal (a 400) cancels the job at once: never resent, OnFailed told.
 func TestOutboxPermanentRefusalCancels(t *testing.T) {
+	t.Parallel() // each test has its own schema, API and River clients
 	pool, _ := schemaDSN(t)
 	api := idemtest.NewServer(idemtest.Config{})
 	t.Cleanup(api.Close)
@@ -256,6 +262,7 @@ func TestOutboxPermanentRefusalCancels(t *testing.T) {
 // where an operator sees it (idemctl lists manual records); Client.Resolve settles it and the
 // job's next run completes (executed) or cancels (not executed) without sending.
 func TestOutboxStoredServerErrorWaitsForResolve(t *testing.T) {
+	t.Parallel() // each test has its own schema, API and River clients
 	for _, tc := range []struct {
 		fault   idemtest.Fault
 		verdict idem.Verdict
