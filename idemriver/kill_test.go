@@ -135,7 +135,9 @@ func killTest(t *testing.T, point string) {
 			kill()
 		default:
 			inner.ServeHTTP(w, r)
+			return
 		}
+		panic(http.ErrAbortHandler) // no answer: the connection is closed
 	}))
 
 	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
