@@ -1,4 +1,6 @@
-// Package idemotel exports an idem.Client's counters as OpenTelemetry metrics.
+// Package idemotel exports an idem.Client's counters as OpenTelemetry metrics, and its
+// calls as OpenTelemetry traces (Tracer: a span per call, a client span per attempt with
+// http.request.resend_count, status checks, waits and lookups as events; see trace.go).
 //
 // Register creates asynchronous (observable) Int64 counters, and one gauge, on a
 // metric.Meter. All of them are fed from a single snapshot of Client.Stats taken in one
