@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The tests, as README.md and CI run them: `go test -race` over the root module and every
 # nested module (each directory below the root with a go.mod). keystore/pgstore,
-# idemserver/pgserver, cmd/idemctl and the payments demo's fleet test need PostgreSQL: when
+# idemserver/pgserver, cmd/idemctl, idemriver (and idemdbos) and the payments demo's fleet test need
+# PostgreSQL: when
 # IDEM_TEST_PG_DSN is not set, a throwaway server is
 # started with .ci/postgres.sh (which installs Debian's postgresql package if initdb is
 # missing) and stopped on exit. idemstripe's tests run stripe-go against stripe-mock, which
