@@ -35,8 +35,9 @@ import (
 
 const (
 	// SchemaVersion is the layout version this code writes and reads. Open refuses a file
-	// with a higher version (ErrSchemaVersion).
-	SchemaVersion = 1
+	// with another version (ErrSchemaVersion), never misreading it: version 1 (before
+	// checksums) is refused as clearly as a newer one.
+	SchemaVersion = 2
 
 	// DefaultTimeout is how long Open waits for the file lock when Options.Timeout is not set.
 	DefaultTimeout = time.Second
@@ -106,6 +107,8 @@ type Store struct {
 	commit committer
 	// pending holds the deferred writes not committed yet (see deferred.go).
 	pending overlay
+	// codec makes and reads the records' values (checksums, sealed bodies).
+	codec codec
 	// summaries spares an update the decode of a pending record this store wrote.
 	summaries summaryCache
 }

@@ -34,10 +34,11 @@ var (
 	// reads go on where they can.
 	ErrCorrupt = errors.New("boltstore: keystore is corrupt")
 
-	// ErrSchemaVersion: the keystore was written by a newer version of idem (its schema version
-	// is above SchemaVersion). Open refuses it, without writing, rather than misread it; the
-	// message names both versions.
-	ErrSchemaVersion = errors.New("boltstore: keystore schema version is newer than this code supports")
+	// ErrSchemaVersion: the keystore was written with another schema version than
+	// SchemaVersion: by a newer idem, or by one from before records carried checksums
+	// (version 1). Open refuses it, without writing, rather than misread it; the message
+	// names both versions.
+	ErrSchemaVersion = errors.New("boltstore: keystore schema version is not the one this code reads")
 )
 
 // openError maps an error from bbolt.Open on path to this package's errors.

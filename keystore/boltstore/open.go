@@ -164,8 +164,12 @@ func checkLayout(tx *bbolt.Tx, path string) (empty bool, err error) {
 	case v > SchemaVersion:
 		return false, fmt.Errorf("%w: %s has schema version %d, this code reads version %d at most",
 			ErrSchemaVersion, path, v, SchemaVersion)
-	case tx.Bucket(bucketRecords) == nil || tx.Bucket(bucketIntents) == nil:
-		return false, fmt.Errorf("%w: %s: records or intents bucket missing", ErrCorrupt, path)
+	case v < SchemaVersion:
+		// Version 1 values carry no checksum: read as version 2 every record would be damage.
+		return false, fmt.Errorf("%w: %s has schema version %d, written before records carried checksums; this code reads version %d only (settle its pending records with the idem that wrote it, then start a new file)",
+			ErrSchemaVersion, path, v, SchemaVersion)
+	case tx.Bucket(bucketRecords) == nil || tx.Bucket(bucketIntents) == nil || tx.Bucket(bucketIntentHash) == nil:
+		return false, fmt.Errorf("%w: %s: records or intent index bucket missing", ErrCorrupt, path)
 	}
 	return false, nil
 }
@@ -195,10 +199,11 @@ func initLayout(db *bbolt.DB, path string) error {
 		if err := meta.Put(keySchema, []byte(strconv.Itoa(SchemaVersion))); err != nil {
 			return err
 		}
-		if _, err := tx.CreateBucket(bucketRecords); err != nil {
-			return err
+		for _, b := range [][]byte{bucketRecords, bucketIntents, bucketIntentHash} {
+			if _, err := tx.CreateBucket(b); err != nil {
+				return err
+			}
 		}
-		_, err = tx.CreateBucket(bucketIntents)
-		return err
+		return nil
 	})
 }

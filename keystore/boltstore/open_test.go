@@ -172,21 +172,26 @@ func rawUpdate(t *testing.T, path string, fn func(tx *bbolt.Tx) error) {
 	}
 }
 
+// A file of another schema version is refused, unchanged, naming both versions: a newer one,
+// and version 1, whose values carry no checksum and would all read as damage.
 func TestSchemaVersion(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "keys.db")
-	open(t, path, nil).Close()
-	rawUpdate(t, path, func(tx *bbolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte("2")) })
-	before := readFile(t, path)
-	_, err := boltstore.Open(path, nil)
-	if !errors.Is(err, boltstore.ErrSchemaVersion) {
-		t.Fatalf("Open: %v, want ErrSchemaVersion", err)
-	}
-	t.Log(err)
-	if msg := err.Error(); !strings.Contains(msg, "version 2") || !strings.Contains(msg, "version 1") {
-		t.Fatalf("message %q does not name both versions", msg)
-	}
-	if !bytes.Equal(before, readFile(t, path)) {
-		t.Fatal("Open changed the file")
+	for _, v := range []string{"3", "1"} {
+		t.Run(v, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "keys.db")
+			open(t, path, nil).Close()
+			rawUpdate(t, path, func(tx *bbolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte(v)) })
+			before := readFile(t, path)
+			_, err := boltstore.Open(path, nil)
+			if !errors.Is(err, boltstore.ErrSchemaVersion) {
+				t.Fatalf("Open: %v, want ErrSchemaVersion", err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, "version "+v) || !strings.Contains(msg, "version 2") {
+				t.Fatalf("message %q does not name both versions", msg)
+			}
+			if !bytes.Equal(before, readFile(t, path)) {
+				t.Fatal("Open changed the file")
+			}
+		})
 	}
 }
 
