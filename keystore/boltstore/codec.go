@@ -107,30 +107,40 @@ func checkUTF8(r *keystore.Record) error {
 // keystore.ErrKeyWrong for sealed bodies that the key ring cannot open. The result shares no
 // memory with v, which bbolt owns.
 func (c *codec) decode(k, v []byte) (*keystore.Record, error) {
-	scope, key, ok := splitScopedKey(k)
-	if !ok {
-		return nil, structural(fmt.Errorf("%w: malformed record key %q", ErrCorrupt, clip(k)))
-	}
-	flags, v, err := recordJSON(scope, key, k, v)
+	rec, flags, err := decodeSealed(k, v)
 	if err != nil {
 		return nil, err
 	}
-	var rec keystore.Record
-	if err := json.Unmarshal(v, &rec); err != nil {
-		return nil, jsonError(scope, key, v, err)
-	}
-	if rec.Scope != scope || rec.Key != key {
-		return nil, fmt.Errorf("%w: record stored under (%q, %q) names (%q, %q)", ErrCorrupt, scope, key, rec.Scope, rec.Key)
-	}
-	if err := rec.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
-	}
 	if flags&flagSealed != 0 {
-		if err := c.openBodies(k, &rec); err != nil {
-			return nil, fmt.Errorf("boltstore: record (%q, %q): %w", scope, key, err)
+		if err := c.openBodies(k, rec); err != nil {
+			return nil, fmt.Errorf("boltstore: record (%q, %q): %w", rec.Scope, rec.Key, err)
 		}
 	}
-	return &rec, nil
+	return rec, nil
+}
+
+// decodeSealed is decode without opening the bodies: sealed ones stay sealed (flags says).
+// Errors wrap ErrCorrupt.
+func decodeSealed(k, v []byte) (*keystore.Record, byte, error) {
+	scope, key, ok := splitScopedKey(k)
+	if !ok {
+		return nil, 0, structural(fmt.Errorf("%w: malformed record key %q", ErrCorrupt, clip(k)))
+	}
+	flags, v, err := recordJSON(scope, key, k, v)
+	if err != nil {
+		return nil, 0, err
+	}
+	var rec keystore.Record
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return nil, 0, jsonError(scope, key, v, err)
+	}
+	if rec.Scope != scope || rec.Key != key {
+		return nil, 0, fmt.Errorf("%w: record stored under (%q, %q) names (%q, %q)", ErrCorrupt, scope, key, rec.Scope, rec.Key)
+	}
+	if err := rec.Validate(); err != nil {
+		return nil, 0, fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
+	}
+	return &rec, flags, nil
 }
 
 // summary is the part of a stored record that Update and Purge inspect inside the shared write
