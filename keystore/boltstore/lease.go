@@ -3,7 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
-		"errors"
+	"errors"
 	"time"
 
 	"go.etcd.io/bbolt"
