@@ -281,5 +281,8 @@ func (s *Store) begin(ctx context.Context) error {
 	if s.closed.Load() {
 		return keystore.ErrClosed
 	}
+	if err := s.commit.watch.err(); err != nil {
+		return err
+	}
 	return ctx.Err()
 }
