@@ -218,7 +218,13 @@ func (b *storeBackend) resolve(ctx context.Context, req idem.AdminResolveRequest
 	}
 	out, err := c.Resolve(ctx, rec.Scope, rec.Key, res)
 	if errors.Is(err, idem.ErrNotManual) {
-		return nil, fmt.Errorf("key %q is %s, not manual: only a manual record can be resolved", rec.Key, rec.State)
+		// The state Resolve found, which another process may have changed since rec was
+		// read: rec.State would say "manual, not manual".
+		cause := err
+		if oe, ok := errors.AsType[*idem.OperationError](err); ok && oe.Cause != nil {
+			cause = oe.Cause
+		}
+		return nil, fmt.Errorf("key %q: %v; only a manual record can be resolved", rec.Key, cause)
 	}
 	return out, err
 }
