@@ -78,6 +78,10 @@ func TestVerifyQuarantineRebuild(t *testing.T) {
 	// One changed byte in the intent index: idemctl saw nothing, and the next payment of
 	// order-3 was charged again.
 	changeIntentKey(t, db, "order-3")
+	code, out, errs = runCmd(t, "stats", "-db", db)
+	require.Equal(t, 0, code, errs)
+	// one changed key, seen from the record, the changed entry and its twin
+	assert.Contains(t, out, "intent index problems  3 (idemctl verify names them)")
 	damage(t, db, "k-pending")
 	code, out, errs = runCmd(t, "verify", "-db", db, "-json")
 	assert.Equal(t, 1, code)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/keystore/boltstore"
 )
 
 // storeBackend works on a keystore idemctl opened itself (bbolt or Postgres).
@@ -128,7 +129,19 @@ func (b *storeBackend) stats(ctx context.Context) (statsOut, error) {
 	}
 	st := idem.ComputeAdminRecordStats(recs, b.now())
 	st.Damaged = damaged
-	return statsOut{Records: st}, nil
+	out := statsOut{Records: st}
+	if f, ok := b.s.(*boltstore.Store); ok { // a changed byte in the index is a lost intent
+		rep, err := f.Verify(ctx)
+		if err != nil {
+			return statsOut{}, err
+		}
+		for _, p := range rep.Problems {
+			if p.Bucket == "intents" || p.Bucket == "intenthash" {
+				out.IndexProblems++
+			}
+		}
+	}
+	return out, nil
 }
 
 // purge deletes (or with dryRun counts) the succeeded and failed records last updated before

@@ -57,6 +57,10 @@ type listFilter struct {
 // running client's counters, keyed like the admin handler's JSON.
 type statsOut struct {
 	Records idem.AdminRecordStats `json:"records"`
+	// IndexProblems counts the damaged intent index entries of a keystore file (-db):
+	// entries that do not check, that one index holds and the other not, or that name a
+	// record that is not theirs. idemctl verify names them.
+	IndexProblems int `json:"index_problems,omitempty"`
 	Client  map[string]int64      `json:"client,omitempty"`
 }
 
