@@ -60,8 +60,8 @@ type statsOut struct {
 	// IndexProblems counts the damaged intent index entries of a keystore file (-db):
 	// entries that do not check, that one index holds and the other not, or that name a
 	// record that is not theirs. idemctl verify names them.
-	IndexProblems int `json:"index_problems,omitempty"`
-	Client  map[string]int64      `json:"client,omitempty"`
+	IndexProblems int              `json:"index_problems,omitempty"`
+	Client        map[string]int64 `json:"client,omitempty"`
 }
 
 // recoverOut is what recover prints, the admin handler's POST /recover answer: Damaged lists
