@@ -12,11 +12,16 @@
 // or a flush within Options.FlushDelay, or Close.
 //
 // A damaged file (cut short, pages overwritten) yields ErrCorrupt, from Open or from the calls
-// that touch the damage, rather than a crash; see ErrCorrupt. bbolt pages carry no checksum,
-// so damage that leaves every page well formed can go unseen: a changed byte in an intent's
-// index key loses that intent (a later Do of it mints a new key), a lowered element count
-// hides a record from List and Recover. Keep the file where the storage checks what it reads
-// (a filesystem with data checksums, such as ZFS or btrfs), or use pgstore.
+// that touch the damage, rather than a crash; see ErrCorrupt. bbolt checksums only its meta
+// pages, so every record and intent index entry carries a CRC-32C of its key and value, and
+// every intent is indexed twice (by name and by hash): a changed byte in a record or an index
+// entry, key or value, is ErrCorrupt on the read that meets it, never a miss that would mint
+// a new key for an intent already paid (checksum.go). Store.Verify checks the whole file,
+// Store.Quarantine sets a damaged record aside on an operator's verdict, and
+// Store.RebuildIntentIndex rebuilds the index (idemctl verify, quarantine, rebuild-index).
+// Damage that the checks cannot see remains: a lowered element count in a page hides whole
+// records from List and Recover. Keep the file where the storage checks what it reads (a
+// filesystem with data checksums, such as ZFS or btrfs) where that matters, or use pgstore.
 //
 // File layout (schema version 2, see docs/KEYSTORE.md): bucket "meta" holds the schema
 // version; bucket "records" maps uvarint(len(scope)) || scope || key to a CRC-32C checksum,

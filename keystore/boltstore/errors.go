@@ -23,7 +23,8 @@ var (
 	ErrNotKeystore = errors.New("boltstore: file is not an idem keystore")
 
 	// ErrCorrupt: the file is an idem keystore but part of it cannot be read: a record that does
-	// not decode or does not match its key, a broken intent index, damaged bbolt meta pages, a
+	// not decode, fails its checksum or does not match its key, a damaged or inconsistent intent
+	// index entry (one index holding an intent the other lacks), damaged bbolt meta pages, a
 	// truncated file, a damaged page, a malformed schema version. Open returns it for damage it
 	// finds in the file's structure (it reads the meta pages, the freelist and the page tree
 	// before bbolt maps the file); reads and writes that touch a damaged part return it, and a

@@ -24,8 +24,8 @@ var ErrNotDamaged = errors.New("boltstore: the record is not damaged")
 
 // Quarantined is a damaged record set aside by Quarantine, as kept in the file.
 type Quarantined struct {
-	Scope    string    `json:"scope"`
-	Key      string    `json:"key"`
+	Scope    string    `json:"scope"`            // the damaged record's scope
+	Key      string    `json:"key"`              // the key it was stored under
 	Intent   string    `json:"intent,omitempty"` // the intent its index named, "" if none
 	Executed bool      `json:"executed"`         // the operator's verdict
 	Note     string    `json:"note"`             // who decided, on what evidence

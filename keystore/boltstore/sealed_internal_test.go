@@ -49,3 +49,33 @@ func BenchmarkRecordValue(b *testing.B) {
 		})
 	}
 }
+
+// FuzzDecodeValue: whatever bytes a value holds, decoding it returns a record or an error,
+// never panics; a value that decodes is one whose checksum matches (any other change of a
+// sound value is damage), and a sealed body opens only with its ring.
+func FuzzDecodeValue(f *testing.F) {
+	ring, _ := keystore.NewKeyRing("k1", map[string][]byte{"k1": bytes.Repeat([]byte{1}, 16)})
+	k := scopedKey("t", "k-1")
+	rec := &keystore.Record{Scope: "t", Key: "k-1", Intent: "ord-1", State: keystore.StatePending,
+		Request: keystore.Request{Method: "POST", URL: "/v1/payments", Body: []byte(`{"amount":1}`)}}
+	for _, c := range []*codec{{}, {ring: ring}} {
+		v, err := c.value(k, rec)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(v, 0, byte(0))
+		f.Add(v, len(v)/2, byte(1))
+	}
+	f.Fuzz(func(t *testing.T, v []byte, at int, delta byte) {
+		c := &codec{ring: ring}
+		good, err := c.decode(k, v)
+		if err != nil || at < 0 || at >= len(v) || delta == 0 {
+			return
+		}
+		changed := append([]byte(nil), v...)
+		changed[at] += delta
+		if got, err := c.decode(k, changed); err == nil {
+			t.Fatalf("a value with byte %d changed by %d decodes: %+v (was %+v)", at, delta, got, good)
+		}
+	})
+}
