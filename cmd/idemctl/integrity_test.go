@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 
@@ -12,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/keystore/boltstore"
 )
 
 // settledMeanwhile is a keystore whose first Get of a key returns the record as it was and
@@ -134,4 +138,33 @@ func TestVerifyQuarantineRebuild(t *testing.T) {
 	assert.Equal(t, "records 5, intents 4, quarantined 1, problems 0\n", out)
 	got := readRecord(t, db, "", "k-ok")
 	assert.Equal(t, "order-3", got.Intent)
+}
+
+// A file whose bodies are sealed: without the key ring idemctl names the key it lacks; with
+// -keyring-env it shows the bodies.
+func TestSealedFile(t *testing.T) {
+	key := bytes.Repeat([]byte{3}, 32)
+	ring, err := keystore.NewKeyRing("k1", map[string][]byte{"k1": key})
+	require.NoError(t, err)
+	db := filepath.Join(t.TempDir(), "idem.db")
+	s, err := boltstore.Open(db, &boltstore.Options{KeyRing: ring})
+	require.NoError(t, err)
+	seedStore(t, s)
+	require.NoError(t, s.Close())
+
+	code, _, errs := runCmd(t, "show", "-db", db, "k-ok")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, `key id "k1"`)
+	t.Setenv("IDEMCTL_TEST_RING", "k1:"+base64.StdEncoding.EncodeToString(key))
+	code, out, errs := runCmd(t, "show", "-db", db, "k-ok", "-keyring-env", "IDEMCTL_TEST_RING", "-json")
+	require.Equal(t, 0, code, errs)
+	var rec keystore.Record
+	require.NoError(t, json.Unmarshal([]byte(out), &rec))
+	assert.Equal(t, `{"id":"pay_1"}`, string(rec.Response.Body))
+	t.Setenv("IDEMCTL_TEST_RING", "k1:not-base64!")
+	code, _, _ = runCmd(t, "show", "-db", db, "k-ok", "-keyring-env", "IDEMCTL_TEST_RING")
+	assert.Equal(t, 2, code)
+	code, out, errs = runCmd(t, "verify", "-db", db)
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, "records 5, intents 4, quarantined 0, problems 0\n", out)
 }

@@ -56,6 +56,12 @@
 // from the records; it refuses while a record is damaged (quarantine it first). These three
 // work on a file only (-db), opened for writing by quarantine and rebuild-index.
 //
+// A keystore file whose bodies are sealed (boltstore.Options.KeyRing) is read with the same
+// key ring, given by -keyring-env NAME: the environment variable NAME holds
+// ID:BASE64KEY[,ID:BASE64KEY...], the sealing key first (never a flag's value, which would
+// land in shell history). Without it, its records are listed as unreadable (an error naming
+// the key id), and show, resolve and recover refuse them; verify needs no key.
+//
 // Output is a human table within 100 columns by default (long values clipped with "…") and
 // JSON with -json (bodies base64, as []byte). Records hold no credentials (idem never persists them, and idemctl strips
 // them again before printing), but show prints request and response bodies, whole.
