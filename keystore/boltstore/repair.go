@@ -154,6 +154,7 @@ func (s *Store) Quarantine(ctx context.Context, scope, key string, v Verdict) (*
 			}
 		}
 		s.summaries.drop(k)
+		s.summaries.drop(scopedKey(scope, target))
 		out = rec
 		return nil
 	})
