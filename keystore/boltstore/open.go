@@ -20,7 +20,8 @@ import (
 //
 // An existing non-empty file is inspected read-only before anything is written, and Open
 // returns, leaving the file byte for byte as it was:
-//   - ErrLocked if another process or Store holds the file for longer than Options.Timeout;
+//   - ErrLocked if another process or Store holds the file, or its lock file PATH.lock (taken
+//     first, see lockBeside), for longer than Options.Timeout;
 //   - ErrNotKeystore if it is not a bbolt file, or a bbolt file with other data;
 //   - ErrSchemaVersion if a newer idem wrote it;
 //   - ErrCorrupt if it is a damaged keystore: both meta pages bad, truncated, a damaged
