@@ -13,9 +13,11 @@ import (
 // (keystore.ErrNotFound, ErrExists, ErrInvalid, ErrClosed). Each is returned wrapped together
 // with the path or record concerned and the underlying cause; test with errors.Is.
 var (
-	// ErrLocked: Open could not take the file lock within Options.Timeout because another
-	// process, or another Store in this process, has the file open. The cause is bbolt's
-	// timeout error.
+	// ErrLocked: Open could not take a lock within Options.Timeout because another process,
+	// or another Store in this process, has the file open: the lock file beside it
+	// (PATH.lock, held even when that process's file was deleted since; the message names
+	// it) or, for OpenReadOnly and a file opened by an older release, the file's own lock
+	// (then the cause is bbolt's timeout error).
 	ErrLocked = errors.New("boltstore: keystore file is locked by another process or handle")
 
 	// ErrNotKeystore: Open was given a file that is not a bbolt database, or a bbolt database
