@@ -20,7 +20,7 @@ import (
 // BenchmarkDurableCallSealed measures one durable call (Do of a new intent: the pending
 // record committed before the send, the answer written after) with plaintext bodies and with
 // bodies sealed by a key ring (AES-256-GCM), at 1 and 8 concurrent callers, in the same run:
-// compare "sealed" with "plain" (benchstat, or the ns/op ratio). Request body ~500 bytes,
+// compare mode=sealed with mode=plain (benchstat -col /mode). Request body ~500 bytes,
 // answer ~300 bytes. Set TMPDIR to a real disk for figures that include fsync as deployed.
 func BenchmarkDurableCallSealed(b *testing.B) {
 	answer := `{"id":"pi_1","client_secret":"pi_1_secret_` + strings.Repeat("s", 240) + `"}`
@@ -33,7 +33,7 @@ func BenchmarkDurableCallSealed(b *testing.B) {
 	body := []byte(`{"amount":1000,"currency":"eur","card":"4242424242424242","description":"` + strings.Repeat("x", 420) + `"}`)
 	for _, c := range []int{1, 8} {
 		for _, mode := range []string{"plain", "sealed"} {
-			b.Run(fmt.Sprintf("%s/c=%d", mode, c), func(b *testing.B) {
+			b.Run(fmt.Sprintf("mode=%s/c=%d", mode, c), func(b *testing.B) {
 				opts := &boltstore.Options{}
 				if mode == "sealed" {
 					opts.KeyRing = ring(b, "k1", "k1")

@@ -32,7 +32,7 @@ func BenchmarkRecordValue(b *testing.B) {
 		name string
 		c    *codec
 	}{{"plain", &codec{}}, {"sealed", &codec{ring: ring}}} {
-		b.Run("value/"+tc.name, func(b *testing.B) {
+		b.Run("op=value/mode="+tc.name, func(b *testing.B) {
 			for b.Loop() {
 				if _, err := tc.c.value(k, rec); err != nil {
 					b.Fatal(err)
@@ -40,7 +40,7 @@ func BenchmarkRecordValue(b *testing.B) {
 			}
 		})
 		v, _ := tc.c.value(k, rec)
-		b.Run("decode/"+tc.name, func(b *testing.B) {
+		b.Run("op=decode/mode="+tc.name, func(b *testing.B) {
 			for b.Loop() {
 				if _, err := tc.c.decode(k, v); err != nil {
 					b.Fatal(err)
