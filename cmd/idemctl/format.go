@@ -218,6 +218,9 @@ func writeStats(w io.Writer, s statsOut) error {
 	if s.Records.Damaged > 0 {
 		fmt.Fprintf(tw, "damaged (skipped)\t%d\n", s.Records.Damaged)
 	}
+	if s.IndexProblems > 0 {
+		fmt.Fprintf(tw, "intent index problems\t%d (idemctl verify names them)\n", s.IndexProblems)
+	}
 	if len(s.Client) > 0 {
 		fmt.Fprintf(tw, "client counters (since the service started):\t\n")
 		for _, k := range slices.Sorted(maps.Keys(s.Client)) {

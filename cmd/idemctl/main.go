@@ -12,6 +12,9 @@
 //	idemctl recover TARGET [-base-url URL -status-path P -auth-env NAME -lookup P] [-json]
 //	idemctl purge   (-db FILE | -dsn DSN) -older-than 72h [-key-ttl 24h] [-dry-run] [-json]
 //	idemctl migrate -dsn DSN
+//	idemctl verify  -db FILE [-json]
+//	idemctl quarantine -db FILE [-tenant T] KEY -outcome executed|not-executed -note "who, evidence" [-json]
+//	idemctl rebuild-index -db FILE [-json]
 //
 // Targets. -db opens a bbolt keystore file: read-only (boltstore.OpenReadOnly) for ls, show and
 // stats, for writing for resolve, recover and purge. The file must exist: idemctl never
@@ -43,6 +46,21 @@
 // file it purges in steps (keystore.BatchPurger) and skips a record it cannot decode, left
 // untouched and named on stderr (-json: under "damaged"), as ls names it; the exit status
 // stays 0.
+//
+// verify reads a keystore file whole and checks every record (its checksum, JSON and key) and
+// both intent indexes against each other and the records; it exits 1 naming each damaged
+// entry. quarantine sets a damaged record aside once the operator says what happened to its
+// payment (-outcome): the damaged bytes are kept in the file, and a settled record takes its
+// place under its intent (succeeded for executed, failed for not-executed, as resolve
+// settles), so that the intent is no longer blocked. rebuild-index rebuilds the intent index
+// from the records; it refuses while a record is damaged (quarantine it first). These three
+// work on a file only (-db), opened for writing by quarantine and rebuild-index.
+//
+// A keystore file whose bodies are sealed (boltstore.Options.KeyRing) is read with the same
+// key ring, given by -keyring-env NAME: the environment variable NAME holds
+// ID:BASE64KEY[,ID:BASE64KEY...], the sealing key first (never a flag's value, which would
+// land in shell history). Without it, its records are listed as unreadable (an error naming
+// the key id), and show, resolve and recover refuse them; verify needs no key.
 //
 // Output is a human table within 100 columns by default (long values clipped with "…") and
 // JSON with -json (bodies base64, as []byte). Records hold no credentials (idem never persists them, and idemctl strips
@@ -84,6 +102,9 @@ commands:
            skipped records it cannot decode, after printing what it did to the others
   purge    delete succeeded and failed records older than -older-than, at least -key-ttl (24h) (-db, -dsn)
   migrate  create or upgrade the Postgres schema (-dsn)
+  verify   check every record and the intent index of a file (-db); exits 1 on damage
+  quarantine  set a damaged record aside: KEY -outcome executed|not-executed -note "who, evidence" (-db)
+  rebuild-index  rebuild the intent index from the records (-db)
   probe    grade a SANDBOX API against idem's contract: probe URL -sandbox (creates payments)
 
 target (exactly one): -db FILE (bbolt), -dsn DSN (Postgres), -url ADMIN_URL (a running
@@ -123,6 +144,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, now func(
 		err = cmdRecover(ctx, rest, stdout, stderr, now)
 	case "migrate":
 		err = cmdMigrate(ctx, rest, stdout, stderr)
+	case "verify":
+		err = cmdVerify(ctx, rest, stdout, stderr)
+	case "quarantine":
+		err = cmdQuarantine(ctx, rest, stdout, stderr, now)
+	case "rebuild-index":
+		err = cmdRebuildIndex(ctx, rest, stdout, stderr)
 	default:
 		err = usageError{fmt.Sprintf("unknown command %q", cmd)}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/keystore/boltstore"
 )
 
 // storeBackend works on a keystore idemctl opened itself (bbolt or Postgres).
@@ -128,7 +129,19 @@ func (b *storeBackend) stats(ctx context.Context) (statsOut, error) {
 	}
 	st := idem.ComputeAdminRecordStats(recs, b.now())
 	st.Damaged = damaged
-	return statsOut{Records: st}, nil
+	out := statsOut{Records: st}
+	if f, ok := b.s.(*boltstore.Store); ok { // a changed byte in the index is a lost intent
+		rep, err := f.Verify(ctx)
+		if err != nil {
+			return statsOut{}, err
+		}
+		for _, p := range rep.Problems {
+			if p.Bucket == "intents" || p.Bucket == "intenthash" {
+				out.IndexProblems++
+			}
+		}
+	}
+	return out, nil
 }
 
 // purge deletes (or with dryRun counts) the succeeded and failed records last updated before
@@ -218,7 +231,13 @@ func (b *storeBackend) resolve(ctx context.Context, req idem.AdminResolveRequest
 	}
 	out, err := c.Resolve(ctx, rec.Scope, rec.Key, res)
 	if errors.Is(err, idem.ErrNotManual) {
-		return nil, fmt.Errorf("key %q is %s, not manual: only a manual record can be resolved", rec.Key, rec.State)
+		// The state Resolve found, which another process may have changed since rec was
+		// read: rec.State would say "manual, not manual".
+		cause := err
+		if oe, ok := errors.AsType[*idem.OperationError](err); ok && oe.Cause != nil {
+			cause = oe.Cause
+		}
+		return nil, fmt.Errorf("key %q: %v; only a manual record can be resolved", rec.Key, cause)
 	}
 	return out, err
 }

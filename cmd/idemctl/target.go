@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -57,7 +58,11 @@ type listFilter struct {
 // running client's counters, keyed like the admin handler's JSON.
 type statsOut struct {
 	Records idem.AdminRecordStats `json:"records"`
-	Client  map[string]int64      `json:"client,omitempty"`
+	// IndexProblems counts the damaged intent index entries of a keystore file (-db):
+	// entries that do not check, that one index holds and the other not, or that name a
+	// record that is not theirs. idemctl verify names them.
+	IndexProblems int              `json:"index_problems,omitempty"`
+	Client        map[string]int64 `json:"client,omitempty"`
 }
 
 // recoverOut is what recover prints, the admin handler's POST /recover answer: Damaged lists
@@ -81,6 +86,7 @@ type common struct {
 	timeoutSet   bool // -timeout was given (-url has its own default)
 	tokenEnv     string
 	tokenHeader  string
+	keyRingEnv   string
 }
 
 func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {
@@ -93,6 +99,7 @@ func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {
 	fs.DurationVar(&c.timeout, "timeout", boltstore.DefaultTimeout, "longest wait for the file lock (-db), the database connection (-dsn), or the admin URL's connection and answer; with -url, 30s unless set (recover waits for its run)")
 	fs.StringVar(&c.tokenEnv, "token-env", "IDEMCTL_TOKEN", "with -url: the environment variable `NAME` whose value is sent as the authorization header")
 	fs.StringVar(&c.tokenHeader, "token-header", "Authorization", "with -url: the authorization header's `name`")
+	fs.StringVar(&c.keyRingEnv, "keyring-env", "", "with -db: the environment variable `NAME` holding the service's body key ring, ID:BASE64KEY[,ID:BASE64KEY...], the sealing key first")
 	return fs
 }
 
@@ -126,6 +133,8 @@ func parse(fs *flag.FlagSet, c *common, args []string, maxArgs int) ([]string, e
 		return nil, usageError{fmt.Sprintf("unexpected arguments: %s", strings.Join(pos[maxArgs:], " "))}
 	case c.timeout <= 0:
 		return nil, usageError{"-timeout must be positive"}
+	case c.keyRingEnv != "" && c.db == "":
+		return nil, usageError{"-keyring-env goes with -db only: a service's admin URL uses the service's own key ring"}
 	}
 	return pos, nil
 }
@@ -154,6 +163,15 @@ func openBolt(c *common, write bool) (*boltstore.Store, error) {
 		return nil, fmt.Errorf("-db %s: no such keystore file (idemctl never creates one: check the path)", c.db)
 	}
 	opts := &boltstore.Options{Timeout: c.timeout}
+	if c.keyRingEnv != "" {
+		spec, err := secretFromEnv("-keyring-env", c.keyRingEnv)
+		if err != nil {
+			return nil, err
+		}
+		if opts.KeyRing, err = parseKeyRing(spec); err != nil {
+			return nil, usageError{fmt.Sprintf("-keyring-env %s: %v", c.keyRingEnv, err)}
+		}
+	}
 	var s *boltstore.Store
 	var err error
 	if write {
@@ -193,4 +211,30 @@ func parseStates(s string) ([]keystore.State, error) {
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// parseKeyRing reads a key ring from ID:BASE64KEY[,ID:BASE64KEY...] (standard base64 of 16,
+// 24 or 32 bytes); the first key seals, every key opens. Without it idemctl reads the records
+// of a keystore whose bodies are sealed (boltstore.Options.KeyRing) as unreadable.
+func parseKeyRing(spec string) (*keystore.KeyRing, error) {
+	keys := map[string][]byte{}
+	current := ""
+	for part := range strings.SplitSeq(spec, ",") {
+		id, b64, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok {
+			return nil, errors.New("want ID:BASE64KEY[,ID:BASE64KEY...]")
+		}
+		k, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			return nil, fmt.Errorf("key %q is not base64", id)
+		}
+		if _, dup := keys[id]; dup {
+			return nil, fmt.Errorf("key id %q given twice", id)
+		}
+		keys[id] = k
+		if current == "" {
+			current = id
+		}
+	}
+	return keystore.NewKeyRing(current, keys)
 }

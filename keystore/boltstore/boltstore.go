@@ -12,15 +12,28 @@
 // or a flush within Options.FlushDelay, or Close.
 //
 // A damaged file (cut short, pages overwritten) yields ErrCorrupt, from Open or from the calls
-// that touch the damage, rather than a crash; see ErrCorrupt. bbolt pages carry no checksum,
-// so damage that leaves every page well formed can go unseen: a changed byte in an intent's
-// index key loses that intent (a later Do of it mints a new key), a lowered element count
-// hides a record from List and Recover. Keep the file where the storage checks what it reads
-// (a filesystem with data checksums, such as ZFS or btrfs), or use pgstore.
+// that touch the damage, rather than a crash; see ErrCorrupt. bbolt checksums only its meta
+// pages, so every record and intent index entry carries a CRC-32C of its key and value, and
+// every intent is indexed twice (by name and by hash): a changed byte in a record or an index
+// entry, key or value, is ErrCorrupt on the read that meets it, never a miss that would mint
+// a new key for an intent already paid (checksum.go). Store.Verify checks the whole file,
+// Store.Quarantine sets a damaged record aside on an operator's verdict, and
+// Store.RebuildIntentIndex rebuilds the index (idemctl verify, quarantine, rebuild-index).
+// Damage that the checks cannot see remains: a lowered element count in a page hides whole
+// records from List and Recover. Keep the file where the storage checks what it reads (a
+// filesystem with data checksums, such as ZFS or btrfs) where that matters, or use pgstore.
 //
-// File layout (schema version 1): bucket "meta" holds the schema version; bucket "records"
-// maps uvarint(len(scope)) || scope || key to the JSON of a keystore.Record; bucket "intents"
-// maps uvarint(len(scope)) || scope || intent to the key.
+// File layout (schema version 2, see docs/KEYSTORE.md): bucket "meta" holds the schema
+// version; bucket "records" maps uvarint(len(scope)) || scope || key to a CRC-32C checksum,
+// a flags byte and the JSON of a keystore.Record; bucket "intents" maps uvarint(len(scope))
+// || scope || intent to a checksum and the key, and bucket "intenthash" holds the same index
+// under a hash of the intent (checksum.go); bucket "quarantine", once made, keeps the
+// damaged records an operator set aside (Quarantine).
+//
+// A file deleted or replaced while open is noticed at the next commit: every call then fails
+// with keystore.ErrFileGone (and Options.OnFileGone is called). A lock file beside the
+// keystore (path + ".lock") keeps a second process off the path while the first lives, even
+// when the first one's file was deleted.
 package boltstore
 
 import (
@@ -35,8 +48,9 @@ import (
 
 const (
 	// SchemaVersion is the layout version this code writes and reads. Open refuses a file
-	// with a higher version (ErrSchemaVersion).
-	SchemaVersion = 1
+	// with another version (ErrSchemaVersion), never misreading it: version 1 (before
+	// checksums) is refused as clearly as a newer one.
+	SchemaVersion = 2
 
 	// DefaultTimeout is how long Open waits for the file lock when Options.Timeout is not set.
 	DefaultTimeout = time.Second
@@ -77,6 +91,19 @@ type Options struct {
 	// which a file truncated by another program while the store is open makes fault (the
 	// process then dies instead of getting ErrCorrupt). Freed pages are reused either way.
 	SyncFreelist bool
+
+	// OnFileGone, if set, is called once (on a goroutine of its own) when the store finds
+	// that its file was deleted or replaced while open; its argument wraps
+	// keystore.ErrFileGone. From then on every call of the Store fails with that error (see
+	// keystore.ErrFileGone): alert, and restart the process once the file is restored.
+	OnFileGone func(error)
+
+	// KeyRing, if set, seals the request and response bodies of every record written from
+	// now on with AES-GCM (keystore.KeyRing), and opens sealed bodies on read. Without it,
+	// bodies are written in plaintext, and a record with sealed bodies fails to read with an
+	// error wrapping keystore.ErrKeyUnknown. Records written without a ring stay readable
+	// with one. See docs/KEYSTORE.md for what stays in plaintext.
+	KeyRing *keystore.KeyRing
 }
 
 func (o *Options) withDefaults() Options {
@@ -102,10 +129,13 @@ func (o *Options) withDefaults() Options {
 type Store struct {
 	db     *bbolt.DB
 	secret []string
+	lock   *os.File // the lock file beside the keystore (lockBeside), nil if read-only
 	closed atomic.Bool
 	commit committer
 	// pending holds the deferred writes not committed yet (see deferred.go).
 	pending overlay
+	// codec makes and reads the records' values (checksums, sealed bodies).
+	codec codec
 	// summaries spares an update the decode of a pending record this store wrote.
 	summaries summaryCache
 }
@@ -119,5 +149,9 @@ func (s *Store) Close() error {
 		return keystore.ErrClosed
 	}
 	s.closed.Store(true)
-	return s.db.Close()
+	err := s.db.Close()
+	if s.lock != nil {
+		_ = s.lock.Close() // releases the lock; the file stays for the next opener
+	}
+	return err
 }

@@ -16,8 +16,8 @@ import (
 // Layout of the file: three top-level buckets.
 var (
 	bucketMeta    = []byte("meta")    // keySchema -> decimal schema version
-	bucketRecords = []byte("records") // scopedKey(scope, key) -> JSON of keystore.Record
-	bucketIntents = []byte("intents") // scopedKey(scope, intent) -> key
+	bucketRecords = []byte("records") // scopedKey(scope, key) -> checksum || flags || JSON of keystore.Record
+	bucketIntents = []byte("intents") // scopedKey(scope, intent) -> checksum || key (see checksum.go)
 	keySchema     = []byte("schema")
 )
 
@@ -49,12 +49,13 @@ type encoded struct {
 	rec    *keystore.Record // the stored copy, without secrets
 	key    []byte           // records bucket key
 	intent []byte           // intents bucket key, nil without an intent
-	value  []byte           // JSON
+	value  []byte           // checksum || flags || JSON, as recordValue makes it
+	codec  *codec           // what made value, to make it again (keepLease)
 }
 
 // encode validates rec, strips its secrets and marshals the stored copy. Errors wrap
 // keystore.ErrInvalid.
-func encode(rec *keystore.Record, secret []string) (*encoded, error) {
+func encode(rec *keystore.Record, secret []string, c *codec) (*encoded, error) {
 	if err := rec.Validate(); err != nil {
 		return nil, err
 	}
@@ -62,16 +63,16 @@ func encode(rec *keystore.Record, secret []string) (*encoded, error) {
 	if err := checkUTF8(stored); err != nil {
 		return nil, errors.Join(keystore.ErrInvalid, err)
 	}
-	e := &encoded{rec: stored, key: scopedKey(rec.Scope, rec.Key)}
+	e := &encoded{rec: stored, key: scopedKey(rec.Scope, rec.Key), codec: c}
 	if rec.Intent != "" {
 		e.intent = scopedKey(rec.Scope, rec.Intent)
 	}
 	if len(e.key) > bbolt.MaxKeySize || len(e.intent) > bbolt.MaxKeySize {
 		return nil, errors.Join(keystore.ErrInvalid, fmt.Errorf("scope plus key or intent longer than %d bytes", bbolt.MaxKeySize))
 	}
-	v, err := json.Marshal(stored)
+	v, err := c.value(e.key, stored)
 	if err != nil {
-		return nil, errors.Join(keystore.ErrInvalid, err)
+		return nil, err
 	}
 	if len(v) > bbolt.MaxValueSize {
 		return nil, errors.Join(keystore.ErrInvalid, fmt.Errorf("encoded record is %d bytes, more than %d", len(v), bbolt.MaxValueSize))
@@ -101,24 +102,45 @@ func checkUTF8(r *keystore.Record) error {
 	return nil
 }
 
-// decode unmarshals the value stored under k and checks it against its key. Errors wrap
-// ErrCorrupt. The result shares no memory with v, which bbolt owns.
-func decode(k, v []byte) (*keystore.Record, error) {
+// decode checks the checksum of the value stored under k, unmarshals it, checks it against
+// its key and opens its sealed bodies. Errors wrap ErrCorrupt, or keystore.ErrKeyUnknown or
+// keystore.ErrKeyWrong for sealed bodies that the key ring cannot open. The result shares no
+// memory with v, which bbolt owns.
+func (c *codec) decode(k, v []byte) (*keystore.Record, error) {
+	rec, flags, err := decodeSealed(k, v)
+	if err != nil {
+		return nil, err
+	}
+	if flags&flagSealed != 0 {
+		if err := c.openBodies(k, rec); err != nil {
+			return nil, fmt.Errorf("boltstore: record (%q, %q): %w", rec.Scope, rec.Key, err)
+		}
+	}
+	return rec, nil
+}
+
+// decodeSealed is decode without opening the bodies: sealed ones stay sealed (flags says).
+// Errors wrap ErrCorrupt.
+func decodeSealed(k, v []byte) (*keystore.Record, byte, error) {
 	scope, key, ok := splitScopedKey(k)
 	if !ok {
-		return nil, structural(fmt.Errorf("%w: malformed record key %q", ErrCorrupt, clip(k)))
+		return nil, 0, structural(fmt.Errorf("%w: malformed record key %q", ErrCorrupt, clip(k)))
+	}
+	flags, v, err := recordJSON(scope, key, k, v)
+	if err != nil {
+		return nil, 0, err
 	}
 	var rec keystore.Record
 	if err := json.Unmarshal(v, &rec); err != nil {
-		return nil, jsonError(scope, key, v, err)
+		return nil, 0, jsonError(scope, key, v, err)
 	}
 	if rec.Scope != scope || rec.Key != key {
-		return nil, fmt.Errorf("%w: record stored under (%q, %q) names (%q, %q)", ErrCorrupt, scope, key, rec.Scope, rec.Key)
+		return nil, 0, fmt.Errorf("%w: record stored under (%q, %q) names (%q, %q)", ErrCorrupt, scope, key, rec.Scope, rec.Key)
 	}
 	if err := rec.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
+		return nil, 0, fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
 	}
-	return &rec, nil
+	return &rec, flags, nil
 }
 
 // summary is the part of a stored record that Update and Purge inspect inside the shared write
@@ -141,6 +163,10 @@ func decodeSummary(k, v []byte) (*keystore.Record, error) {
 	scope, key, ok := splitScopedKey(k)
 	if !ok {
 		return nil, structural(fmt.Errorf("%w: malformed record key %q", ErrCorrupt, clip(k)))
+	}
+	_, v, err := recordJSON(scope, key, k, v)
+	if err != nil {
+		return nil, err
 	}
 	var s summary
 	if err := json.Unmarshal(v, &s); err != nil {

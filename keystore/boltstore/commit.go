@@ -38,6 +38,10 @@ type committer struct {
 	// damage is the first structural damage found by a read or a write (see structuralError).
 	// Once it is set, every write fails with it, so that the damage does not spread.
 	damage atomic.Pointer[structuralError]
+
+	// watch checks after every commit that the file is still the one at its path (nil for a
+	// read-only store).
+	watch *fileWatch
 }
 
 // op is one write. apply runs inside the shared transaction and returns the op's own result:
@@ -107,6 +111,9 @@ func (c *committer) do(ctx context.Context, apply func(tx *bbolt.Tx) error) erro
 
 // refused returns the error of a write once structural damage has been found, else nil.
 func (c *committer) refused() error {
+	if err := c.watch.err(); err != nil {
+		return err
+	}
 	if d := c.damage.Load(); d != nil {
 		return fmt.Errorf("boltstore: write refused, the keystore's pages are damaged: %w", d)
 	}
@@ -192,6 +199,11 @@ func (c *committer) commit() {
 	})
 	if errors.Is(err, errNothingWritten) {
 		err = nil
+	}
+	// Written to a file that is gone (deleted or replaced, before or during the commit):
+	// no writer may act on it. Checked before the writers are woken.
+	if gerr := c.watch.check(); gerr != nil && !errors.Is(err, keystore.ErrClosed) {
+		err = gerr
 	}
 	if err != nil {
 		err = dbError(err)

@@ -114,7 +114,7 @@ func (s *Store) UpdateDeferred(ctx context.Context, rec *keystore.Record) error 
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	e, err := encode(rec, s.secret)
+	e, err := encode(rec, s.secret, &s.codec)
 	if err != nil {
 		return err
 	}

@@ -13,9 +13,11 @@ import (
 // (keystore.ErrNotFound, ErrExists, ErrInvalid, ErrClosed). Each is returned wrapped together
 // with the path or record concerned and the underlying cause; test with errors.Is.
 var (
-	// ErrLocked: Open could not take the file lock within Options.Timeout because another
-	// process, or another Store in this process, has the file open. The cause is bbolt's
-	// timeout error.
+	// ErrLocked: Open could not take a lock within Options.Timeout because another process,
+	// or another Store in this process, has the file open: the lock file beside it
+	// (PATH.lock, held even when that process's file was deleted since; the message names
+	// it) or, for OpenReadOnly and a file opened by an older release, the file's own lock
+	// (then the cause is bbolt's timeout error).
 	ErrLocked = errors.New("boltstore: keystore file is locked by another process or handle")
 
 	// ErrNotKeystore: Open was given a file that is not a bbolt database, or a bbolt database
@@ -23,7 +25,8 @@ var (
 	ErrNotKeystore = errors.New("boltstore: file is not an idem keystore")
 
 	// ErrCorrupt: the file is an idem keystore but part of it cannot be read: a record that does
-	// not decode or does not match its key, a broken intent index, damaged bbolt meta pages, a
+	// not decode, fails its checksum or does not match its key, a damaged or inconsistent intent
+	// index entry (one index holding an intent the other lacks), damaged bbolt meta pages, a
 	// truncated file, a damaged page, a malformed schema version. Open returns it for damage it
 	// finds in the file's structure (it reads the meta pages, the freelist and the page tree
 	// before bbolt maps the file); reads and writes that touch a damaged part return it, and a
@@ -34,10 +37,11 @@ var (
 	// reads go on where they can.
 	ErrCorrupt = errors.New("boltstore: keystore is corrupt")
 
-	// ErrSchemaVersion: the keystore was written by a newer version of idem (its schema version
-	// is above SchemaVersion). Open refuses it, without writing, rather than misread it; the
-	// message names both versions.
-	ErrSchemaVersion = errors.New("boltstore: keystore schema version is newer than this code supports")
+	// ErrSchemaVersion: the keystore was written with another schema version than
+	// SchemaVersion: by a newer idem, or by one from before records carried checksums
+	// (version 1). Open refuses it, without writing, rather than misread it; the message
+	// names both versions.
+	ErrSchemaVersion = errors.New("boltstore: keystore schema version is not the one this code reads")
 )
 
 // openError maps an error from bbolt.Open on path to this package's errors.

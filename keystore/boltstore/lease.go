@@ -3,7 +3,6 @@ package boltstore
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -37,7 +36,7 @@ func (s *Store) Claim(ctx context.Context, scope, key string, l keystore.Lease) 
 		if v == nil {
 			return keystore.ErrNotFound
 		}
-		rec, err := decode(k, v)
+		rec, err := s.codec.decode(k, v)
 		if err != nil {
 			return err
 		}
@@ -107,7 +106,7 @@ func (s *Store) holder(ctx context.Context, scope, key string, change func(*keys
 		if v == nil {
 			return keystore.ErrNotFound
 		}
-		rec, err := decode(k, v)
+		rec, err := s.codec.decode(k, v)
 		if err != nil {
 			return err
 		}
@@ -166,7 +165,7 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 				break
 			}
 			k := scopedKey(c.Scope, c.Key)
-			rec, err := decode(k, records.Get(k))
+			rec, err := s.codec.decode(k, records.Get(k))
 			if err != nil {
 				if err := skipDamaged(err); err != nil {
 					return err // nothing written yet
@@ -198,7 +197,7 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 // putRecord writes rec, a record decoded from the file (so valid, its secrets already
 // stripped), under k. A failure aborts the transaction.
 func (s *Store) putRecord(records *bbolt.Bucket, k []byte, rec *keystore.Record) error {
-	v, err := json.Marshal(rec)
+	v, err := s.codec.value(k, rec)
 	if err != nil {
 		return abort(err)
 	}
@@ -217,9 +216,9 @@ func keepLease(e *encoded, old *keystore.Record) error {
 	}
 	rec := *e.rec
 	keystore.KeepLease(&rec, old)
-	v, err := json.Marshal(&rec)
+	v, err := e.codec.value(e.key, &rec)
 	if err != nil {
-		return errors.Join(keystore.ErrInvalid, err)
+		return err
 	}
 	e.rec, e.value = &rec, v
 	return nil

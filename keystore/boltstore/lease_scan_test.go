@@ -52,7 +52,7 @@ func TestSurelyNotOrphaned(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := encode(tc.rec, nil)
+			e, err := encode(tc.rec, nil, &codec{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +60,7 @@ func TestSurelyNotOrphaned(t *testing.T) {
 			if got != tc.skip {
 				t.Errorf("surelyNotOrphaned = %v, want %v; value %s", got, tc.skip, e.value)
 			}
-			dec, err := decode(e.key, e.value)
+			dec, err := (&codec{}).decode(e.key, e.value)
 			if err != nil {
 				t.Fatal(err)
 			}

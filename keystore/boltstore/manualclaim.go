@@ -28,7 +28,7 @@ func (s *Store) ClaimManual(ctx context.Context, scope, key string, l keystore.L
 		if v == nil {
 			return keystore.ErrNotFound
 		}
-		rec, err := decode(k, v)
+		rec, err := s.codec.decode(k, v)
 		if err != nil {
 			return err
 		}

@@ -20,7 +20,8 @@ import (
 //
 // An existing non-empty file is inspected read-only before anything is written, and Open
 // returns, leaving the file byte for byte as it was:
-//   - ErrLocked if another process or Store holds the file for longer than Options.Timeout;
+//   - ErrLocked if another process or Store holds the file, or its lock file PATH.lock (taken
+//     first, see lockBeside), for longer than Options.Timeout;
 //   - ErrNotKeystore if it is not a bbolt file, or a bbolt file with other data;
 //   - ErrSchemaVersion if a newer idem wrote it;
 //   - ErrCorrupt if it is a damaged keystore: both meta pages bad, truncated, a damaged
@@ -41,6 +42,16 @@ import (
 func Open(path string, opts *Options) (*Store, error) {
 	o := opts.withDefaults()
 	deadline := time.Now().Add(o.Timeout)
+	lock, err := lockBeside(path, o.Mode, o.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok && lock != nil {
+			_ = lock.Close()
+		}
+	}()
 	if err := createAtomic(path, o.Mode, o.Timeout); err != nil {
 		return nil, err
 	}
@@ -51,7 +62,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	bo.Timeout = max(time.Until(deadline), time.Millisecond) // never 0: that waits forever
 	// See Options.SyncFreelist.
 	bo.NoFreelistSync, bo.FreelistType = !o.SyncFreelist, bbolt.FreelistMapType
-	db, err := openDB(path, o.Mode, &bo)
+	db, file, err := openDBFile(path, o.Mode, &bo)
 	if err != nil {
 		return nil, err
 	}
@@ -59,9 +70,16 @@ func Open(path string, opts *Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, secret: o.SecretHeaders}
+	s := &Store{db: db, secret: o.SecretHeaders, lock: lock, codec: codec{ring: o.KeyRing}}
 	s.commit.init(db)
 	s.commit.flushDelay, s.commit.done = o.FlushDelay, s.pending.settle
+	s.commit.watch = &fileWatch{path: path, file: file, onGone: o.OnFileGone}
+	// The file may have gone between the lock and bbolt's open of the path.
+	if err := s.commit.watch.check(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	ok = true
 	return s, nil
 }
 
@@ -106,6 +124,13 @@ func inspect(path string, timeout time.Duration) error {
 // openDB runs bbolt.Open under guard and maps its errors. bbolt.Open does not clean up after
 // a panic, so openDB keeps the file it opens and closes it then, which releases the lock.
 func openDB(path string, mode os.FileMode, bo *bbolt.Options) (*bbolt.DB, error) {
+	db, _, err := openDBFile(path, mode, bo)
+	return db, err
+}
+
+// openDBFile is openDB that also returns the file bbolt opened (which it closes with the
+// database).
+func openDBFile(path string, mode os.FileMode, bo *bbolt.Options) (*bbolt.DB, *os.File, error) {
 	var file *os.File
 	o := *bo
 	o.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
@@ -123,11 +148,11 @@ func openDB(path string, mode os.FileMode, bo *bbolt.Options) (*bbolt.DB, error)
 		if file != nil {
 			_ = file.Close()
 		}
-		return nil, err
+		return nil, nil, err
 	case err != nil:
-		return nil, openError(path, err)
+		return nil, nil, openError(path, err)
 	}
-	return db, nil
+	return db, file, nil
 }
 
 // checkLayout reports whether the database is empty (no bucket at all: new, or created by a
@@ -164,8 +189,12 @@ func checkLayout(tx *bbolt.Tx, path string) (empty bool, err error) {
 	case v > SchemaVersion:
 		return false, fmt.Errorf("%w: %s has schema version %d, this code reads version %d at most",
 			ErrSchemaVersion, path, v, SchemaVersion)
-	case tx.Bucket(bucketRecords) == nil || tx.Bucket(bucketIntents) == nil:
-		return false, fmt.Errorf("%w: %s: records or intents bucket missing", ErrCorrupt, path)
+	case v < SchemaVersion:
+		// Version 1 values carry no checksum: read as version 2 every record would be damage.
+		return false, fmt.Errorf("%w: %s has schema version %d, written before records carried checksums; this code reads version %d only (settle its pending records with the idem that wrote it, then start a new file)",
+			ErrSchemaVersion, path, v, SchemaVersion)
+	case tx.Bucket(bucketRecords) == nil || tx.Bucket(bucketIntents) == nil || tx.Bucket(bucketIntentHash) == nil:
+		return false, fmt.Errorf("%w: %s: records or intent index bucket missing", ErrCorrupt, path)
 	}
 	return false, nil
 }
@@ -195,10 +224,11 @@ func initLayout(db *bbolt.DB, path string) error {
 		if err := meta.Put(keySchema, []byte(strconv.Itoa(SchemaVersion))); err != nil {
 			return err
 		}
-		if _, err := tx.CreateBucket(bucketRecords); err != nil {
-			return err
+		for _, b := range [][]byte{bucketRecords, bucketIntents, bucketIntentHash} {
+			if _, err := tx.CreateBucket(b); err != nil {
+				return err
+			}
 		}
-		_, err = tx.CreateBucket(bucketIntents)
-		return err
+		return nil
 	})
 }

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -22,23 +23,26 @@ func (s *Store) Create(ctx context.Context, rec *keystore.Record) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	e, err := encode(rec, s.secret)
+	e, err := encode(rec, s.secret, &s.codec)
 	if err != nil {
 		return err
 	}
 	return s.commit.do(ctx, func(tx *bbolt.Tx) error {
-		records, intents := tx.Bucket(bucketRecords), tx.Bucket(bucketIntents)
+		records := tx.Bucket(bucketRecords)
 		if records.Get(e.key) != nil {
 			return keystore.ErrExists
 		}
-		if e.intent != nil && intents.Get(e.intent) != nil {
-			return keystore.ErrExists
+		if e.intent != nil {
+			// A damaged entry of this intent is ErrCorrupt, never taken for a free intent.
+			if _, found, err := lookupIntent(tx, e.intent); err != nil || found {
+				return cmp.Or(err, keystore.ErrExists)
+			}
 		}
 		if err := records.Put(e.key, e.value); err != nil {
 			return abort(err)
 		}
 		if e.intent != nil {
-			if err := intents.Put(e.intent, []byte(e.rec.Key)); err != nil {
+			if err := putIntent(tx, e.intent, e.rec.Key); err != nil {
 				return abort(err)
 			}
 		}
@@ -56,7 +60,7 @@ func (s *Store) Update(ctx context.Context, rec *keystore.Record) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	e, err := encode(rec, s.secret)
+	e, err := encode(rec, s.secret, &s.codec)
 	if err != nil {
 		return err
 	}
@@ -73,7 +77,7 @@ func (s *Store) UpdateFromState(ctx context.Context, rec *keystore.Record, from 
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	e, err := encode(rec, s.secret)
+	e, err := encode(rec, s.secret, &s.codec)
 	if err != nil {
 		return err
 	}
@@ -122,7 +126,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time) (int, error) {
 	}
 	var n int
 	err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
-		records, intents := tx.Bucket(bucketRecords), tx.Bucket(bucketIntents)
+		records := tx.Bucket(bucketRecords)
 		var keys, intentKeys [][]byte
 		err := forEachRecord(records, func(k, v []byte) error {
 			rec, err := decodeSummary(k, v)
@@ -146,7 +150,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time) (int, error) {
 			}
 		}
 		for _, k := range intentKeys {
-			if err := intents.Delete(k); err != nil {
+			if err := deleteIntent(tx, k); err != nil {
 				return abort(err)
 			}
 		}
@@ -176,7 +180,7 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*keystore.Record, e
 			return keystore.ErrNotFound
 		}
 		var err error
-		rec, err = decode(k, v)
+		rec, err = s.codec.decode(k, v)
 		return err
 	})
 	return rec, s.commit.note(dbError(err))
@@ -195,14 +199,17 @@ func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystor
 	}
 	var rec *keystore.Record
 	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) error {
-		key := tx.Bucket(bucketIntents).Get(scopedKey(scope, intent))
-		if key == nil {
+		key, found, err := lookupIntent(tx, scopedKey(scope, intent))
+		if err != nil {
+			return err
+		}
+		if !found {
 			return keystore.ErrNotFound
 		}
 		if len(key) > bbolt.MaxKeySize {
 			return structural(fmt.Errorf("%w: intent (%q, %q) names a key of %d bytes", ErrCorrupt, scope, intent, len(key)))
 		}
-		k := scopedKey(scope, string(key))
+		k := scopedKey(scope, key)
 		if rec = ov.get(k); rec != nil { // a deferred write not committed yet
 			return nil
 		}
@@ -210,8 +217,7 @@ func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystor
 		if v == nil {
 			return fmt.Errorf("%w: intent (%q, %q) names missing key %q", ErrCorrupt, scope, intent, key)
 		}
-		var err error
-		if rec, err = decode(k, v); err == nil && rec.Intent != intent {
+		if rec, err = s.codec.decode(k, v); err == nil && rec.Intent != intent {
 			// The index and the record disagree (a damaged byte in either): the record found
 			// is another intent's, and returning it would end this intent with its outcome.
 			rec, err = nil, fmt.Errorf("%w: intent (%q, %q) names key %q, whose record has intent %q", ErrCorrupt, scope, intent, key, rec.Intent)
@@ -234,7 +240,7 @@ func (s *Store) List(ctx context.Context, states ...keystore.State) ([]*keystore
 			rec := ov.get(k) // a deferred write not committed yet
 			if rec == nil {
 				var err error
-				if rec, err = decode(k, v); err != nil {
+				if rec, err = s.codec.decode(k, v); err != nil {
 					return err
 				}
 			}
@@ -274,6 +280,9 @@ func forEachRecord(records *bbolt.Bucket, fn func(k, v []byte) error) error {
 func (s *Store) begin(ctx context.Context) error {
 	if s.closed.Load() {
 		return keystore.ErrClosed
+	}
+	if err := s.commit.watch.err(); err != nil {
+		return err
 	}
 	return ctx.Err()
 }

@@ -83,7 +83,7 @@ func (s *Store) ListPage(ctx context.Context, states []keystore.State, after key
 			rec := ov.get(k) // a deferred write not committed yet
 			if rec == nil {
 				var err error
-				if rec, err = decode(k, v); err != nil {
+				if rec, err = s.codec.decode(k, v); err != nil {
 					if _, ok := errors.AsType[*structuralError](err); ok {
 						return err
 					}
@@ -138,7 +138,7 @@ func (s *Store) PurgeBatch(ctx context.Context, cutoff time.Time, after keystore
 	}
 	n := 0
 	err = s.commit.do(ctx, func(tx *bbolt.Tx) error {
-		records, intents := tx.Bucket(bucketRecords), tx.Bucket(bucketIntents)
+		records := tx.Bucket(bucketRecords)
 		n = 0
 		for _, k := range keys {
 			v := records.Get(k)
@@ -153,7 +153,7 @@ func (s *Store) PurgeBatch(ctx context.Context, cutoff time.Time, after keystore
 				return abort(err)
 			}
 			if rec.Intent != "" {
-				if err := intents.Delete(scopedKey(rec.Scope, rec.Intent)); err != nil {
+				if err := deleteIntent(tx, scopedKey(rec.Scope, rec.Intent)); err != nil {
 					return abort(err)
 				}
 			}

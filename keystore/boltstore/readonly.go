@@ -10,7 +10,7 @@ import (
 // OpenReadOnly opens an existing keystore file for reading only, as an operator's tool does:
 // it never creates, initializes or writes the file, and takes a shared lock, so several
 // readers may hold the file at once but not while a Store opened with Open (a running
-// service) holds it. opts may be nil; only Timeout and SecretHeaders apply.
+// service) holds it. opts may be nil; only Timeout, SecretHeaders and KeyRing apply.
 //
 // It returns ErrLocked if a writer holds the file for longer than Options.Timeout (it never
 // waits forever), ErrNotKeystore if the file is not an idem keystore (an empty file or a
@@ -54,7 +54,7 @@ func OpenReadOnly(path string, opts *Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, secret: o.SecretHeaders}
+	s := &Store{db: db, secret: o.SecretHeaders, codec: codec{ring: o.KeyRing}}
 	s.commit.init(db)
 	return s, nil
 }

@@ -33,7 +33,7 @@ func TestSummaryOfMatchesDecode(t *testing.T) {
 				Fingerprint: "f", State: keystore.StatePending,
 				Request:   keystore.Request{Method: http.MethodPost, URL: "/v1/payments", Body: []byte(`{}`)},
 				CreatedAt: at, UpdatedAt: at, Owner: "host-1", LeaseUntil: at.Add(time.Minute), Fence: 3}
-			e, err := encode(rec, nil)
+			e, err := encode(rec, nil, &codec{})
 			if err != nil {
 				t.Fatal(err)
 			}
