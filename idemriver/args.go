@@ -29,9 +29,10 @@ type PaymentArgs struct {
 	// Reference is the business reference (the order id): the idem intent, at most
 	// idem.MaxIntentLength bytes.
 	Reference string `json:"reference"`
-	// Method and URL are the request's (URL relative to idem.Config.BaseURL, or absolute).
+	// Method is the request's HTTP method (POST for a payment).
 	Method string `json:"method"`
-	URL    string `json:"url"`
+	// URL is the request's URL, relative to idem.Config.BaseURL, or absolute.
+	URL string `json:"url"`
 	// Body is the request body, byte for byte (base64 in the job's JSON).
 	Body []byte `json:"body,omitempty"`
 }
