@@ -1,0 +1,41 @@
+package idem_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/idemkit/idem"
+)
+
+// The operator's view on a service's admin port, behind the service's own authorisation.
+func ExampleNewAdminHandler() {
+	c, _ := idem.NewClient(idem.Config{BaseURL: "https://api.example.com"})
+	defer c.Close()
+	checkAdminToken := func(r *http.Request) error {
+		if r.Header.Get("Authorization") != "Bearer admin-token" {
+			return errors.New("an admin token is required")
+		}
+		return nil
+	}
+	markOrderFromRecover := func(r idem.Reconciled) { fmt.Println("settled", r.Record.Intent) }
+	adminMux := http.NewServeMux()
+
+	admin := idem.NewAdminHandler(c, idem.AdminOptions{
+		Authorize:    func(r *http.Request) error { return checkAdminToken(r) }, // required
+		OnReconciled: markOrderFromRecover,                                      // as given to Recover
+	})
+	adminMux.Handle("/idem/", http.StripPrefix("/idem", admin))
+
+	for _, token := range []string{"", "Bearer admin-token"} {
+		req := httptest.NewRequest(http.MethodGet, "/idem/records?state=pending,manual&min_age=10m", nil)
+		req.Header.Set("Authorization", token)
+		w := httptest.NewRecorder()
+		adminMux.ServeHTTP(w, req)
+		fmt.Println(w.Code)
+	}
+	// Output:
+	// 401
+	// 200
+}
