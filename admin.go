@@ -47,7 +47,7 @@ const maxAdminBody = 1 << 20
 //
 //	GET  /records?state=pending,manual&min_age=10m&tenant=T&limit=100&after=C (or &offset=N)
 //	     records oldest first, without bodies; "tenant" absent means every tenant.
-//	     {"records":[...],"total":N,"next_after":C,"next_offset":N,"damaged":[{"scope":S,"key":K,"error":E}...]}
+//	     {"records":[...],"total":N,"next_after":C,"next_offset":N,"damaged":[{"tenant":T,"key":K,"error":E}...]}
 //	     (next_after and next_offset only when more follow: pass after=next_after for the
 //	     next page, which a record settled between pages does not shift as it shifts an
 //	     offset); records the store cannot decode are skipped,
@@ -58,7 +58,7 @@ const maxAdminBody = 1 << 20
 //	                "note":"who and why (required)","response":{"status":200,"header":{},"body":"text"}}
 //	     settles a manual record through Client.Resolve; answers the record as persisted
 //	POST /recover  runs Client.Recover now; answers {"report":{...},"records":[...],
-//	     "damaged":[{"scope":S,"key":K,"error":E}...]}: records it could not decode are
+//	     "damaged":[{"tenant":T,"key":K,"error":E}...]}: records it could not decode are
 //	     skipped and listed there (200), every other one reconciled
 //	GET  /stats    {"client":{...Client.Stats},"records":{"total":N,"by_state":{...},...}}
 //	     records is AdminRecordStats: oldest_pending_seconds and oldest_manual_seconds are

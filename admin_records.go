@@ -21,7 +21,7 @@ import (
 // AdminRecord is one row of the admin handler's GET /records: a record without its bodies
 // and headers. AgeSeconds is measured from CreatedAt by the client's clock (Config.Now).
 type AdminRecord struct {
-	Scope          string         `json:"scope"`                 // the tenant (Record.Scope)
+	Scope          string         `json:"tenant"`                // the tenant (Record.Scope); "tenant", as the query parameter
 	Key            string         `json:"key"`                   // the idempotency key
 	Intent         string         `json:"intent,omitempty"`      // the caller-named intent, such as an order id
 	State          keystore.State `json:"state"`                 // pending, succeeded, failed or manual
@@ -263,7 +263,7 @@ func parseListCursor(s string) (listCursor, error) {
 
 // adminDamaged is a record the store could not decode, as the admin handler lists it.
 type adminDamaged struct {
-	Scope string `json:"scope"`
+	Scope string `json:"tenant"`
 	Key   string `json:"key"`
 	Error string `json:"error"`
 }

@@ -115,7 +115,7 @@ func TestAdminList(t *testing.T) {
 	h := NewAdminHandler(e.c, AdminOptions{Authorize: tokenAuth, MaxLimit: 2})
 	row := func(scope, key, intent, state string, attempts, last int, reason string, age time.Duration) string {
 		at := adminNow.Add(-age).Format(time.RFC3339)
-		b, _ := json.Marshal(map[string]any{"scope": scope, "key": key, "state": state, "method": "POST",
+		b, _ := json.Marshal(map[string]any{"tenant": scope, "key": key, "state": state, "method": "POST",
 			"url": "/v1/payments", "attempts": attempts, "age_seconds": int64(age / time.Second),
 			"created_at": at, "updated_at": at})
 		s := string(b[:len(b)-1])

@@ -152,6 +152,9 @@ func (b *adminBackend) list(ctx context.Context, f listFilter) ([]idem.AdminReco
 		if first {
 			damaged = page.Damaged // every page names the same damaged records
 		}
+		if f.limit > 0 && len(out) >= f.limit { // oldest first: the rest are younger
+			return out[:f.limit], damaged, nil
+		}
 		if page.NextAfter == "" || page.NextAfter == q.Get("after") {
 			return out, damaged, nil
 		}

@@ -25,6 +25,24 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// writeRecordJSON prints a record as keystore.Record's JSON, with its scope under "tenant",
+// the word the -tenant flag and the admin handler's listing use.
+func writeRecordJSON(w io.Writer, rec *keystore.Record) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	if s, ok := m["scope"]; ok {
+		m["tenant"] = s
+		delete(m, "scope")
+	}
+	return writeJSON(w, m)
+}
+
 // clip shortens s to at most n runes, marking the cut with "…".
 func clip(s string, n int) string {
 	r := []rune(s)
@@ -231,7 +249,8 @@ var reportOrder = []string{"pending", "skipped", "succeeded", "failed", "manual"
 
 // writeRecover prints the report on one line, then one row per record Recover worked on,
 // within 100 columns: STATE and KEY (up to 36 runes) as wide as their values, and the rest
-// shared by TENANT, INTENT and ERROR through fitWidths.
+// shared by TENANT and INTENT through fitWidths. The errors follow the table, each whole
+// (wrapped at 100 columns, never clipped): the cause at their end is what an operator acts on.
 func writeRecover(w io.Writer, out recoverOut) error {
 	parts := make([]string, 0, len(reportOrder))
 	for _, k := range reportOrder {
@@ -245,19 +264,62 @@ func writeRecover(w io.Writer, out recoverOut) error {
 	}
 	scope := func(e recoveredEntry) string { return dash(e.Record.Scope) }
 	intent := func(e recoveredEntry) string { return dash(e.Record.Intent) }
-	errText := func(e recoveredEntry) string { return dash(e.Error) }
 	fixed := widest(out.Records, "STATE", func(e recoveredEntry) string { return string(e.Record.State) }) +
-		min(36, widest(out.Records, "KEY", func(e recoveredEntry) string { return e.Record.Key })) + 4
-	cols := fitWidths(100-fixed, widest(out.Records, "TENANT", scope), widest(out.Records, "INTENT", intent),
-		widest(out.Records, "ERROR", errText))
+		min(36, widest(out.Records, "KEY", func(e recoveredEntry) string { return e.Record.Key })) + 3
+	cols := fitWidths(100-fixed, widest(out.Records, "TENANT", scope), widest(out.Records, "INTENT", intent))
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintln(tw, "STATE\tTENANT\tINTENT\tKEY\tERROR")
+	fmt.Fprintln(tw, "STATE\tTENANT\tINTENT\tKEY")
 	for _, e := range out.Records {
 		r := e.Record
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.State, clip(scope(e), cols[0]), clip(intent(e), cols[1]),
-			clip(r.Key, 36), clip(errText(e), cols[2]))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.State, clip(scope(e), cols[0]), clip(intent(e), cols[1]), clip(r.Key, 36))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, e := range out.Records {
+		if e.Error == "" {
+			continue
+		}
+		for _, line := range wrap("error of "+e.Record.Key+": "+e.Error, 100, "  ") {
+			if _, err := fmt.Fprintln(w, line); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// wrap breaks s into lines of at most width runes, at spaces where it can (a word longer
+// than a line is cut across lines, never dropped); lines after the first start with indent.
+// Joined with spaces, the lines give back s's words.
+func wrap(s string, width int, indent string) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		for {
+			sep := " "
+			if line == "" || line == indent {
+				sep = ""
+			}
+			if utf8.RuneCountInString(line+sep+word) <= width {
+				line += sep + word
+				break
+			}
+			if line != "" && line != indent { // the word goes on the next line
+				lines = append(lines, line)
+				line = indent
+				continue
+			}
+			r := []rune(word) // longer than a whole line: cut it
+			room := width - utf8.RuneCountInString(line)
+			lines = append(lines, line+string(r[:room]))
+			line, word = indent, string(r[room:])
+		}
+	}
+	if line != "" && line != indent {
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 // bodyText is a body on one line: UTF-8 text with its line breaks and tabs as spaces, quoted

@@ -85,7 +85,7 @@ func TestTenantColumnWidth(t *testing.T) {
 	require.NoError(t, writeRecover(&b, recoverOut{Records: []recoveredEntry{{Record: recs[0], Error: "outcome unknown"}}}))
 	out := b.String()
 	assert.Regexp(t, `(?m)^manual +30s +500 +acct_demo_eu order-000123 `+key+` stored_server_error$`, out)
-	assert.Regexp(t, `(?m)^manual +acct_demo_eu order-000123 `+key+` outcome unknown$`, out)
+	assert.Regexp(t, `(?m)^manual +acct_demo_eu order-000123 `+key+`\n`+`error of `+key+`: outcome unknown$`, out)
 	for _, line := range strings.Split(out, "\n") {
 		assert.LessOrEqual(t, utf8.RuneCountInString(line), 100, line)
 	}

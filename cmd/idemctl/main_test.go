@@ -116,7 +116,7 @@ func TestShowAndStats(t *testing.T) {
 
 	code, _, errs = runCmd(t, "show", "-db", db, "nope")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, errs, `no record for key "nope" in tenant ""`)
+	assert.Contains(t, errs, `no record for key "nope" in any tenant`)
 
 	code, out, errs = runCmd(t, "stats", "-db", db, "-json")
 	require.Equal(t, 0, code, errs)

@@ -57,6 +57,9 @@ func (b *storeBackend) list(ctx context.Context, f listFilter) ([]idem.AdminReco
 		}
 		return strings.Compare(a.Scope+"\x00"+a.Key, b.Scope+"\x00"+b.Key)
 	})
+	if f.limit > 0 && len(out) > f.limit {
+		out = out[:f.limit]
+	}
 	return out, damaged, nil
 }
 

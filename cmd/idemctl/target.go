@@ -41,7 +41,7 @@ type backend interface {
 
 // damagedRow is a stored record that cannot be decoded, as the admin handler lists it.
 type damagedRow struct {
-	Scope string `json:"scope"`
+	Scope string `json:"tenant"` // Record.Scope; "tenant", as the -tenant flag
 	Key   string `json:"key"`
 	Error string `json:"error"`
 }
@@ -51,6 +51,7 @@ type listFilter struct {
 	states []keystore.State
 	minAge time.Duration
 	tenant *string // nil: every tenant
+	limit  int     // the oldest limit records; 0: every one
 }
 
 // statsOut is what stats prints: the keystore's records, and (from an admin URL only) the
@@ -154,17 +155,24 @@ func openBolt(c *common, write bool) (*boltstore.Store, error) {
 		return nil, fmt.Errorf("-db %s: no such keystore file (idemctl never creates one: check the path)", c.db)
 	}
 	opts := &boltstore.Options{Timeout: c.timeout}
-	var s *boltstore.Store
-	var err error
-	if write {
-		s, err = boltstore.Open(c.db, opts)
-	} else {
-		s, err = boltstore.OpenReadOnly(c.db, opts)
+	// Read-only first, for writing commands too: boltstore.Open initializes a bbolt file
+	// without buckets as a new keystore, and idemctl never turns a file into one (purge would
+	// report nothing purged from a file that was never a keystore, and leave it changed).
+	s, err := boltstore.OpenReadOnly(c.db, opts)
+	if err == nil && write {
+		if err = s.Close(); err == nil {
+			s, err = boltstore.Open(c.db, opts)
+		}
 	}
-	if errors.Is(err, boltstore.ErrLocked) {
+	switch {
+	case errors.Is(err, boltstore.ErrLocked):
 		return nil, fmt.Errorf("%s is in use by another process (a running service holds its lock); gave up after %s: stop the service, or use its admin endpoint (-url): %w", c.db, c.timeout, err)
+	case errors.Is(err, boltstore.ErrNotKeystore):
+		return nil, fmt.Errorf("-db %s is not an idem keystore, left as it is (idemctl never makes a file into one: check the path): %w", c.db, err)
+	case err != nil:
+		return nil, err
 	}
-	return s, err
+	return s, nil
 }
 
 // secretFromEnv reads a credential from the environment variable name: never from a flag's
