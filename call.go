@@ -286,7 +286,8 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 	case ClassKeyConflict:
 		cl.c.onKeyConflict(cl, a.StatusCode())
 		cl.fail(ErrKeyConflict, a.StatusCode(), cl.response(a, SourceResponse),
-			fmt.Errorf("server refused key %q: already used with another payload", cl.rec.Key))
+			fmt.Errorf("the server refused key %q as already used with another request (HTTP %d); every request of the key from this keystore had the same method, URL and body (fingerprint %.12s), so what differed is elsewhere: a header the server compares (such as Content-Type, an API version or the account), or a request of the key from another client",
+				cl.rec.Key, a.StatusCode(), cl.rec.Fingerprint))
 		return false, errStopped
 	case ClassDone:
 		cl.fetchPointer(ctx, a) // sets the result, or stops the call

@@ -49,7 +49,7 @@
 //	408, 425, 500, 502, 504, other 5xx      outcome unknown: status check, then decide
 //	429, 503                                not executed: wait Retry-After or backoff, resend
 //	409                                     in progress: wait, status check or resend
-//	422 naming idempotency-key reuse, or    key reused with another payload: ErrKeyConflict
+//	422 naming idempotency-key reuse, or    key reused with another request: ErrKeyConflict
 //	  400 naming it precisely (Stripe's
 //	  idempotency_error)
 //	any other 400 or 422                    validation: ErrPermanent with the response
