@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -369,6 +370,19 @@ func (c *Client) Store() keystore.Store {
 		return nil
 	}
 	return c.store
+}
+
+// Now returns the time by the client's clock (Config.Now, time.Now by default): the clock
+// its records are stamped and aged with, which an operator's view of them should use too.
+func (c *Client) Now() time.Time {
+	return c.cfg.Now()
+}
+
+// SecretHeaders returns a copy of Config.SecretHeaders: the headers, beside Authorization,
+// Cookie and Proxy-Authorization, that the client never persists, and that a view of its
+// records should strip again (keystore.StoredCopy) in case something else wrote them.
+func (c *Client) SecretHeaders() []string {
+	return slices.Clone(c.cfg.SecretHeaders)
 }
 
 // Budget returns the client-wide retry budget (nil when disabled, or for a nil Client).

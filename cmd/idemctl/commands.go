@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -220,7 +221,7 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) error {
 	var c common
 	fs := newFlags("resolve", stderr, &c)
-	var req idem.AdminResolveRequest
+	var req idemadmin.ResolveRequest
 	fs.StringVar(&req.Tenant, "tenant", "", "tenant scope of the key or intent; without it, the only tenant that has it")
 	fs.StringVar(&req.Intent, "intent", "", "find the record by its `intent` instead of a key")
 	fs.StringVar(&req.Verdict, "verdict", "", "executed (the payment took effect) or not_executed (required)")
@@ -245,7 +246,7 @@ func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer, no
 		return usageError{fmt.Sprintf("-status %d is not an HTTP status", *status)}
 	}
 	if *status != 0 || *body != "" {
-		req.Response = &idem.AdminResponse{StatusCode: max(*status, 0), Body: *body}
+		req.Response = &idemadmin.Response{StatusCode: max(*status, 0), Body: *body}
 		if req.Response.StatusCode == 0 {
 			req.Response.StatusCode = 200
 		}

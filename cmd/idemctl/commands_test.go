@@ -25,6 +25,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
@@ -254,7 +255,7 @@ func adminService(t *testing.T, db, apiURL string) *httptest.Server {
 	c, err := idem.NewClient(idem.Config{Store: s, BaseURL: apiURL, Now: fixedNow,
 		KeyStatusURL: idemtest.PaymentsPath + "/operations/{key}"})
 	require.NoError(t, err)
-	h := idem.NewAdminHandler(c, idem.AdminOptions{Authorize: func(r *http.Request) error {
+	h := idemadmin.NewHandler(c, idemadmin.Options{Authorize: func(r *http.Request) error {
 		if r.Header.Get("X-Admin-Token") != "t0ken" {
 			return errors.New("bad admin token")
 		}
@@ -281,7 +282,7 @@ func TestAdminURL(t *testing.T) {
 
 	code, out, errs := cmd("ls", "-json") // 5 records over pages of 2
 	require.Equal(t, 0, code, errs)
-	var rows []idem.AdminRecord
+	var rows []idemadmin.Record
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
 	var keys []string
 	for _, r := range rows {
@@ -352,7 +353,7 @@ func TestAdminURL(t *testing.T) {
 // Human tables stay within 100 columns, whatever the lengths of tenants, intents and keys.
 func TestTablesFit100Columns(t *testing.T) {
 	long := strings.Repeat("x", 200)
-	recs := []idem.AdminRecord{{Scope: long, Key: long, Intent: long, State: keystore.StateSucceeded,
+	recs := []idemadmin.Record{{Scope: long, Key: long, Intent: long, State: keystore.StateSucceeded,
 		LastStatusCode: 500, Reason: long, AgeSeconds: 9 * 3600}}
 	rec := &keystore.Record{Key: long, Scope: long, Intent: long, Request: keystore.Request{Method: "POST", URL: long,
 		Body: []byte(long), Header: http.Header{"X-Long": {long}}}, Error: long, Note: long,
@@ -428,7 +429,7 @@ func TestPostgres(t *testing.T) {
 
 	code, out, errs = runCmd(t, "ls", "-dsn", sdsn, "-state", "pending,manual", "-json")
 	require.Equal(t, 0, code, errs)
-	var rows []idem.AdminRecord
+	var rows []idemadmin.Record
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
 	require.Len(t, rows, 3)
 	assert.Equal(t, "k-manual", rows[0].Key)

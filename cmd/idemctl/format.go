@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -99,13 +100,13 @@ func widest[T any](recs []T, header string, f func(T) string) int {
 // writeTable prints ls within 100 columns: STATE, AGE, LAST and KEY (up to 36 runes, a UUID
 // whole) as wide as their values, and the rest shared by TENANT, INTENT and REASON through
 // fitWidths.
-func writeTable(w io.Writer, recs []idem.AdminRecord) error {
-	scope := func(r idem.AdminRecord) string { return dash(r.Scope) }
-	intent := func(r idem.AdminRecord) string { return dash(r.Intent) }
-	reason := func(r idem.AdminRecord) string { return dash(r.Reason) }
-	fixed := widest(recs, "STATE", func(r idem.AdminRecord) string { return string(r.State) }) +
-		widest(recs, "AGE", func(r idem.AdminRecord) string { return age(time.Duration(r.AgeSeconds) * time.Second) }) +
-		len("LAST") + min(36, widest(recs, "KEY", func(r idem.AdminRecord) string { return r.Key })) + 6
+func writeTable(w io.Writer, recs []idemadmin.Record) error {
+	scope := func(r idemadmin.Record) string { return dash(r.Scope) }
+	intent := func(r idemadmin.Record) string { return dash(r.Intent) }
+	reason := func(r idemadmin.Record) string { return dash(r.Reason) }
+	fixed := widest(recs, "STATE", func(r idemadmin.Record) string { return string(r.State) }) +
+		widest(recs, "AGE", func(r idemadmin.Record) string { return age(time.Duration(r.AgeSeconds) * time.Second) }) +
+		len("LAST") + min(36, widest(recs, "KEY", func(r idemadmin.Record) string { return r.Key })) + 6
 	cols := fitWidths(100-fixed, widest(recs, "TENANT", scope), widest(recs, "INTENT", intent), widest(recs, "REASON", reason))
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	fmt.Fprintln(tw, "STATE\tAGE\tLAST\tTENANT\tINTENT\tKEY\tREASON")

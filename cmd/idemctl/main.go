@@ -19,8 +19,8 @@
 // idemctl then stops after -timeout (1s) with a message saying so, instead of waiting; stop
 // the service, or use -url. -dsn opens a Postgres keystore (keystore/pgstore) that migrate
 // created; the DSN may set search_path. A file that is not an idem keystore (a bbolt
-// database without its buckets included) is refused by every command and left as it is. -url talks to a running service's admin handler
-// (idem.NewAdminHandler), which answers with the service's own client: its credentials,
+// database without its buckets included) is refused by every command and left as it is.
+// -url talks to a running service's admin handler (idemadmin.NewHandler), which answers with the service's own client: its credentials,
 // status endpoint and lookup. The value of the environment variable named by -token-env
 // (default IDEMCTL_TOKEN) is sent in the -token-header header (default Authorization), for
 // example IDEMCTL_TOKEN="Bearer ...".
@@ -94,7 +94,7 @@ commands:
   probe    grade a SANDBOX API against idem's contract: probe URL -sandbox (creates payments)
 
 target (exactly one): -db FILE (bbolt), -dsn DSN (Postgres), -url ADMIN_URL (a running
-service's idem.NewAdminHandler; token from $IDEMCTL_TOKEN, see -token-env)
+service's idemadmin.NewHandler; token from $IDEMCTL_TOKEN, see -token-env)
 common flags: -json, -timeout 1s (longest wait for the file lock or the database; with -url
 for the connection and each answer, 30s by default, but recover's)
 

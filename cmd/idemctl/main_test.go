@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
 )
@@ -82,7 +83,7 @@ func TestLs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errs := runCmd(t, append([]string{"ls", "-db", db, "-json"}, tt.args...)...)
 			require.Equal(t, 0, code, errs)
-			var rows []idem.AdminRecord
+			var rows []idemadmin.Record
 			require.NoError(t, json.Unmarshal([]byte(out), &rows))
 			var keys []string
 			for _, r := range rows {

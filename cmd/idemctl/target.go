@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
 )
@@ -27,14 +27,14 @@ var errNotFound = errors.New("no such record")
 type backend interface {
 	// list returns the records ls shows, oldest first, and the ones the keystore could not
 	// decode (skipped, left untouched).
-	list(ctx context.Context, f listFilter) ([]idem.AdminRecord, []damagedRow, error)
+	list(ctx context.Context, f listFilter) ([]idemadmin.Record, []damagedRow, error)
 	// get finds the record by key, or by intent when intent is set; errNotFound if none.
 	get(ctx context.Context, tenant, key, intent string) (*keystore.Record, error)
 	stats(ctx context.Context) (statsOut, error)
 	// purge deletes (dryRun: counts) the succeeded and failed records last updated before
 	// cutoff, and returns the records it skipped because it cannot decode them.
 	purge(ctx context.Context, cutoff time.Time, dryRun bool) (int, []damagedRow, error)
-	resolve(ctx context.Context, req idem.AdminResolveRequest) (*keystore.Record, error)
+	resolve(ctx context.Context, req idemadmin.ResolveRequest) (*keystore.Record, error)
 	recover(ctx context.Context, rc recoverFlags) (recoverOut, error)
 	close() error
 }
@@ -57,7 +57,7 @@ type listFilter struct {
 // statsOut is what stats prints: the keystore's records, and (from an admin URL only) the
 // running client's counters, keyed like the admin handler's JSON.
 type statsOut struct {
-	Records idem.AdminRecordStats `json:"records"`
+	Records idemadmin.RecordStats `json:"records"`
 	Client  map[string]int64      `json:"client,omitempty"`
 }
 
@@ -70,7 +70,7 @@ type recoverOut struct {
 }
 
 type recoveredEntry struct {
-	Record idem.AdminRecord `json:"record"`
+	Record idemadmin.Record `json:"record"`
 	Error  string           `json:"error,omitempty"`
 }
 
@@ -89,7 +89,7 @@ func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.db, "db", "", "keystore file (bbolt) `path`; it must exist (idemctl never creates one)")
 	fs.StringVar(&c.dsn, "dsn", "", "Postgres keystore `DSN` (keystore/pgstore), e.g. postgres://user@host/db")
-	fs.StringVar(&c.url, "url", "", "a running service's admin handler `URL` (idem.NewAdminHandler)")
+	fs.StringVar(&c.url, "url", "", "a running service's admin handler `URL` (idemadmin.NewHandler)")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
 	fs.DurationVar(&c.timeout, "timeout", boltstore.DefaultTimeout, "longest wait for the file lock (-db), the database connection (-dsn), or the admin URL's connection and answer; with -url, 30s unless set (recover waits for its run)")
 	fs.StringVar(&c.tokenEnv, "token-env", "IDEMCTL_TOKEN", "with -url: the environment variable `NAME` whose value is sent as the authorization header")

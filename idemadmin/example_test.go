@@ -1,4 +1,4 @@
-package idem_test
+package idemadmin_test
 
 import (
 	"errors"
@@ -7,10 +7,11 @@ import (
 	"net/http/httptest"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 )
 
 // The operator's view on a service's admin port, behind the service's own authorisation.
-func ExampleNewAdminHandler() {
+func ExampleNewHandler() {
 	c, _ := idem.NewClient(idem.Config{BaseURL: "https://api.example.com"})
 	defer c.Close()
 	checkAdminToken := func(r *http.Request) error {
@@ -22,7 +23,7 @@ func ExampleNewAdminHandler() {
 	markOrderFromRecover := func(r idem.Reconciled) { fmt.Println("settled", r.Record.Intent) }
 	adminMux := http.NewServeMux()
 
-	admin := idem.NewAdminHandler(c, idem.AdminOptions{
+	admin := idemadmin.NewHandler(c, idemadmin.Options{
 		Authorize:    func(r *http.Request) error { return checkAdminToken(r) }, // required
 		OnReconciled: markOrderFromRecover,                                      // as given to Recover
 	})

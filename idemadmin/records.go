@@ -1,4 +1,4 @@
-package idem
+package idemadmin
 
 import (
 	"cmp"
@@ -15,12 +15,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/keystore"
 )
 
-// AdminRecord is one row of the admin handler's GET /records: a record without its bodies
+// Record is one row of the admin handler's GET /records: a record without its bodies
 // and headers. AgeSeconds is measured from CreatedAt by the client's clock (Config.Now).
-type AdminRecord struct {
+type Record struct {
 	Scope          string         `json:"tenant"`                // the tenant (Record.Scope); "tenant", as the query parameter
 	Key            string         `json:"key"`                   // the idempotency key
 	Intent         string         `json:"intent,omitempty"`      // the caller-named intent, such as an order id
@@ -37,10 +38,10 @@ type AdminRecord struct {
 	UpdatedAt      time.Time      `json:"updated_at"`            // the record's last write
 }
 
-// AdminRecordStats is the "records" member of the admin handler's GET /stats: what the
+// RecordStats is the "records" member of the admin handler's GET /stats: what the
 // keystore holds now. Ages are in whole seconds, measured from CreatedAt; nil (JSON null)
 // when there is no record in that state, so that 0 always means a record just created.
-type AdminRecordStats struct {
+type RecordStats struct {
 	// Total is the number of records in the keystore, every state and tenant.
 	Total int `json:"total"`
 	// ByState counts the records of each state; every state is present, 0 when none.
@@ -55,14 +56,14 @@ type AdminRecordStats struct {
 	Tenants int `json:"tenants"`
 	// Damaged is the number of stored records that cannot be decoded: skipped, left
 	// untouched, not counted in Total, and listed by GET /records. Only a store that reports
-	// them (keystore.Pager: boltstore, pgstore) can count them; ComputeAdminRecordStats
+	// them (keystore.Pager: boltstore, pgstore) can count them; ComputeRecordStats
 	// leaves it 0.
 	Damaged int `json:"damaged"`
 }
 
-// ComputeAdminRecordStats counts recs by state and finds the oldest pending and manual ones,
+// ComputeRecordStats counts recs by state and finds the oldest pending and manual ones,
 // ages measured at now.
-func ComputeAdminRecordStats(recs []*keystore.Record, now time.Time) AdminRecordStats {
+func ComputeRecordStats(recs []*keystore.Record, now time.Time) RecordStats {
 	a := newRecordStats(now)
 	for _, r := range recs {
 		a.add(r)
@@ -70,16 +71,16 @@ func ComputeAdminRecordStats(recs []*keystore.Record, now time.Time) AdminRecord
 	return a.result()
 }
 
-// recordStats builds AdminRecordStats one record at a time, so that GET /stats reads the
+// recordStats builds RecordStats one record at a time, so that GET /stats reads the
 // keystore page by page instead of holding every record.
 type recordStats struct {
-	s       AdminRecordStats
+	s       RecordStats
 	tenants map[string]bool
 	now     time.Time
 }
 
 func newRecordStats(now time.Time) *recordStats {
-	return &recordStats{now: now, tenants: map[string]bool{}, s: AdminRecordStats{ByState: map[keystore.State]int{
+	return &recordStats{now: now, tenants: map[string]bool{}, s: RecordStats{ByState: map[keystore.State]int{
 		keystore.StatePending: 0, keystore.StateSucceeded: 0, keystore.StateFailed: 0, keystore.StateManual: 0}}}
 }
 
@@ -96,7 +97,7 @@ func (a *recordStats) add(r *keystore.Record) {
 	}
 }
 
-func (a *recordStats) result() AdminRecordStats {
+func (a *recordStats) result() RecordStats {
 	a.s.Tenants = len(a.tenants)
 	return a.s
 }
@@ -109,8 +110,8 @@ func oldestOf(cur *int64, a int64) *int64 {
 	return &a
 }
 
-func adminSummary(r *keystore.Record, now time.Time) AdminRecord {
-	return AdminRecord{Scope: r.Scope, Key: r.Key, Intent: r.Intent, State: r.State,
+func adminSummary(r *keystore.Record, now time.Time) Record {
+	return Record{Scope: r.Scope, Key: r.Key, Intent: r.Intent, State: r.State,
 		Method: r.Request.Method, URL: r.Request.URL, Attempts: r.Attempts, LastStatusCode: r.LastStatusCode,
 		Reason: r.Reason, Error: r.Error, Note: r.Note, AgeSeconds: int64(now.Sub(r.CreatedAt) / time.Second),
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
@@ -156,14 +157,14 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		after = &c
 	}
-	now := h.c.cfg.Now()
+	now := h.c.Now()
 	_, oneTenant := q["tenant"]
 	tenant := q.Get("tenant")
 	// Read page by page (keystore.ListAll), keeping only the summaries: a record that cannot
 	// be decoded is listed under "damaged" instead of failing the whole listing.
-	var rows []AdminRecord
+	var rows []Record
 	damaged := []adminDamaged{}
-	err := keystore.ListAll(r.Context(), h.c.store, states, 0, func(p keystore.Page) error {
+	err := keystore.ListAll(r.Context(), h.c.Store(), states, 0, func(p keystore.Page) error {
 		for _, d := range p.Damaged {
 			if !oneTenant || d.Scope == tenant { // another tenant's keys stay out of a tenant's listing
 				damaged = append(damaged, toAdminDamaged(d))
@@ -181,16 +182,16 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Oldest first whatever the store's page order (bbolt pages in key order).
-	slices.SortStableFunc(rows, func(a, b AdminRecord) int { return cursorOf(&a).compare(cursorOf(&b)) })
+	slices.SortStableFunc(rows, func(a, b Record) int { return cursorOf(&a).compare(cursorOf(&b)) })
 	page := struct {
-		Records    []AdminRecord  `json:"records"`
+		Records    []Record       `json:"records"`
 		Total      int            `json:"total"`
 		NextOffset int            `json:"next_offset,omitempty"`
 		NextAfter  string         `json:"next_after,omitempty"`
 		Damaged    []adminDamaged `json:"damaged"`
-	}{Records: []AdminRecord{}, Total: len(rows), Damaged: damaged}
+	}{Records: []Record{}, Total: len(rows), Damaged: damaged}
 	if after != nil { // the first record past the cursor, wherever the set moved since
-		offset, _ = slices.BinarySearchFunc(rows, *after, func(r AdminRecord, c listCursor) int {
+		offset, _ = slices.BinarySearchFunc(rows, *after, func(r Record, c listCursor) int {
 			if cursorOf(&r).compare(c) <= 0 {
 				return -1
 			}
@@ -217,7 +218,7 @@ type listCursor struct {
 	scope, key string
 }
 
-func cursorOf(r *AdminRecord) listCursor {
+func cursorOf(r *Record) listCursor {
 	return listCursor{created: r.CreatedAt.UnixNano(), scope: r.Scope, key: r.Key}
 }
 
@@ -298,9 +299,12 @@ func (h *adminHandler) find(w http.ResponseWriter, r *http.Request, tenant, key,
 	var rec *keystore.Record
 	var err error
 	if key != "" {
-		rec, err = h.c.get(r.Context(), tenant, key)
+		rec, err = h.c.Store().Get(r.Context(), tenant, key)
 	} else {
-		rec, err = h.c.getByIntent(r.Context(), tenant, intent)
+		rec, err = h.c.Store().GetByIntent(r.Context(), tenant, intent)
+	}
+	if err == nil && rec == nil {
+		err = errNilRecord
 	}
 	switch {
 	case errors.Is(err, keystore.ErrNotFound):
@@ -317,9 +321,12 @@ func (h *adminHandler) find(w http.ResponseWriter, r *http.Request, tenant, key,
 	return rec, true
 }
 
+// errNilRecord: a keystore answered neither a record nor an error.
+var errNilRecord = errors.New("idemadmin: keystore returned neither a record nor an error")
+
 // scrub drops credential headers from a record about to be shown, whatever wrote it.
 func (h *adminHandler) scrub(rec *keystore.Record) *keystore.Record {
-	return keystore.StoredCopy(rec, h.c.cfg.SecretHeaders...)
+	return keystore.StoredCopy(rec, h.c.SecretHeaders()...)
 }
 
 // show serves GET /record.
@@ -331,8 +338,8 @@ func (h *adminHandler) show(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// AdminResolveRequest is the body of the admin handler's POST /resolve.
-type AdminResolveRequest struct {
+// ResolveRequest is the body of the admin handler's POST /resolve.
+type ResolveRequest struct {
 	Tenant  string `json:"tenant"`           // the record's tenant (Record.Scope); "" is a valid one
 	Key     string `json:"key,omitempty"`    // names the record by key; exactly one of Key and Intent
 	Intent  string `json:"intent,omitempty"` // names the record by intent instead
@@ -340,11 +347,11 @@ type AdminResolveRequest struct {
 	Note    string `json:"note"`             // required: who decided, on what evidence
 	// Response is the answer found for "executed" (the charge), kept as the record's answer;
 	// nil means an empty 200. Body is the text of the answer.
-	Response *AdminResponse `json:"response,omitempty"`
+	Response *Response `json:"response,omitempty"`
 }
 
-// AdminResponse is the answer an operator records with an "executed" verdict.
-type AdminResponse struct {
+// Response is the answer an operator records with an "executed" verdict.
+type Response struct {
 	StatusCode int         `json:"status"`           // HTTP status, 100 to 599 (else 400)
 	Header     http.Header `json:"header,omitempty"` // its headers; credential headers are stripped before storing
 	Body       string      `json:"body,omitempty"`   // its body as text, such as the charge's JSON
@@ -358,7 +365,7 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusUnsupportedMediaType, "the body must be sent as Content-Type: application/json")
 		return
 	}
-	var req AdminResolveRequest
+	var req ResolveRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -369,14 +376,14 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "the body must hold one JSON object, nothing after it")
 		return
 	}
-	var res Resolution
+	var res idem.Resolution
 	switch req.Verdict {
-	case VerdictExecuted.String():
-		res.Verdict = VerdictExecuted
-	case VerdictNotExecuted.String():
-		res.Verdict = VerdictNotExecuted
+	case idem.VerdictExecuted.String():
+		res.Verdict = idem.VerdictExecuted
+	case idem.VerdictNotExecuted.String():
+		res.Verdict = idem.VerdictNotExecuted
 	default:
-		problem(w, http.StatusBadRequest, fmt.Sprintf("verdict %s: want %q or %q", quoteInput(req.Verdict), VerdictExecuted, VerdictNotExecuted))
+		problem(w, http.StatusBadRequest, fmt.Sprintf("verdict %s: want %q or %q", quoteInput(req.Verdict), idem.VerdictExecuted, idem.VerdictNotExecuted))
 		return
 	}
 	if strings.TrimSpace(req.Note) == "" {
@@ -385,7 +392,7 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	res.Note = req.Note
 	if req.Response != nil {
-		if res.Verdict != VerdictExecuted {
+		if res.Verdict != idem.VerdictExecuted {
 			problem(w, http.StatusBadRequest, "a response goes only with the executed verdict")
 			return
 		}
@@ -394,7 +401,7 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		res.Response = &keystore.Response{StatusCode: req.Response.StatusCode,
-			Header: keystore.StripSecrets(req.Response.Header, h.c.cfg.SecretHeaders...), Body: []byte(req.Response.Body)}
+			Header: keystore.StripSecrets(req.Response.Header, h.c.SecretHeaders()...), Body: []byte(req.Response.Body)}
 	}
 	rec, ok := h.find(w, r, req.Tenant, req.Key, req.Intent)
 	if !ok {
@@ -402,19 +409,19 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := h.c.Resolve(r.Context(), rec.Scope, rec.Key, res)
 	switch {
-	case errors.Is(err, ErrNotManual): // the state Resolve found, which may have changed since find
+	case errors.Is(err, idem.ErrNotManual): // the state Resolve found, which may have changed since find
 		cause := err
-		if oe, ok := errors.AsType[*OperationError](err); ok && oe.Cause != nil {
+		if oe, ok := errors.AsType[*idem.OperationError](err); ok && oe.Cause != nil {
 			cause = oe.Cause
 		}
 		problem(w, http.StatusConflict, fmt.Sprintf("key %s: %v; only a manual record can be resolved", quoteInput(rec.Key), cause))
 	case errors.Is(err, keystore.ErrNotFound):
 		problem(w, http.StatusNotFound, fmt.Sprintf("key %s is gone", quoteInput(rec.Key)))
-	case errors.Is(err, ErrInvalidOperation):
+	case errors.Is(err, idem.ErrInvalidOperation):
 		problem(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, keystore.ErrInvalid): // the request's text: a note with NUL on pgstore
 		problem(w, http.StatusBadRequest, "the keystore cannot hold this resolution: "+err.Error())
-	case errors.Is(err, ErrClockSkew): // this host's clock: fix it, or resolve from another
+	case errors.Is(err, idem.ErrClockSkew): // this host's clock: fix it, or resolve from another
 		problem(w, http.StatusServiceUnavailable, err.Error())
 	case err != nil:
 		problem(w, http.StatusInternalServerError, err.Error())
@@ -430,10 +437,10 @@ func (h *adminHandler) recoverNow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.recovering.Unlock()
-	now := h.c.cfg.Now()
+	now := h.c.Now()
 	var mu sync.Mutex // Recover calls handle from several goroutines
 	var outcomes []map[string]any
-	rep, err := h.c.Recover(r.Context(), func(rc Reconciled) {
+	rep, err := h.c.Recover(r.Context(), func(rc idem.Reconciled) {
 		if rc.Record != nil {
 			o := map[string]any{"record": adminSummary(rc.Record, now)}
 			if rc.Err != nil {
@@ -449,7 +456,7 @@ func (h *adminHandler) recoverNow(w http.ResponseWriter, r *http.Request) {
 	})
 	// Damaged records were skipped and every other one reconciled: the outcomes stand, and
 	// the skipped keys are listed beside them rather than losing the run to a 500.
-	var damaged *DamagedRecordsError
+	var damaged *idem.DamagedRecordsError
 	if err != nil && !errors.As(err, &damaged) {
 		problem(w, http.StatusInternalServerError, "recover: "+err.Error())
 		return
@@ -464,7 +471,7 @@ func (h *adminHandler) recoverNow(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.SortFunc(outcomes, func(a, b map[string]any) int {
-		ra, rb := a["record"].(AdminRecord), b["record"].(AdminRecord)
+		ra, rb := a["record"].(Record), b["record"].(Record)
 		return strings.Compare(ra.Scope+"\x00"+ra.Key, rb.Scope+"\x00"+rb.Key)
 	})
 	writeAdminJSON(w, map[string]any{"report": snakeFields(rep), "records": outcomes, "damaged": skipped})
@@ -472,8 +479,8 @@ func (h *adminHandler) recoverNow(w http.ResponseWriter, r *http.Request) {
 
 // stats serves GET /stats.
 func (h *adminHandler) stats(w http.ResponseWriter, r *http.Request) {
-	acc := newRecordStats(h.c.cfg.Now())
-	err := keystore.ListAll(r.Context(), h.c.store, nil, 0, func(p keystore.Page) error {
+	acc := newRecordStats(h.c.Now())
+	err := keystore.ListAll(r.Context(), h.c.Store(), nil, 0, func(p keystore.Page) error {
 		acc.s.Damaged += len(p.Damaged)
 		for _, rec := range p.Records {
 			acc.add(rec)
