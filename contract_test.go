@@ -116,7 +116,8 @@ func TestKeyReuseAnswers(t *testing.T) {
 			other := ErrKeyConflict
 			if tc.want == ErrKeyConflict {
 				other = ErrPermanent
-				assert.Contains(t, err.Error(), "already used with another payload")
+				assert.Contains(t, err.Error(), "as already used with another request (HTTP "+strconv.Itoa(tc.status)+"); every request of the key from this keystore had the same method, URL and body")
+				assert.Contains(t, err.Error(), "a header the server compares")
 			}
 			assert.NotErrorIs(t, err, other)
 			assert.Equal(t, int64(1), n.Load(), "never retried")

@@ -54,8 +54,9 @@ var (
 	ErrCancelInFlight = errors.New("idem: a cancel by reference sent for the record may still land")
 	// ErrExhausted: the policy's MaxAttempts or MaxElapsed ran out. The record stays pending.
 	ErrExhausted = errors.New("idem: retries exhausted")
-	// ErrKeyConflict: the idempotency key is already bound to another request (method, path or
-	// body differ): refused locally before sending, or answered by the server with 422 (IETF
+	// ErrKeyConflict: the idempotency key is already bound to another request: refused
+	// locally before sending (the method, URL or body differ from the record's; the error
+	// says which), or answered by the server with 422 (IETF
 	// Idempotency-Key draft §2.7) or a 400 naming key reuse (Stripe's idempotency_error);
 	// this request was not executed under this payload. It is not the outcome of the
 	// payment: the request that holds the key or intent (an earlier one of the same intent,
@@ -64,7 +65,10 @@ var (
 	// original bytes, or look at its record. Refused locally, nothing is written; answered
 	// by the server to a fresh key's first attempt, the record is failed (a conflict after
 	// an attempt whose outcome is unknown is ErrOutcomeUnknown instead).
-	ErrKeyConflict = errors.New("idem: idempotency key reused with another payload")
+	// The server's refusal may judge a header too (Content-Type, an API version, the
+	// account): the error then says that this keystore sent the key only with the record's
+	// method, URL and body, so that the difference lies in a header or another client.
+	ErrKeyConflict = errors.New("idem: idempotency key reused with another request")
 	// ErrPermanent: the server gave a final answer that must not be retried (a 4xx
 	// validation or auth error, any 400 or 422 that does not name key reuse, a stored or
 	// replayed 4xx other than 408, 409, 425 and 429 (which speak of a request in flight,

@@ -38,7 +38,7 @@ func TestOperationErrorText(t *testing.T) {
 		{"unknown kind is not repeated", &OperationError{Kind: ErrOutcomeUnknown, Key: "k4", Attempts: 3, LastStatusCode: 502, Unknown: true},
 			`idem: outcome unknown (key "k4", 3 attempt(s), last status 502)`},
 		{"key is quoted", &OperationError{Kind: ErrKeyConflict, Key: `a"b`, Attempts: 0},
-			`idem: idempotency key reused with another payload (key "a\"b", 0 attempt(s))`},
+			`idem: idempotency key reused with another request (key "a\"b", 0 attempt(s))`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

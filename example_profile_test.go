@@ -19,10 +19,15 @@ func ExampleConfig_profile() {
 	defer api.Close()
 	api.Script(idemtest.Fault500AfterCommit)
 
+	secret := "sk_test_checkout"
 	c, err := idem.NewClient(idem.Config{
 		BaseURL: api.URL,
-		Store:   keystore.NewMemory(),
 		Profile: profile.Checkout, // Cko-Idempotency-Key, 24 h, search before any resend
+		Store:   keystore.NewMemory(),
+		Credentials: func(r *http.Request) error {
+			r.Header.Set("Authorization", "Bearer "+secret) // never persisted; Recover needs it
+			return nil
+		},
 	})
 	if err != nil {
 		panic(err)

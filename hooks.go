@@ -176,7 +176,7 @@ func (c *Client) onReplay(cl *call, code int) {
 func (c *Client) onKeyConflict(cl *call, code int) {
 	c.stats.keyConflicts.Add(1)
 	if l := c.cfg.Logger; l != nil {
-		l.Warn("idem key reused with another payload", "key", cl.rec.Key, "status", code)
+		l.Warn("idem key reused with another request", "key", cl.rec.Key, "status", code)
 	}
 	if h := c.cfg.Hooks.OnKeyConflict; h != nil {
 		h(KeyConflictEvent{Event: c.event(cl), StatusCode: code})
@@ -191,7 +191,7 @@ func (c *Client) onLocalKeyConflict(err error) {
 		return
 	}
 	if l := c.cfg.Logger; l != nil {
-		l.Warn("idem key reused with another payload", "key", oe.Key, "local", true)
+		l.Warn("idem key reused with another request", "key", oe.Key, "local", true)
 	}
 	if h := c.cfg.Hooks.OnKeyConflict; h != nil {
 		h(KeyConflictEvent{Event: Event{Key: oe.Key, Scope: oe.Scope, Intent: oe.Intent, Time: c.cfg.Now()}})

@@ -12,8 +12,9 @@ import (
 	"github.com/idemkit/idem/profile"
 )
 
-// TestReadmeContractTable checks README's contract table against the classifiers: each
-// row's class column is what DefaultClassifiers makes of an example of the row, in order.
+// TestReadmeContractTable checks the contract tables of README.md and docs/CONTRACT.md against
+// the classifiers: each row's class column is what DefaultClassifiers makes of an example of
+// the row, in order.
 func TestReadmeContractTable(t *testing.T) {
 	answer := func(code int, body string, header ...string) *Attempt {
 		h := http.Header{}
@@ -38,20 +39,23 @@ func TestReadmeContractTable(t *testing.T) {
 		nil, // the call's rule for a refused resend
 		nil, // a hint header: see the hint's own tests
 	}
-	readme, err := os.ReadFile("README.md")
-	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(readme), "| what came back | meaning | what idem does | class |\n|---|---|---|---|\n")
-	require.True(t, ok, "README's contract table header changed")
-	rows := strings.Split(rest[:strings.Index(rest, "\n\n")], "\n")
-	require.Len(t, rows, len(examples), "a row was added or removed: give it an example here")
-	for i, row := range rows {
-		cells := strings.Split(strings.TrimSuffix(row, " |"), "|")
-		got := strings.Trim(strings.TrimSpace(cells[len(cells)-1]), "`")
-		if examples[i] == nil {
-			require.Equal(t, "—", got, "row %d", i+1)
-			continue
+	// README's table is the one-screen summary; docs/CONTRACT.md says each row in full.
+	for _, page := range []string{"README.md", "docs/CONTRACT.md"} {
+		text, err := os.ReadFile(page)
+		require.NoError(t, err)
+		_, rest, ok := strings.Cut(string(text), "| what came back | meaning | what idem does | class |\n|---|---|---|---|\n")
+		require.True(t, ok, "%s: the contract table's header changed", page)
+		rows := strings.Split(rest[:strings.Index(rest, "\n\n")], "\n")
+		require.Len(t, rows, len(examples), "%s: a row was added or removed: give it an example here", page)
+		for i, row := range rows {
+			cells := strings.Split(strings.TrimSuffix(row, " |"), "|")
+			got := strings.Trim(strings.TrimSpace(cells[len(cells)-1]), "`")
+			if examples[i] == nil {
+				require.Equal(t, "—", got, "%s: row %d", page, i+1)
+				continue
+			}
+			require.Equal(t, DefaultClassifiers().Classify(examples[i]).String(), got, "%s: row %d: %s", page, i+1, cells[1])
 		}
-		require.Equal(t, DefaultClassifiers().Classify(examples[i]).String(), got, "row %d: %s", i+1, cells[1])
 	}
 }
 

@@ -1,10 +1,12 @@
 package idem
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem/keystore"
@@ -50,8 +52,8 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string, buf *key
 			// normalisation; computed only here, when a stored record differs.
 			if rec.Fingerprint != fp && rec.Fingerprint != Fingerprint(op.method, op.url, op.body) {
 				return nil, false, &OperationError{Key: rec.Key, Scope: scope, Intent: rec.Intent, Kind: ErrKeyConflict,
-					Cause: fmt.Errorf("key %q is bound to another request (%s %s, fingerprint %.12s); this one is %s %s, fingerprint %.12s: %s",
-						rec.Key, rec.Request.Method, rec.Request.URL, rec.Fingerprint, op.method, op.url, fp, conflictAdvice(rec))}
+					Cause: fmt.Errorf("key %q is bound to another request (%s %s, fingerprint %.12s); this one is %s %s, fingerprint %.12s: %s; %s",
+						rec.Key, rec.Request.Method, rec.Request.URL, rec.Fingerprint, op.method, op.url, fp, c.requestDiff(rec, op), conflictAdvice(rec))}
 			}
 			return rec, false, nil
 		}
@@ -96,6 +98,29 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string, buf *key
 		// Another process created it between our lookup and Create: look again.
 	}
 	return nil, false, fmt.Errorf("idem: key %q keeps appearing and vanishing in the keystore", op.key)
+}
+
+// requestDiff says which of the parts a fingerprint covers differ between the request a
+// record holds and op: the method, the URL (normalised as sent) or the body. Headers are not
+// in the fingerprint: they never make a local conflict.
+func (c *Client) requestDiff(rec *keystore.Record, op *Operation) string {
+	var parts []string
+	if rec.Request.Method != op.method {
+		parts = append(parts, "the method")
+	}
+	if c.target(rec.Request.URL) != c.target(op.url) {
+		parts = append(parts, "the URL")
+	}
+	if !bytes.Equal(rec.Request.Body, op.body) {
+		parts = append(parts, "the body")
+	}
+	switch len(parts) {
+	case 0: // a fingerprint written by another release, or the record damaged
+		return "the method, URL and body are the same, but the record's fingerprint is not theirs"
+	case 1:
+		return parts[0] + " differs"
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1] + " differ"
 }
 
 // conflictAdvice says what the record that holds a key or intent became, and what the caller

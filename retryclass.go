@@ -103,9 +103,55 @@ func (cs Classifiers) Classify(a *Attempt) Class {
 	return ClassUnknown
 }
 
-// DefaultClassifiers returns the classification table of the package docs, in order:
-// replayed answers, the Stripe-Should-Retry hint header (Stripe's docs, "Idempotent
-// requests"), transport errors, then status codes. Prepend your own to override a row.
+// DefaultClassifiers returns the classification table below, in order: replayed answers,
+// the Stripe-Should-Retry hint header (Stripe's docs, "Idempotent requests"), transport
+// errors, then status codes. Prepend your own to override a row.
+//
+// The table follows the IETF draft "The Idempotency-Key HTTP Header Field"
+// (draft-ietf-httpapi-idempotency-key-header), RFC 9110 and Stripe's documented behaviour:
+//
+//	2xx                                     success (Idempotent-Replayed: true marks a replay)
+//	transport error before the request      not sent: resend with the same key (proven
+//	                                        only through net/http's own *http.Transport;
+//	                                        any other: outcome unknown, see Config.HTTPClient)
+//	transport error / timeout after write   outcome unknown: status check, then decide
+//	408, 425, 500, 502, 504, other 5xx      outcome unknown: status check, then decide
+//	429, 503                                not executed: wait Retry-After or backoff, resend
+//	409                                     in progress: wait, status check or resend
+//	422 naming idempotency-key reuse, or    key reused with another request: ErrKeyConflict
+//	  400 naming it precisely (Stripe's
+//	  idempotency_error)
+//	any other 400 or 422                    validation: ErrPermanent with the response
+//	other 4xx                               permanent: ErrPermanent, never retried
+//	3xx, 1xx                                outcome unknown: redirects are never followed,
+//	                                        and one proves nothing of the effect (a 303
+//	                                        says it was processed, RFC 9110 §15.4.4)
+//	a replayed 4xx (Idempotent-Replayed)    permanent: the server decided and stored it
+//	any other 4xx to a resend after an      outcome unknown: it says nothing of the earlier
+//	  unknown outcome, or (but a 400) after attempt, which may still arrive after a "not
+//	  a status "not found" for a key that   found"; the record stays pending, unless
+//	  may have been sent (this call's, or   Config.Lookup finds the payment (a success;
+//	  any resumed record's)                 asked before a 400 after "not found" fails too)
+//	a stored 5xx or 3xx (replayed, status endpoint completed with one, or a 5xx marked
+//	  "do not retry")                       outcome unknown for good: ErrStoredServerError
+//	Stripe-Should-Retry: true               not executed: resend (not a replayed 5xx)
+//	Stripe-Should-Retry: false              408, 425 outcome unknown; 409 in progress; 5xx a
+//	                                        stored 5xx; key reuse ErrKeyConflict; other
+//	                                        4xx permanent; 3xx as without it: the hint
+//	                                        never makes a possibly executed answer a failure
+//
+// A stored 5xx means execution began and its effect is unknown; the key can never tell
+// more. It is never a failure and never resent: the record is manual, keeping the stored
+// answer, until a business lookup (Config.Lookup, e.g. LookupByReference: a search by the
+// caller's reference) or Client.Resolve settles it. A charge found makes the record
+// succeeded; none makes it failed with ErrNotExecuted, and only then may the application
+// pay again under a new intent.
+//
+// The status endpoint (Config.KeyStatusURL, or a KeyStatusFunc for other conventions) answers
+// 200 {"status":"completed","response_status":201,"response_body":{...}},
+// 202 {"status":"processing"} or 404 {"status":"not_found"}. Without one, an unknown outcome
+// is resent with the same key, which the server's idempotency makes safe while the key is
+// younger than Config.KeyTTL, and never after.
 func DefaultClassifiers() Classifiers {
 	return Classifiers{
 		ClassifierFunc(ClassifyReplay),

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -271,12 +269,6 @@ func (m *Middleware) failedAnswer(r *http.Request) (rec *recorder) {
 	return rec
 }
 
-// answer sends rec's answer as recorded.
-func answer(w http.ResponseWriter, rec *recorder) {
-	resp := rec.response()
-	send(w, rec.header, resp.StatusCode, resp.Body)
-}
-
 // completeTimeout bounds the store's write of an answer (time.Duration): that write no longer
 // ends with the request's context.
 const completeTimeout = 30 * time.Second
@@ -296,86 +288,6 @@ func (m *Middleware) complete(ctx context.Context, claim Claim, rec *recorder) (
 	}
 	now := m.cfg.Now()
 	return stored, claim.Complete(ctx, stored, now, now.Add(m.cfg.Retention))
-}
-
-func (m *Middleware) unavailable(w http.ResponseWriter, r *http.Request, scope Scope, err error) {
-	m.unavailableSaying(w, r, scope, err, "nothing was stored; retry with the same key")
-}
-
-// unavailableSaying is unavailable with another detail.
-func (m *Middleware) unavailableSaying(w http.ResponseWriter, r *http.Request, scope Scope, err error, detail string) {
-	m.event(Event{Kind: EventStoreError, Scope: scope, StatusCode: http.StatusServiceUnavailable, Err: err})
-	w.Header().Set("Retry-After", m.retryAfter())
-	m.problem(w, r, Problem{Type: ProblemUnavailable, Title: "Idempotency store unavailable", Status: http.StatusServiceUnavailable,
-		Detail: detail})
-}
-
-func (m *Middleware) retryAfter() string {
-	if m.cfg.RetryAfter < 0 {
-		return "0"
-	}
-	return strconv.Itoa(int(math.Ceil(m.cfg.RetryAfter.Seconds())))
-}
-
-// replay writes a stored answer with Idempotent-Replayed: true.
-func replay(w http.ResponseWriter, resp *Response) {
-	for k, vs := range resp.Header {
-		w.Header()[k] = append([]string(nil), vs...)
-	}
-	w.Header().Set(ReplayedHeader, "true")
-	send(w, nil, resp.StatusCode, resp.Body)
-}
-
-// send writes status and body, with header (if any) and an exact Content-Length. A status
-// net/http would panic on (from a Backend that stored one) goes out as a 500: the stored
-// answer says execution began, and nothing better can be said of it.
-func send(w http.ResponseWriter, header http.Header, status int, body []byte) {
-	if status < 100 || status > 999 {
-		status = http.StatusInternalServerError
-	}
-	for k, vs := range header {
-		w.Header()[k] = vs
-	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-}
-
-// recorder buffers the handler's answer: nothing reaches the client before it is stored.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func newRecorder() *recorder { return &recorder{header: http.Header{}} }
-
-func (r *recorder) Header() http.Header { return r.header }
-func (r *recorder) WriteHeader(code int) {
-	if code < 100 || code > 999 {
-		// net/http panics here too. Recorded, the code was stored, and its replay (which
-		// does reach net/http) panicked on every retry of the key; panicking now takes the
-		// handler-panic path: the key keeps a 500 if execution began.
-		panic(fmt.Sprintf("idemserver: invalid WriteHeader code %v", code))
-	}
-	if r.status == 0 && code >= 200 {
-		r.status = code
-	}
-}
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.body.Write(b)
-}
-
-func (r *recorder) response() Response {
-	st := r.status
-	if st == 0 {
-		st = http.StatusOK
-	}
-	r.header.Del("Content-Length")
-	return Response{StatusCode: st, Body: r.body.Bytes()}
 }
 
 // MaxTenantLength and MaxOperationLength bound, in bytes, the tenant (Config.Tenant) and the

@@ -12,11 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 )
 
-// adminBackend talks to a running service's admin handler (idem.NewAdminHandler): the way to
+// adminBackend talks to a running service's admin handler (idemadmin.NewHandler): the way to
 // reach a keystore whose file the service holds locked, or a fleet's shared database through
 // a service's own client (its credentials, status endpoint and lookup).
 type adminBackend struct {
@@ -120,7 +120,7 @@ func (b *adminBackend) do(ctx context.Context, method, path string, q url.Values
 	return nil
 }
 
-func (b *adminBackend) list(ctx context.Context, f listFilter) ([]idem.AdminRecord, []damagedRow, error) {
+func (b *adminBackend) list(ctx context.Context, f listFilter) ([]idemadmin.Record, []damagedRow, error) {
 	q := url.Values{}
 	if len(f.states) > 0 {
 		s := make([]string, len(f.states))
@@ -135,13 +135,13 @@ func (b *adminBackend) list(ctx context.Context, f listFilter) ([]idem.AdminReco
 	if f.tenant != nil {
 		q.Set("tenant", *f.tenant)
 	}
-	out := []idem.AdminRecord{}
+	out := []idemadmin.Record{}
 	var damaged []damagedRow
 	// Page by page, each after the last record of the one before (next_after): a record
 	// settled between two pages shifts no other out of the listing, as an offset would.
 	for first := true; ; first = false {
 		var page struct {
-			Records   []idem.AdminRecord `json:"records"`
+			Records   []idemadmin.Record `json:"records"`
 			NextAfter string             `json:"next_after"`
 			Damaged   []damagedRow       `json:"damaged"`
 		}
@@ -151,6 +151,9 @@ func (b *adminBackend) list(ctx context.Context, f listFilter) ([]idem.AdminReco
 		out = append(out, page.Records...)
 		if first {
 			damaged = page.Damaged // every page names the same damaged records
+		}
+		if f.limit > 0 && len(out) >= f.limit { // oldest first: the rest are younger
+			return out[:f.limit], damaged, nil
 		}
 		if page.NextAfter == "" || page.NextAfter == q.Get("after") {
 			return out, damaged, nil
@@ -183,7 +186,7 @@ func (b *adminBackend) purge(context.Context, time.Time, bool) (int, []damagedRo
 	return 0, nil, usageError{"purge works on -db or -dsn; a running service purges old records in Recover (idemctl recover -url)"}
 }
 
-func (b *adminBackend) resolve(ctx context.Context, req idem.AdminResolveRequest) (*keystore.Record, error) {
+func (b *adminBackend) resolve(ctx context.Context, req idemadmin.ResolveRequest) (*keystore.Record, error) {
 	var rec keystore.Record
 	if err := b.do(ctx, http.MethodPost, "resolve", nil, req, &rec); err != nil {
 		return nil, err

@@ -5,10 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
+	"github.com/idemkit/idem/keystore"
 )
 
 func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) error {
@@ -17,10 +21,17 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer, now fun
 	states := fs.String("state", "", "comma-separated `states` to list (pending, succeeded, failed, manual); all if empty")
 	minAge := fs.Duration("min-age", 0, "list only records created at least this long ago")
 	tenant := fs.String("tenant", "", "list only this tenant scope")
+	limit := fs.Int("limit", defaultLsLimit, "list at most this many records, the oldest first; 0 lists every one")
 	if _, err := parse(fs, &c, args, 0); err != nil {
 		return err
 	}
+	if *limit < 0 {
+		return usageError{"-limit must not be negative (0 lists every record)"}
+	}
 	f := listFilter{minAge: *minAge}
+	if *limit > 0 {
+		f.limit = *limit + 1 // one more than shown: says whether records were left out
+	}
 	fs.Visit(func(fl *flag.Flag) {
 		if fl.Name == "tenant" {
 			f.tenant = tenant
@@ -45,16 +56,25 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer, now fun
 	for _, d := range damaged {
 		fmt.Fprintf(stderr, "idemctl: skipped a record that cannot be decoded (tenant %q, key %q): %s\n", d.Scope, d.Key, d.Error)
 	}
+	if *limit > 0 && len(recs) > *limit {
+		recs = recs[:*limit]
+		// On stderr, so that -json stays an array of records.
+		fmt.Fprintf(stderr, "idemctl: showing the oldest %d records; more match (-limit N, or -limit 0 for every one)\n", *limit)
+	}
 	if c.json {
 		return writeJSON(stdout, recs)
 	}
 	return writeTable(stdout, recs)
 }
 
+// defaultLsLimit is ls's default -limit: a screenful or two of the oldest records, which are
+// the ones a person looks at first.
+const defaultLsLimit = 100
+
 func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) error {
 	var c common
 	fs := newFlags("show", stderr, &c)
-	tenant := fs.String("tenant", "", "tenant scope of the key or intent")
+	tenant := fs.String("tenant", "", "tenant scope of the key or intent; without it, the only tenant that has it")
 	intent := fs.String("intent", "", "find the record by its `intent` instead of a key")
 	rest, err := parse(fs, &c, args, 1)
 	if err != nil {
@@ -68,14 +88,62 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer, now f
 		return err
 	}
 	defer b.close()
+	if !flagSet(fs, "tenant") {
+		if *tenant, err = findTenant(ctx, b, first(rest), *intent); err != nil {
+			return err
+		}
+	}
 	rec, err := b.get(ctx, *tenant, first(rest), *intent)
 	if err != nil {
 		return err
 	}
 	if c.json {
-		return writeJSON(stdout, rec)
+		return writeRecordJSON(stdout, rec)
 	}
 	return writeRecord(stdout, rec, now())
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// findTenant is the tenant of the only record with key (or intent, when set), for show and
+// resolve without -tenant: keys are unique in practice (UUIDs), so naming the tenant is
+// needed only when the key is not. It fails with errNotFound when no tenant has the record,
+// and names the tenants when more than one has it. A record that cannot be decoded counts by
+// its key (its intent is unknown), so that get then reports its error.
+func findTenant(ctx context.Context, b backend, key, intent string) (string, error) {
+	recs, damaged, err := b.list(ctx, listFilter{})
+	if err != nil {
+		return "", err
+	}
+	var tenants []string
+	for _, r := range recs {
+		if (intent != "" && r.Intent == intent) || (intent == "" && r.Key == key) {
+			tenants = append(tenants, r.Scope)
+		}
+	}
+	for _, d := range damaged {
+		if intent == "" && d.Key == key {
+			tenants = append(tenants, d.Scope)
+		}
+	}
+	slices.Sort(tenants)
+	tenants = slices.Compact(tenants)
+	switch len(tenants) {
+	case 0:
+		return "", fmt.Errorf("%w: no record for %s in any tenant", errNotFound, describe(key, intent))
+	case 1:
+		return tenants[0], nil
+	}
+	quoted := make([]string, len(tenants))
+	for i, t := range tenants {
+		quoted[i] = strconv.Quote(t)
+	}
+	return "", fmt.Errorf("%s is in %d tenants (%s): name one with -tenant", describe(key, intent), len(tenants), strings.Join(quoted, ", "))
 }
 
 func first(s []string) string {
@@ -153,8 +221,8 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) error {
 	var c common
 	fs := newFlags("resolve", stderr, &c)
-	var req idem.AdminResolveRequest
-	fs.StringVar(&req.Tenant, "tenant", "", "tenant scope of the key or intent")
+	var req idemadmin.ResolveRequest
+	fs.StringVar(&req.Tenant, "tenant", "", "tenant scope of the key or intent; without it, the only tenant that has it")
 	fs.StringVar(&req.Intent, "intent", "", "find the record by its `intent` instead of a key")
 	fs.StringVar(&req.Verdict, "verdict", "", "executed (the payment took effect) or not_executed (required)")
 	fs.StringVar(&req.Note, "note", "", "who decided, on what evidence; kept on the record (required)")
@@ -178,7 +246,7 @@ func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer, no
 		return usageError{fmt.Sprintf("-status %d is not an HTTP status", *status)}
 	}
 	if *status != 0 || *body != "" {
-		req.Response = &idem.AdminResponse{StatusCode: max(*status, 0), Body: *body}
+		req.Response = &idemadmin.Response{StatusCode: max(*status, 0), Body: *body}
 		if req.Response.StatusCode == 0 {
 			req.Response.StatusCode = 200
 		}
@@ -188,12 +256,17 @@ func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer, no
 		return err
 	}
 	defer b.close()
+	if !flagSet(fs, "tenant") {
+		if req.Tenant, err = findTenant(ctx, b, req.Key, req.Intent); err != nil {
+			return err
+		}
+	}
 	rec, err := b.resolve(ctx, req)
 	if err != nil {
 		return err
 	}
 	if c.json {
-		return writeJSON(stdout, rec)
+		return writeRecordJSON(stdout, rec)
 	}
 	return writeRecord(stdout, rec, now())
 }
@@ -246,13 +319,41 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	} else {
 		err = writeRecover(stdout, out)
 	}
-	if err != nil || len(out.Damaged) == 0 {
+	if err != nil {
 		return err
 	}
 	// What the run did stands (printed above); the records it could not decode are named,
-	// and the exit status (1) says that some need a person.
+	// and the exit status (1) says that some need a person or another run.
 	for _, d := range out.Damaged {
 		fmt.Fprintf(stderr, "idemctl: skipped a record that cannot be decoded (tenant %q, key %q): %s\n", d.Scope, d.Key, d.Error)
 	}
-	return fmt.Errorf("recover skipped %d record(s) that cannot be decoded, left untouched; every other record was reconciled", len(out.Damaged))
+	pending, manual := unresolved(out)
+	var why []string
+	if len(out.Damaged) > 0 {
+		why = append(why, fmt.Sprintf("skipped %d record(s) that cannot be decoded, left untouched", len(out.Damaged)))
+	}
+	if pending > 0 {
+		why = append(why, fmt.Sprintf("left %d record(s) pending, outcome still unknown: run recover again later", pending))
+	}
+	if manual > 0 {
+		why = append(why, fmt.Sprintf("left %d record(s) manual: settle them with -lookup or idemctl resolve (idemctl ls -state manual)", manual))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return fmt.Errorf("recover %s; every other record was reconciled", strings.Join(why, "; "))
+}
+
+// unresolved counts the records the run worked on and left pending (their outcome still
+// unknown) or manual (a person or a lookup must settle them).
+func unresolved(out recoverOut) (pending, manual int) {
+	for _, e := range out.Records {
+		switch e.Record.State {
+		case keystore.StatePending:
+			pending++
+		case keystore.StateManual:
+			manual++
+		}
+	}
+	return pending, manual
 }

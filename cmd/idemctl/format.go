@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -23,6 +24,24 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// writeRecordJSON prints a record as keystore.Record's JSON, with its scope under "tenant",
+// the word the -tenant flag and the admin handler's listing use.
+func writeRecordJSON(w io.Writer, rec *keystore.Record) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	if s, ok := m["scope"]; ok {
+		m["tenant"] = s
+		delete(m, "scope")
+	}
+	return writeJSON(w, m)
 }
 
 // clip shortens s to at most n runes, marking the cut with "…".
@@ -81,13 +100,13 @@ func widest[T any](recs []T, header string, f func(T) string) int {
 // writeTable prints ls within 100 columns: STATE, AGE, LAST and KEY (up to 36 runes, a UUID
 // whole) as wide as their values, and the rest shared by TENANT, INTENT and REASON through
 // fitWidths.
-func writeTable(w io.Writer, recs []idem.AdminRecord) error {
-	scope := func(r idem.AdminRecord) string { return dash(r.Scope) }
-	intent := func(r idem.AdminRecord) string { return dash(r.Intent) }
-	reason := func(r idem.AdminRecord) string { return dash(r.Reason) }
-	fixed := widest(recs, "STATE", func(r idem.AdminRecord) string { return string(r.State) }) +
-		widest(recs, "AGE", func(r idem.AdminRecord) string { return age(time.Duration(r.AgeSeconds) * time.Second) }) +
-		len("LAST") + min(36, widest(recs, "KEY", func(r idem.AdminRecord) string { return r.Key })) + 6
+func writeTable(w io.Writer, recs []idemadmin.Record) error {
+	scope := func(r idemadmin.Record) string { return dash(r.Scope) }
+	intent := func(r idemadmin.Record) string { return dash(r.Intent) }
+	reason := func(r idemadmin.Record) string { return dash(r.Reason) }
+	fixed := widest(recs, "STATE", func(r idemadmin.Record) string { return string(r.State) }) +
+		widest(recs, "AGE", func(r idemadmin.Record) string { return age(time.Duration(r.AgeSeconds) * time.Second) }) +
+		len("LAST") + min(36, widest(recs, "KEY", func(r idemadmin.Record) string { return r.Key })) + 6
 	cols := fitWidths(100-fixed, widest(recs, "TENANT", scope), widest(recs, "INTENT", intent), widest(recs, "REASON", reason))
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	fmt.Fprintln(tw, "STATE\tAGE\tLAST\tTENANT\tINTENT\tKEY\tREASON")
@@ -234,7 +253,8 @@ var reportOrder = []string{"pending", "skipped", "succeeded", "failed", "manual"
 
 // writeRecover prints the report on one line, then one row per record Recover worked on,
 // within 100 columns: STATE and KEY (up to 36 runes) as wide as their values, and the rest
-// shared by TENANT, INTENT and ERROR through fitWidths.
+// shared by TENANT and INTENT through fitWidths. The errors follow the table, each whole
+// (wrapped at 100 columns, never clipped): the cause at their end is what an operator acts on.
 func writeRecover(w io.Writer, out recoverOut) error {
 	parts := make([]string, 0, len(reportOrder))
 	for _, k := range reportOrder {
@@ -248,19 +268,62 @@ func writeRecover(w io.Writer, out recoverOut) error {
 	}
 	scope := func(e recoveredEntry) string { return dash(e.Record.Scope) }
 	intent := func(e recoveredEntry) string { return dash(e.Record.Intent) }
-	errText := func(e recoveredEntry) string { return dash(e.Error) }
 	fixed := widest(out.Records, "STATE", func(e recoveredEntry) string { return string(e.Record.State) }) +
-		min(36, widest(out.Records, "KEY", func(e recoveredEntry) string { return e.Record.Key })) + 4
-	cols := fitWidths(100-fixed, widest(out.Records, "TENANT", scope), widest(out.Records, "INTENT", intent),
-		widest(out.Records, "ERROR", errText))
+		min(36, widest(out.Records, "KEY", func(e recoveredEntry) string { return e.Record.Key })) + 3
+	cols := fitWidths(100-fixed, widest(out.Records, "TENANT", scope), widest(out.Records, "INTENT", intent))
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintln(tw, "STATE\tTENANT\tINTENT\tKEY\tERROR")
+	fmt.Fprintln(tw, "STATE\tTENANT\tINTENT\tKEY")
 	for _, e := range out.Records {
 		r := e.Record
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.State, clip(scope(e), cols[0]), clip(intent(e), cols[1]),
-			clip(r.Key, 36), clip(errText(e), cols[2]))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.State, clip(scope(e), cols[0]), clip(intent(e), cols[1]), clip(r.Key, 36))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, e := range out.Records {
+		if e.Error == "" {
+			continue
+		}
+		for _, line := range wrap("error of "+e.Record.Key+": "+e.Error, 100, "  ") {
+			if _, err := fmt.Fprintln(w, line); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// wrap breaks s into lines of at most width runes, at spaces where it can (a word longer
+// than a line is cut across lines, never dropped); lines after the first start with indent.
+// Joined with spaces, the lines give back s's words.
+func wrap(s string, width int, indent string) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		for {
+			sep := " "
+			if line == "" || line == indent {
+				sep = ""
+			}
+			if utf8.RuneCountInString(line+sep+word) <= width {
+				line += sep + word
+				break
+			}
+			if line != "" && line != indent { // the word goes on the next line
+				lines = append(lines, line)
+				line = indent
+				continue
+			}
+			r := []rune(word) // longer than a whole line: cut it
+			room := width - utf8.RuneCountInString(line)
+			lines = append(lines, line+string(r[:room]))
+			line, word = indent, string(r[room:])
+		}
+	}
+	if line != "" && line != indent {
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 // bodyText is a body on one line: UTF-8 text with its line breaks and tabs as spaces, quoted

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -65,7 +66,7 @@ func TestShowResolvedAndFlag(t *testing.T) {
 // stats prints "-" for the oldest of a state with no records, and the age otherwise.
 func TestStatsOldestNone(t *testing.T) {
 	var b strings.Builder
-	require.NoError(t, writeStats(&b, statsOut{Records: idem.AdminRecordStats{Total: 1,
+	require.NoError(t, writeStats(&b, statsOut{Records: idemadmin.RecordStats{Total: 1,
 		ByState: map[keystore.State]int{keystore.StateManual: 1}, OldestManualSeconds: new(int64(90))}}))
 	assert.Contains(t, b.String(), "oldest pending  -\n")
 	assert.Contains(t, b.String(), "oldest manual   1m30s\n")
@@ -75,7 +76,7 @@ func TestStatsOldestNone(t *testing.T) {
 // and narrow the widest column first when they do not.
 func TestTenantColumnWidth(t *testing.T) {
 	key := "0f8fad5b-d9cb-469f-a165-70867728950e"
-	recs := []idem.AdminRecord{
+	recs := []idemadmin.Record{
 		{Scope: "acct_demo_eu", Intent: "order-000123", Key: key, State: keystore.StateManual, LastStatusCode: 500,
 			Reason: "stored_server_error", AgeSeconds: 30},
 		{Key: key, State: keystore.StatePending},
@@ -85,7 +86,7 @@ func TestTenantColumnWidth(t *testing.T) {
 	require.NoError(t, writeRecover(&b, recoverOut{Records: []recoveredEntry{{Record: recs[0], Error: "outcome unknown"}}}))
 	out := b.String()
 	assert.Regexp(t, `(?m)^manual +30s +500 +acct_demo_eu order-000123 `+key+` stored_server_error$`, out)
-	assert.Regexp(t, `(?m)^manual +acct_demo_eu order-000123 `+key+` outcome unknown$`, out)
+	assert.Regexp(t, `(?m)^manual +acct_demo_eu order-000123 `+key+`\n`+`error of `+key+`: outcome unknown$`, out)
 	for _, line := range strings.Split(out, "\n") {
 		assert.LessOrEqual(t, utf8.RuneCountInString(line), 100, line)
 	}

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
 )
@@ -43,7 +44,7 @@ func TestResolveLoserNamesTheStoredState(t *testing.T) {
 	mem := keystore.NewMemory()
 	seedStore(t, mem)
 	b := &storeBackend{s: &settledMeanwhile{Store: mem}, now: fixedNow}
-	_, err := b.resolve(context.Background(), idem.AdminResolveRequest{Key: "k-manual", Verdict: "not_executed", Note: "ops"})
+	_, err := b.resolve(context.Background(), idemadmin.ResolveRequest{Key: "k-manual", Verdict: "not_executed", Note: "ops"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "record is succeeded")
 	assert.Contains(t, err.Error(), "only a manual record can be resolved")

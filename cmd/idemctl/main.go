@@ -4,7 +4,7 @@
 //
 // Usage (TARGET is one of -db FILE, -dsn DSN, -url ADMIN_URL):
 //
-//	idemctl ls      TARGET [-state pending,manual] [-min-age 10m] [-tenant T] [-json]
+//	idemctl ls      TARGET [-state pending,manual] [-min-age 10m] [-tenant T] [-limit 100] [-json]
 //	idemctl show    TARGET [-tenant T] (KEY | -intent INTENT) [-json]
 //	idemctl stats   TARGET [-json]
 //	idemctl resolve TARGET [-tenant T] (KEY | -intent INTENT) -verdict executed|not_executed
@@ -21,11 +21,17 @@
 // creates one (a mistyped path is an error naming it, exit status 1). A running service holds the file's lock:
 // idemctl then stops after -timeout (1s) with a message saying so, instead of waiting; stop
 // the service, or use -url. -dsn opens a Postgres keystore (keystore/pgstore) that migrate
-// created; the DSN may set search_path. -url talks to a running service's admin handler
-// (idem.NewAdminHandler), which answers with the service's own client: its credentials,
+// created; the DSN may set search_path. A file that is not an idem keystore (a bbolt
+// database without its buckets included) is refused by every command and left as it is.
+// -url talks to a running service's admin handler (idemadmin.NewHandler), which answers with the service's own client: its credentials,
 // status endpoint and lookup. The value of the environment variable named by -token-env
 // (default IDEMCTL_TOKEN) is sent in the -token-header header (default Authorization), for
 // example IDEMCTL_TOKEN="Bearer ...".
+//
+// ls lists the oldest -limit records (100 by default; 0 lists every one) and says on stderr
+// when more match. show and resolve name a record by KEY or -intent; without -tenant they
+// take the only tenant that has it, and fail naming the tenants when several do. In JSON
+// the tenant is "tenant", as the flag says.
 //
 // resolve settles a manual record (a stored 5xx, a key past KeyTTL) through
 // idem.Client.Resolve: executed makes it succeeded with the answer given (-status, -body;
@@ -68,9 +74,10 @@
 //
 // Exit status: 0 on success, 1 on an error (a locked or damaged file, an unknown key, a
 // record that is not manual, a refused admin request), 2 on a usage error. recover also exits
-// 1 when it skipped records it cannot decode: it prints what it did to every other record
-// (-json: with the skipped ones under "damaged", as POST /recover answers) and names the
-// skipped ones on stderr.
+// 1 when it skipped records it cannot decode, or left records pending (outcome still
+// unknown: run it again) or manual (a lookup or a person settles them): it prints what it
+// did to every record (-json: with the skipped ones under "damaged", as POST /recover
+// answers; the table prints each error whole below it) and says on stderr what is left.
 package main
 
 import (
@@ -94,12 +101,12 @@ func main() {
 const usage = `idemctl: the operator's view of an idem keystore
 
 commands:
-  ls       list records: -state pending,manual -min-age 10m -tenant T
+  ls       list the oldest records: -state pending,manual -min-age 10m -tenant T -limit 100
   show     one record by KEY or -intent, bodies whole (as text; -json: base64)
   stats    records by state, oldest pending and manual
   resolve  settle a manual record: -verdict executed|not_executed -note "who, evidence"
   recover  run Recover now (-db/-dsn: -base-url, -status-path, -auth-env NAME); exits 1 if it
-           skipped records it cannot decode, after printing what it did to the others
+           left records pending or manual, or skipped records it cannot decode
   purge    delete succeeded and failed records older than -older-than, at least -key-ttl (24h) (-db, -dsn)
   migrate  create or upgrade the Postgres schema (-dsn)
   verify   check every record and the intent index of a file (-db); exits 1 on damage
@@ -108,7 +115,7 @@ commands:
   probe    grade a SANDBOX API against idem's contract: probe URL -sandbox (creates payments)
 
 target (exactly one): -db FILE (bbolt), -dsn DSN (Postgres), -url ADMIN_URL (a running
-service's idem.NewAdminHandler; token from $IDEMCTL_TOKEN, see -token-env)
+service's idemadmin.NewHandler; token from $IDEMCTL_TOKEN, see -token-env)
 common flags: -json, -timeout 1s (longest wait for the file lock or the database; with -url
 for the connection and each answer, 30s by default, but recover's)
 

@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
 )
@@ -82,7 +83,7 @@ func TestLs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errs := runCmd(t, append([]string{"ls", "-db", db, "-json"}, tt.args...)...)
 			require.Equal(t, 0, code, errs)
-			var rows []idem.AdminRecord
+			var rows []idemadmin.Record
 			require.NoError(t, json.Unmarshal([]byte(out), &rows))
 			var keys []string
 			for _, r := range rows {
@@ -116,7 +117,7 @@ func TestShowAndStats(t *testing.T) {
 
 	code, _, errs = runCmd(t, "show", "-db", db, "nope")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, errs, `no record for key "nope" in tenant ""`)
+	assert.Contains(t, errs, `no record for key "nope" in any tenant`)
 
 	code, out, errs = runCmd(t, "stats", "-db", db, "-json")
 	require.Equal(t, 0, code, errs)

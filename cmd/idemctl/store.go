@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
 )
@@ -30,9 +31,9 @@ func (b *storeBackend) close() error {
 	return err
 }
 
-func (b *storeBackend) list(ctx context.Context, f listFilter) ([]idem.AdminRecord, []damagedRow, error) {
+func (b *storeBackend) list(ctx context.Context, f listFilter) ([]idemadmin.Record, []damagedRow, error) {
 	t := b.now()
-	out := []idem.AdminRecord{}
+	out := []idemadmin.Record{}
 	var damaged []damagedRow
 	// Page by page, so that one record that cannot be decoded is named instead of failing
 	// the listing.
@@ -52,12 +53,15 @@ func (b *storeBackend) list(ctx context.Context, f listFilter) ([]idem.AdminReco
 	if err != nil {
 		return nil, nil, err
 	}
-	slices.SortStableFunc(out, func(a, b idem.AdminRecord) int {
+	slices.SortStableFunc(out, func(a, b idemadmin.Record) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Scope+"\x00"+a.Key, b.Scope+"\x00"+b.Key)
 	})
+	if f.limit > 0 && len(out) > f.limit {
+		out = out[:f.limit]
+	}
 	return out, damaged, nil
 }
 
@@ -84,8 +88,8 @@ func portOf(u *url.URL) string {
 	return ""
 }
 
-func summary(r *keystore.Record, now time.Time) idem.AdminRecord {
-	return idem.AdminRecord{Scope: r.Scope, Key: r.Key, Intent: r.Intent, State: r.State,
+func summary(r *keystore.Record, now time.Time) idemadmin.Record {
+	return idemadmin.Record{Scope: r.Scope, Key: r.Key, Intent: r.Intent, State: r.State,
 		Method: r.Request.Method, URL: r.Request.URL, Attempts: r.Attempts, LastStatusCode: r.LastStatusCode,
 		Reason: r.Reason, Error: r.Error, Note: r.Note, AgeSeconds: int64(now.Sub(r.CreatedAt) / time.Second),
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
@@ -127,7 +131,7 @@ func (b *storeBackend) stats(ctx context.Context) (statsOut, error) {
 	if err != nil {
 		return statsOut{}, err
 	}
-	st := idem.ComputeAdminRecordStats(recs, b.now())
+	st := idemadmin.ComputeRecordStats(recs, b.now())
 	st.Damaged = damaged
 	out := statsOut{Records: st}
 	if f, ok := b.s.(*boltstore.Store); ok { // a changed byte in the index is a lost intent
@@ -213,7 +217,7 @@ func (b *storeBackend) checkClock(ctx context.Context) error {
 }
 
 // resolve settles a manual record through idem.Client.Resolve, as the admin handler does.
-func (b *storeBackend) resolve(ctx context.Context, req idem.AdminResolveRequest) (*keystore.Record, error) {
+func (b *storeBackend) resolve(ctx context.Context, req idemadmin.ResolveRequest) (*keystore.Record, error) {
 	c, err := idem.NewClient(idem.Config{Store: b.s, Now: b.now})
 	if err != nil {
 		return nil, err

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
 )
@@ -28,21 +28,21 @@ var errNotFound = errors.New("no such record")
 type backend interface {
 	// list returns the records ls shows, oldest first, and the ones the keystore could not
 	// decode (skipped, left untouched).
-	list(ctx context.Context, f listFilter) ([]idem.AdminRecord, []damagedRow, error)
+	list(ctx context.Context, f listFilter) ([]idemadmin.Record, []damagedRow, error)
 	// get finds the record by key, or by intent when intent is set; errNotFound if none.
 	get(ctx context.Context, tenant, key, intent string) (*keystore.Record, error)
 	stats(ctx context.Context) (statsOut, error)
 	// purge deletes (dryRun: counts) the succeeded and failed records last updated before
 	// cutoff, and returns the records it skipped because it cannot decode them.
 	purge(ctx context.Context, cutoff time.Time, dryRun bool) (int, []damagedRow, error)
-	resolve(ctx context.Context, req idem.AdminResolveRequest) (*keystore.Record, error)
+	resolve(ctx context.Context, req idemadmin.ResolveRequest) (*keystore.Record, error)
 	recover(ctx context.Context, rc recoverFlags) (recoverOut, error)
 	close() error
 }
 
 // damagedRow is a stored record that cannot be decoded, as the admin handler lists it.
 type damagedRow struct {
-	Scope string `json:"scope"`
+	Scope string `json:"tenant"` // Record.Scope; "tenant", as the -tenant flag
 	Key   string `json:"key"`
 	Error string `json:"error"`
 }
@@ -52,12 +52,13 @@ type listFilter struct {
 	states []keystore.State
 	minAge time.Duration
 	tenant *string // nil: every tenant
+	limit  int     // the oldest limit records; 0: every one
 }
 
 // statsOut is what stats prints: the keystore's records, and (from an admin URL only) the
 // running client's counters, keyed like the admin handler's JSON.
 type statsOut struct {
-	Records idem.AdminRecordStats `json:"records"`
+	Records idemadmin.RecordStats `json:"records"`
 	// IndexProblems counts the damaged intent index entries of a keystore file (-db):
 	// entries that do not check, that one index holds and the other not, or that name a
 	// record that is not theirs. idemctl verify names them.
@@ -74,7 +75,7 @@ type recoverOut struct {
 }
 
 type recoveredEntry struct {
-	Record idem.AdminRecord `json:"record"`
+	Record idemadmin.Record `json:"record"`
 	Error  string           `json:"error,omitempty"`
 }
 
@@ -94,7 +95,7 @@ func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.db, "db", "", "keystore file (bbolt) `path`; it must exist (idemctl never creates one)")
 	fs.StringVar(&c.dsn, "dsn", "", "Postgres keystore `DSN` (keystore/pgstore), e.g. postgres://user@host/db")
-	fs.StringVar(&c.url, "url", "", "a running service's admin handler `URL` (idem.NewAdminHandler)")
+	fs.StringVar(&c.url, "url", "", "a running service's admin handler `URL` (idemadmin.NewHandler)")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
 	fs.DurationVar(&c.timeout, "timeout", boltstore.DefaultTimeout, "longest wait for the file lock (-db), the database connection (-dsn), or the admin URL's connection and answer; with -url, 30s unless set (recover waits for its run)")
 	fs.StringVar(&c.tokenEnv, "token-env", "IDEMCTL_TOKEN", "with -url: the environment variable `NAME` whose value is sent as the authorization header")
@@ -172,17 +173,24 @@ func openBolt(c *common, write bool) (*boltstore.Store, error) {
 			return nil, usageError{fmt.Sprintf("-keyring-env %s: %v", c.keyRingEnv, err)}
 		}
 	}
-	var s *boltstore.Store
-	var err error
-	if write {
-		s, err = boltstore.Open(c.db, opts)
-	} else {
-		s, err = boltstore.OpenReadOnly(c.db, opts)
+	// Read-only first, for writing commands too: boltstore.Open initializes a bbolt file
+	// without buckets as a new keystore, and idemctl never turns a file into one (purge would
+	// report nothing purged from a file that was never a keystore, and leave it changed).
+	s, err := boltstore.OpenReadOnly(c.db, opts)
+	if err == nil && write {
+		if err = s.Close(); err == nil {
+			s, err = boltstore.Open(c.db, opts)
+		}
 	}
-	if errors.Is(err, boltstore.ErrLocked) {
+	switch {
+	case errors.Is(err, boltstore.ErrLocked):
 		return nil, fmt.Errorf("%s is in use by another process (a running service holds its lock); gave up after %s: stop the service, or use its admin endpoint (-url): %w", c.db, c.timeout, err)
+	case errors.Is(err, boltstore.ErrNotKeystore):
+		return nil, fmt.Errorf("-db %s is not an idem keystore, left as it is (idemctl never makes a file into one: check the path): %w", c.db, err)
+	case err != nil:
+		return nil, err
 	}
-	return s, err
+	return s, nil
 }
 
 // secretFromEnv reads a credential from the environment variable name: never from a flag's

@@ -1,4 +1,4 @@
-// Command quickstart is README's Quick start as a program: README.md quotes quickstart.go
+// Command quickstart is docs/CLIENT.md's Quick start as a program: the page quotes quickstart.go
 // whole, and the test checks that it still does, byte for byte, and runs it against idemtest.
 //
 //	go run ./examples/quickstart -api https://api.example.com -db idem.db   # API key from $API_KEY

@@ -18,19 +18,19 @@ import (
 	"github.com/idemkit/idem/keystore/boltstore"
 )
 
-// README.md's Quick start is quickstart.go, byte for byte, between its markers.
-func TestREADMEQuotesQuickstart(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// docs/CLIENT.md's Quick start is quickstart.go, byte for byte, after its marker.
+func TestDocsQuoteQuickstart(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/CLIENT.md")
 	require.NoError(t, err)
 	src, err := os.ReadFile("quickstart.go")
 	require.NoError(t, err)
-	const begin, end = "<!-- quickstart.go begin -->\n```go\n", "```\n<!-- quickstart.go end -->"
+	const begin, end = "<!-- from examples/quickstart/quickstart.go -->\n```go\n", "\n```\n"
 	i := bytes.Index(readme, []byte(begin))
-	require.GreaterOrEqual(t, i, 0, "README.md has no %q marker", begin)
+	require.GreaterOrEqual(t, i, 0, "docs/CLIENT.md has no %q marker", begin)
 	rest := readme[i+len(begin):]
 	j := bytes.Index(rest, []byte(end))
-	require.GreaterOrEqual(t, j, 0, "README.md has no %q marker", end)
-	assert.Equal(t, string(src), string(rest[:j]), "README.md's Quick start differs from examples/quickstart/quickstart.go: copy the file into README")
+	require.GreaterOrEqual(t, j, 0, "docs/CLIENT.md has no %q marker", end)
+	assert.Equal(t, string(src), string(rest[:j+1]), "docs/CLIENT.md's Quick start differs from examples/quickstart/quickstart.go: copy the file into the page")
 }
 
 // The Quick start pays once through a dropped connection (the charge committed, the answer

@@ -1,4 +1,4 @@
-package idem
+package idemadmin
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -37,19 +37,19 @@ func tokenAuth(r *http.Request) error {
 // pending (5 min).
 func adminEnv(t *testing.T) *env {
 	t.Helper()
-	e := newEnv(t, idemtest.Config{}, nil)
+	e := newEnv(t)
 	e.clock.now = adminNow
 	add := func(scope, key, intent string, st keystore.State, age time.Duration, reason string, resp *keystore.Response) {
 		body := paymentBody(1250, "ref-"+key)
 		at := adminNow.Add(-age)
 		require.NoError(t, e.store.Create(context.Background(), &keystore.Record{
-			Scope: scope, Key: key, Intent: intent, Fingerprint: Fingerprint(http.MethodPost, "/v1/payments", body),
+			Scope: scope, Key: key, Intent: intent, Fingerprint: idem.Fingerprint(http.MethodPost, "/v1/payments", body),
 			State: st, Attempts: 1, LastStatusCode: map[bool]int{true: 500}[reason != ""], Reason: reason,
 			Request: keystore.Request{Method: http.MethodPost, URL: "/v1/payments",
 				Header: http.Header{"Content-Type": {"application/json"}}, Body: body},
 			Response: resp, CreatedAt: at, UpdatedAt: at}))
 	}
-	add("", "k-manual", "order-2", keystore.StateManual, 30*time.Hour, ReasonStoredServerError, &keystore.Response{StatusCode: 500, Body: []byte(`{"error":"boom"}`)})
+	add("", "k-manual", "order-2", keystore.StateManual, 30*time.Hour, idem.ReasonStoredServerError, &keystore.Response{StatusCode: 500, Body: []byte(`{"error":"boom"}`)})
 	add("", "k-pending", "order-1", keystore.StatePending, 2*time.Hour, "", nil)
 	add("", "k-ok", "order-3", keystore.StateSucceeded, 100*time.Hour, "", &keystore.Response{StatusCode: 201, Body: []byte(`{"id":"pay_1"}`)})
 	add("acme", "k-acme", "order-1", keystore.StatePending, 5*time.Minute, "", nil)
@@ -89,9 +89,9 @@ func TestAdminRefusesWithoutAuthorization(t *testing.T) {
 		status int
 		detail string
 	}{
-		{"no Authorize function", NewAdminHandler(e.c, AdminOptions{}), true, 403,
+		{"no Authorize function", NewHandler(e.c, Options{}), true, 403,
 			"the admin handler has no Authorize function: every request is refused"},
-		{"Authorize refuses", NewAdminHandler(e.c, AdminOptions{Authorize: tokenAuth}), false, 401,
+		{"Authorize refuses", NewHandler(e.c, Options{Authorize: tokenAuth}), false, 401,
 			"unauthorized: a valid admin token is required"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,10 +112,10 @@ func TestAdminRefusesWithoutAuthorization(t *testing.T) {
 
 func TestAdminList(t *testing.T) {
 	e := adminEnv(t)
-	h := NewAdminHandler(e.c, AdminOptions{Authorize: tokenAuth, MaxLimit: 2})
+	h := NewHandler(e.c, Options{Authorize: tokenAuth, MaxLimit: 2})
 	row := func(scope, key, intent, state string, attempts, last int, reason string, age time.Duration) string {
 		at := adminNow.Add(-age).Format(time.RFC3339)
-		b, _ := json.Marshal(map[string]any{"scope": scope, "key": key, "state": state, "method": "POST",
+		b, _ := json.Marshal(map[string]any{"tenant": scope, "key": key, "state": state, "method": "POST",
 			"url": "/v1/payments", "attempts": attempts, "age_seconds": int64(age / time.Second),
 			"created_at": at, "updated_at": at})
 		s := string(b[:len(b)-1])
@@ -127,7 +127,7 @@ func TestAdminList(t *testing.T) {
 		}
 		return s + "}"
 	}
-	manual := row("", "k-manual", "order-2", "manual", 1, 500, ReasonStoredServerError, 30*time.Hour)
+	manual := row("", "k-manual", "order-2", "manual", 1, 500, idem.ReasonStoredServerError, 30*time.Hour)
 	pending := row("", "k-pending", "order-1", "pending", 1, 0, "", 2*time.Hour)
 	acme := row("acme", "k-acme", "order-1", "pending", 1, 0, "", 5*time.Minute)
 	ok := row("", "k-ok", "order-3", "succeeded", 1, 0, "", 100*time.Hour)
@@ -200,10 +200,10 @@ func (s secretStore) Get(ctx context.Context, scope, key string) (*keystore.Reco
 
 func TestAdminShow(t *testing.T) {
 	e := adminEnv(t)
-	c, err := NewClient(Config{BaseURL: e.srv.URL, Store: secretStore{e.store}, Now: e.clock.Now,
+	c, err := idem.NewClient(idem.Config{BaseURL: e.srv.URL, Store: secretStore{e.store}, Now: e.clock.Now,
 		SecretHeaders: []string{"X-Api-Key"}})
 	require.NoError(t, err)
-	h := NewAdminHandler(c, AdminOptions{Authorize: tokenAuth})
+	h := NewHandler(c, Options{Authorize: tokenAuth})
 	want, err := json.Marshal(e.record("k-ok"))
 	require.NoError(t, err)
 	var rec map[string]any
@@ -247,7 +247,7 @@ func (e *env) record2(scope, key string) *keystore.Record {
 
 func TestAdminResolve(t *testing.T) {
 	e := adminEnv(t)
-	h := NewAdminHandler(e.c, AdminOptions{Authorize: tokenAuth})
+	h := NewHandler(e.c, Options{Authorize: tokenAuth})
 	for _, tt := range []struct {
 		body   string
 		status int
@@ -287,7 +287,7 @@ func TestAdminResolve(t *testing.T) {
 	require.Equal(t, 200, code, body)
 	rec := e.record("k-manual")
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
-	assert.Equal(t, ReasonExecuted, rec.Reason)
+	assert.Equal(t, idem.ReasonExecuted, rec.Reason)
 	assert.Equal(t, "ops: charge ch_9 found, ticket 7", rec.Note)
 	assert.Equal(t, &keystore.Response{StatusCode: 201, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: []byte(`{"id":"ch_9"}`)}, rec.Response)
@@ -297,7 +297,7 @@ func TestAdminResolve(t *testing.T) {
 	assert.Equal(t, int64(1), e.c.Stats().ResolvedByCaller)
 
 	// The intent now answers from the record: the charge the operator found.
-	res, err := e.c.Do(context.Background(), NewOperation(http.MethodPost, "/v1/payments", rec.Request.Body, WithIntent("order-2")))
+	res, err := e.c.Do(context.Background(), idem.NewOperation(http.MethodPost, "/v1/payments", rec.Request.Body, idem.WithIntent("order-2")))
 	require.NoError(t, err)
 	assert.Equal(t, 201, res.StatusCode)
 	assert.Equal(t, `{"id":"ch_9"}`, string(res.Body))
@@ -323,10 +323,10 @@ func (s nulRefusingStore) Update(ctx context.Context, rec *keystore.Record) erro
 // not a 500, and the record stays manual.
 func TestAdminResolveStoreRefusesNote(t *testing.T) {
 	e := adminEnv(t)
-	c, err := NewClient(Config{BaseURL: e.srv.URL, Store: nulRefusingStore{e.store}, Now: e.clock.Now})
+	c, err := idem.NewClient(idem.Config{BaseURL: e.srv.URL, Store: nulRefusingStore{e.store}, Now: e.clock.Now})
 	require.NoError(t, err)
 	defer c.Close()
-	h := NewAdminHandler(c, AdminOptions{Authorize: tokenAuth})
+	h := NewHandler(c, Options{Authorize: tokenAuth})
 	code, _, body := adminDo(t, h, "POST", "/resolve", `{"key":"k-manual","verdict":"not_executed","note":"ops\u0000ticket 7"}`, true)
 	assert.Equal(t, 400, code)
 	assert.JSONEq(t, problemJSON(400, "the keystore cannot hold this resolution: idem: persisting the resolution of key \"k-manual\": "+
@@ -338,7 +338,7 @@ func TestAdminResolveStoreRefusesNote(t *testing.T) {
 // length said: a 600 KB key makes no 600 KB answer.
 func TestAdminClipsEchoedInput(t *testing.T) {
 	e := adminEnv(t)
-	h := NewAdminHandler(e.c, AdminOptions{Authorize: tokenAuth})
+	h := NewHandler(e.c, Options{Authorize: tokenAuth})
 	long := strings.Repeat("k", 600000)
 	clipped := `"` + strings.Repeat("k", 200) + `"… (600000 bytes)`
 	// A clip never splits a character: 199 bytes of "k" and a 2-byte "é" keep 199 bytes.
@@ -374,22 +374,22 @@ func TestAdminClipsEchoedInput(t *testing.T) {
 
 func TestAdminResolveNotExecuted(t *testing.T) {
 	e := adminEnv(t)
-	h := NewAdminHandler(e.c, AdminOptions{Authorize: tokenAuth})
+	h := NewHandler(e.c, Options{Authorize: tokenAuth})
 	code, _, body := adminDo(t, h, "POST", "/resolve", `{"key":"k-manual","verdict":"not_executed","note":"no charge in the dashboard"}`, true)
 	require.Equal(t, 200, code, body)
 	rec := e.record("k-manual")
 	assert.Equal(t, keystore.StateFailed, rec.State)
-	assert.Equal(t, ReasonNotExecuted, rec.Reason)
+	assert.Equal(t, idem.ReasonNotExecuted, rec.Reason)
 	assert.Equal(t, "no charge in the dashboard", rec.Note)
-	_, err := e.c.Do(context.Background(), NewOperation(http.MethodPost, "/v1/payments", rec.Request.Body, WithIntent("order-2")))
-	assert.ErrorIs(t, err, ErrNotExecuted)
+	_, err := e.c.Do(context.Background(), idem.NewOperation(http.MethodPost, "/v1/payments", rec.Request.Body, idem.WithIntent("order-2")))
+	assert.ErrorIs(t, err, idem.ErrNotExecuted)
 }
 
 // A cross-site form can POST a JSON-looking text/plain body with the operator's cookies:
 // resolve takes only application/json, and the record stays manual.
 func TestAdminResolveNeedsJSONContentType(t *testing.T) {
 	e := adminEnv(t)
-	h := NewAdminHandler(e.c, AdminOptions{Authorize: tokenAuth})
+	h := NewHandler(e.c, Options{Authorize: tokenAuth})
 	for _, ct := range []string{"text/plain", "", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/jsonx"} {
 		req := httptest.NewRequest("POST", "/resolve", strings.NewReader(`{"key":"k-manual","verdict":"not_executed","note":"x`+"="+`y"}`))
 		if ct != "" {
@@ -429,7 +429,7 @@ func TestAdminRecordStatsOldestNone(t *testing.T) {
 			"by_state":{"pending":0,"manual":3,"succeeded":0,"failed":0}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := json.Marshal(ComputeAdminRecordStats(tc.recs, now))
+			b, err := json.Marshal(ComputeRecordStats(tc.recs, now))
 			require.NoError(t, err)
 			assert.JSONEq(t, tc.want, string(b))
 		})
@@ -440,7 +440,7 @@ func TestAdminRecoverAndStats(t *testing.T) {
 	e := adminEnv(t)
 	var mu sync.Mutex
 	var handed []string
-	h := NewAdminHandler(e.c, AdminOptions{Authorize: tokenAuth, OnReconciled: func(r Reconciled) {
+	h := NewHandler(e.c, Options{Authorize: tokenAuth, OnReconciled: func(r idem.Reconciled) {
 		mu.Lock()
 		defer mu.Unlock()
 		handed = append(handed, r.Record.Scope+"/"+r.Record.Key)
@@ -450,12 +450,12 @@ func TestAdminRecoverAndStats(t *testing.T) {
 	require.Equal(t, 200, code, body)
 	var st struct {
 		Client  map[string]int64 `json:"client"`
-		Records AdminRecordStats `json:"records"`
+		Records RecordStats      `json:"records"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &st))
-	assert.Equal(t, AdminRecordStats{Total: 4, Tenants: 2, OldestPendingSeconds: new(int64(7200)), OldestManualSeconds: new(int64(30 * 3600)),
+	assert.Equal(t, RecordStats{Total: 4, Tenants: 2, OldestPendingSeconds: new(int64(7200)), OldestManualSeconds: new(int64(30 * 3600)),
 		ByState: map[keystore.State]int{"pending": 2, "manual": 1, "succeeded": 1, "failed": 0}}, st.Records)
-	assert.Len(t, st.Client, reflect.TypeFor[Stats]().NumField(), "every counter of Stats")
+	assert.Len(t, st.Client, reflect.TypeFor[idem.Stats]().NumField(), "every counter of Stats")
 	assert.Equal(t, int64(0), st.Client["calls"])
 	assert.Contains(t, st.Client, "status_checks", "the renamed counter keeps its JSON name")
 	assert.NotContains(t, st.Client, "key_status_checks")
@@ -465,8 +465,8 @@ func TestAdminRecoverAndStats(t *testing.T) {
 	var out struct {
 		Report  map[string]int `json:"report"`
 		Records []struct {
-			Record AdminRecord `json:"record"`
-			Error  string      `json:"error"`
+			Record Record `json:"record"`
+			Error  string `json:"error"`
 		} `json:"records"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &out))
@@ -502,18 +502,18 @@ func TestAdminRecordsCursorKeepsScopeAndKeyApart(t *testing.T) {
 		require.NoError(t, store.Create(context.Background(), &keystore.Record{Scope: sk[0], Key: sk[1], Fingerprint: "f",
 			Request: keystore.Request{Method: "POST", URL: "/v1/p"}, State: keystore.StatePending, CreatedAt: at, UpdatedAt: at}))
 	}
-	c, err := NewClient(Config{BaseURL: "http://127.0.0.1:1", Store: store, Now: func() time.Time { return at.Add(time.Hour) }})
+	c, err := idem.NewClient(idem.Config{BaseURL: "http://127.0.0.1:1", Store: store, Now: func() time.Time { return at.Add(time.Hour) }})
 	require.NoError(t, err)
 	defer c.Close()
-	h := NewAdminHandler(c, AdminOptions{Authorize: func(*http.Request) error { return nil }})
+	h := NewHandler(c, Options{Authorize: func(*http.Request) error { return nil }})
 	var seen []string
 	q := url.Values{"limit": {"1"}}
 	for range 10 {
 		code, _, body := adminDo(t, h, "GET", "/records?"+q.Encode(), "", true)
 		require.Equal(t, 200, code, body)
 		var page struct {
-			Records []AdminRecord `json:"records"`
-			Next    string        `json:"next_after"`
+			Records []Record `json:"records"`
+			Next    string   `json:"next_after"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(body), &page))
 		for _, r := range page.Records {

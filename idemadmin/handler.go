@@ -1,4 +1,8 @@
-package idem
+// Package idemadmin is the operator's view of an idem client's keystore over HTTP: a handler
+// a service mounts on its admin port, so that stuck payments (pending for long, or manual)
+// can be listed, shown and settled while the service holds its keystore. cmd/idemctl's -url
+// target speaks to it. It imports idem and is never imported by it.
+package idemadmin
 
 import (
 	"encoding/json"
@@ -10,13 +14,12 @@ import (
 	"sync"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem"
 )
 
-// The operator's view over HTTP: a handler a service mounts on its admin port, so that stuck
-// payments can be listed, shown and settled while the service holds its keystore.
-
-// AdminOptions configure NewAdminHandler.
-type AdminOptions struct {
+// Options configure NewHandler.
+type Options struct {
 	// Authorize decides whether a request may use the handler; a non-nil error refuses it
 	// with 401 and the error's text as the problem's detail (so it must not echo a
 	// credential). Required: without it every request is refused with 403. It runs before
@@ -27,27 +30,27 @@ type AdminOptions struct {
 	// which a cross-site form cannot send.
 	Authorize func(*http.Request) error
 	// OnReconciled is handed every outcome of a Recover run started with POST /recover (see
-	// Client.Recover's handle): set it to the function the service passes to Recover at
+	// idem.Client.Recover's handle): set it to the function the service passes to Recover at
 	// start-up, so that an order settled from the admin port is marked like any other. Nil:
 	// outcomes are only returned in the response.
-	OnReconciled func(Reconciled)
-	// MaxLimit caps the page size of GET /records. Default DefaultAdminLimit.
+	OnReconciled func(idem.Reconciled)
+	// MaxLimit caps the page size of GET /records. Default DefaultLimit.
 	MaxLimit int
 }
 
-// DefaultAdminLimit is the default and largest page size of GET /records unless
-// AdminOptions.MaxLimit says otherwise.
-const DefaultAdminLimit = 100
+// DefaultLimit is the default and largest page size of GET /records unless
+// Options.MaxLimit says otherwise.
+const DefaultLimit = 100
 
 // maxAdminBody bounds a request body of the admin handler (1 MiB).
 const maxAdminBody = 1 << 20
 
-// NewAdminHandler returns the operator's view of c's keystore as JSON over HTTP. It serves
+// NewHandler returns the operator's view of c's keystore as JSON over HTTP. It serves
 // these paths, relative to where it is mounted (mount it under a prefix with http.StripPrefix):
 //
 //	GET  /records?state=pending,manual&min_age=10m&tenant=T&limit=100&after=C (or &offset=N)
 //	     records oldest first, without bodies; "tenant" absent means every tenant.
-//	     {"records":[...],"total":N,"next_after":C,"next_offset":N,"damaged":[{"scope":S,"key":K,"error":E}...]}
+//	     {"records":[...],"total":N,"next_after":C,"next_offset":N,"damaged":[{"tenant":T,"key":K,"error":E}...]}
 //	     (next_after and next_offset only when more follow: pass after=next_after for the
 //	     next page, which a record settled between pages does not shift as it shifts an
 //	     offset); records the store cannot decode are skipped,
@@ -56,12 +59,12 @@ const maxAdminBody = 1 << 20
 //	     one record as keystore.Record's JSON (bodies base64, as encoding/json writes []byte)
 //	POST /resolve  {"tenant":"","key":"K" or "intent":"I","verdict":"executed"|"not_executed",
 //	                "note":"who and why (required)","response":{"status":200,"header":{},"body":"text"}}
-//	     settles a manual record through Client.Resolve; answers the record as persisted
-//	POST /recover  runs Client.Recover now; answers {"report":{...},"records":[...],
-//	     "damaged":[{"scope":S,"key":K,"error":E}...]}: records it could not decode are
+//	     settles a manual record through idem.Client.Resolve; answers the record as persisted
+//	POST /recover  runs idem.Client.Recover now; answers {"report":{...},"records":[...],
+//	     "damaged":[{"tenant":T,"key":K,"error":E}...]}: records it could not decode are
 //	     skipped and listed there (200), every other one reconciled
 //	GET  /stats    {"client":{...Client.Stats},"records":{"total":N,"by_state":{...},...}}
-//	     records is AdminRecordStats: oldest_pending_seconds and oldest_manual_seconds are
+//	     records is RecordStats: oldest_pending_seconds and oldest_manual_seconds are
 //	     null when no record is in that state; damaged counts the records skipped as above
 //
 // Errors are RFC 9457 problem documents (application/problem+json): 403 when there is no
@@ -71,7 +74,7 @@ const maxAdminBody = 1 << 20
 // refuses as keystore.ErrInvalid, such as a note with a NUL byte on pgstore), 404 for an unknown path or
 // record, 405 with an Allow header for a wrong method, 409 when the record to resolve is not
 // manual or a Recover started here is still running, 503 when this host's clock is too far
-// off the store's to write a verdict (ErrClockSkew), 500 when the keystore fails or c is nil
+// off the store's to write a verdict (idem.ErrClockSkew), 500 when the keystore fails or c is nil
 // or zero (not made by NewClient). A detail quotes a request's value (a key, a tenant, a
 // path) only up to its first 200 bytes, followed by "… (N bytes)".
 //
@@ -79,16 +82,16 @@ const maxAdminBody = 1 << 20
 // Config.SecretHeaders and Set-Cookie before persisting); the handler strips the same headers
 // again on output, so a keystore written by something else leaks none either. It does show
 // request and response bodies: put it behind the service's admin authentication.
-func NewAdminHandler(c *Client, opts AdminOptions) http.Handler {
+func NewHandler(c *idem.Client, opts Options) http.Handler {
 	if opts.MaxLimit <= 0 {
-		opts.MaxLimit = DefaultAdminLimit
+		opts.MaxLimit = DefaultLimit
 	}
 	return &adminHandler{c: c, opts: opts}
 }
 
 type adminHandler struct {
-	c          *Client
-	opts       AdminOptions
+	c          *idem.Client
+	opts       Options
 	recovering sync.Mutex
 }
 
@@ -124,7 +127,7 @@ func (h *adminHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s takes %s, not %s", r.URL.Path, route.method, r.Method))
 		return
 	}
-	if h.c == nil || h.c.store == nil {
+	if h.c == nil || h.c.Store() == nil {
 		problem(w, http.StatusInternalServerError, "the admin handler has a nil or zero *idem.Client; create it with NewClient")
 		return
 	}
@@ -183,7 +186,7 @@ func writeAdminJSON(w http.ResponseWriter, v any) {
 // reads GET /stats keeps working.
 var renamedCounters = map[string]string{"KeyStatusChecks": "status_checks"}
 
-// snakeFields turns a struct of int64/int counters (Stats, RecoverReport) into a map keyed by
+// snakeFields turns a struct of int64/int counters (idem.Stats, idem.RecoverReport) into a map keyed by
 // the snake_case of each field name, so that the JSON reads like the rest of the handler's.
 func snakeFields(v any) map[string]any {
 	rv := reflect.ValueOf(v)
