@@ -18,9 +18,10 @@
 // hides a record from List and Recover. Keep the file where the storage checks what it reads
 // (a filesystem with data checksums, such as ZFS or btrfs), or use pgstore.
 //
-// File layout (schema version 1): bucket "meta" holds the schema version; bucket "records"
+// File layout (schema version 2): bucket "meta" holds the schema version; bucket "records"
 // maps uvarint(len(scope)) || scope || key to the JSON of a keystore.Record; bucket "intents"
-// maps uvarint(len(scope)) || scope || intent to the key.
+// maps uvarint(len(scope)) || scope || intent to the key; buckets "unleased" and "leased"
+// index the pending records for ClaimExpired (see index.go). Version 1 had no index.
 package boltstore
 
 import (
@@ -35,8 +36,9 @@ import (
 
 const (
 	// SchemaVersion is the layout version this code writes and reads. Open refuses a file
-	// with a higher version (ErrSchemaVersion).
-	SchemaVersion = 1
+	// with a higher version (ErrSchemaVersion) and upgrades a version 1 file (no pending
+	// index) to 2 in place, in one transaction; OpenReadOnly reads both.
+	SchemaVersion = 2
 
 	// DefaultTimeout is how long Open waits for the file lock when Options.Timeout is not set.
 	DefaultTimeout = time.Second

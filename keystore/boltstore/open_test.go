@@ -175,14 +175,14 @@ func rawUpdate(t *testing.T, path string, fn func(tx *bbolt.Tx) error) {
 func TestSchemaVersion(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys.db")
 	open(t, path, nil).Close()
-	rawUpdate(t, path, func(tx *bbolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte("2")) })
+	rawUpdate(t, path, func(tx *bbolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte("3")) })
 	before := readFile(t, path)
 	_, err := boltstore.Open(path, nil)
 	if !errors.Is(err, boltstore.ErrSchemaVersion) {
 		t.Fatalf("Open: %v, want ErrSchemaVersion", err)
 	}
 	t.Log(err)
-	if msg := err.Error(); !strings.Contains(msg, "version 2") || !strings.Contains(msg, "version 1") {
+	if msg := err.Error(); !strings.Contains(msg, "version 3") || !strings.Contains(msg, "version 2") {
 		t.Fatalf("message %q does not name both versions", msg)
 	}
 	if !bytes.Equal(before, readFile(t, path)) {

@@ -42,6 +42,9 @@ func (s *Store) Create(ctx context.Context, rec *keystore.Record) error {
 				return abort(err)
 			}
 		}
+		if err := reindex(tx, e.key, nil, e.rec); err != nil {
+			return err
+		}
 		s.summaries.put(e)
 		return nil
 	})
@@ -106,6 +109,9 @@ func (s *Store) applyUpdate(tx *bbolt.Tx, e *encoded, from keystore.State) error
 	}
 	if err := records.Put(e.key, e.value); err != nil {
 		return abort(err)
+	}
+	if err := reindex(tx, e.key, old, e.rec); err != nil {
+		return err
 	}
 	s.summaries.put(e)
 	return nil
