@@ -15,8 +15,8 @@ import (
 // The fleet methods of the file store. One process holds the file lock, so a claim is atomic
 // because it runs inside one write transaction; the rules and errors are those of every
 // backend (see keystore.Store), fencing included. A claim changes only the lease fields of
-// the record's JSON (owner, lease_until, fence), so schema version 1 is unchanged: a record
-// written before leases existed reads as never claimed.
+// the record's JSON (owner, lease_until, fence), and moves the record's entry in the pending
+// index (index.go); a record written before leases existed reads as never claimed.
 
 // Claim gives l.Owner the lease of the pending record (scope, key) with the next Fence, and
 // returns the claimed record once the change is durable. Errors: keystore.ErrInvalid (bad
