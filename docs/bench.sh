@@ -72,6 +72,9 @@ COUNT=${SLOW_COUNT:-1} run soak "$OUT/idem.test" -test.bench '^BenchmarkSoak$' -
 #    calls made meanwhile: records/s and the calls' p99 against before. N from
 #    IDEM_BENCH_RECOVER_SIZES (default 10000,100000; add 1000000 for the large case).
 COUNT=${SLOW_COUNT:-1} run recover-expired "$OUT/idem.test" -test.bench '^BenchmarkRecoverExpired$' -test.benchtime 1x
+#    The store's half alone: ClaimExpired draining N expired leases (IDEM_BENCH_CLAIM_SIZES,
+#    default 10000,100000; 1000000 sets up in seconds, drains in minutes).
+(cd keystore/boltstore && COUNT=${SLOW_COUNT:-1} run claim "$OUT/boltstore.test" -test.bench '^BenchmarkClaimExpired$' -test.benchtime 1x)
 # i. durable calls paced at 2,500/s with a 2 s retention: purging on against off.
 run purge "$OUT/idem.test" -test.bench '^BenchmarkPurgeLatency$' -test.benchtime 30000x
 # fdatasync/fsync calls of 2000 lone durable calls (strace, if installed).
@@ -115,7 +118,7 @@ ratios() {
 		}'
 }
 
-for name in overhead amplification recover persist durable freelist soak recover-expired purge; do
+for name in overhead amplification recover persist durable freelist soak recover-expired claim purge; do
 	[ -s "$OUT/$name.txt" ] || continue
 	echo
 	echo "### $name"
