@@ -37,6 +37,10 @@ import (
 // then and cannot be told to unmap it: the file stays locked to this process, and a later
 // Open in the same process returns ErrLocked until it exits.
 //
+// A file of schema version 1 (no pending index) is upgraded to version 2 in one transaction
+// that reads every record once; damaged pages met there make Open return ErrCorrupt with the
+// file unchanged (OpenReadOnly reads a version 1 file without upgrading it).
+//
 // Other errors (permissions, a directory) are returned wrapped, with path in the message.
 func Open(path string, opts *Options) (*Store, error) {
 	o := opts.withDefaults()
