@@ -77,6 +77,8 @@ COUNT=${SLOW_COUNT:-1} run recover-expired "$OUT/idem.test" -test.bench '^Benchm
 (cd keystore/boltstore && COUNT=${SLOW_COUNT:-1} run claim "$OUT/boltstore.test" -test.bench '^BenchmarkClaimExpired$' -test.benchtime 1x)
 # i. durable calls paced at 2,500/s with a 2 s retention: purging on against off.
 run purge "$OUT/idem.test" -test.bench '^BenchmarkPurgeLatency$' -test.benchtime 30000x
+# k. Memory store soak: RSS and the runtime's memory classes at each quarter of 1.2M calls.
+COUNT=${SLOW_COUNT:-1} run soak-memory "$OUT/idem.test" -test.bench '^BenchmarkSoakMemory$' -test.benchtime 1200000x
 # fdatasync/fsync calls of 2000 lone durable calls (strace, if installed).
 if command -v strace >/dev/null && { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" fdatasync "* ]]; }; then
 	strace -f -c -e trace=fdatasync,fsync -o "$OUT/strace.txt" "$OUT/idem.test" -test.run '^$' \
@@ -118,7 +120,7 @@ ratios() {
 		}'
 }
 
-for name in overhead amplification recover persist durable freelist soak recover-expired claim purge; do
+for name in overhead amplification recover persist durable freelist soak recover-expired claim purge soak-memory; do
 	[ -s "$OUT/$name.txt" ] || continue
 	echo
 	echo "### $name"
