@@ -5,6 +5,7 @@
 #
 #   bash docs/bench.sh                 # COUNT=6, raw output in a new /tmp/idem-bench.* folder
 #   COUNT=10 OUT=/tmp/b bash docs/bench.sh
+#   ONLY="recover-expired purge" bash docs/bench.sh   # only the benchmarks named (see run below)
 #
 # Each benchmark binary is built once and run COUNT times with -test.count 1, so that the
 # variants of one benchmark are interleaved (A B C A B C ...) rather than run back to back:
@@ -41,6 +42,9 @@ go test -c -o "$OUT/boltstore.test" ./keystore/boltstore/
 run() {
 	local name=$1 bin=$2
 	shift 2
+	if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then
+		return 0
+	fi
 	: >"$OUT/$name.txt"
 	for i in $(seq "$COUNT"); do
 		echo "== $name run $i/$COUNT" >&2
@@ -64,8 +68,19 @@ run durable "$OUT/idem.test" -test.bench '^BenchmarkDurable$' -test.benchtime 20
 COUNT=${SLOW_COUNT:-1} run freelist "$OUT/boltstore.test" -test.bench '^BenchmarkFreelist$' -test.benchtime 300x
 # g. 200k-call soak with a 2 s retention: file size and RSS at half and at the end.
 COUNT=${SLOW_COUNT:-1} run soak "$OUT/idem.test" -test.bench '^BenchmarkSoak$' -test.benchtime 200000x
+# h. Recover of N pending records whose leases expired (a restart after an outage), with Do
+#    calls made meanwhile: records/s and the calls' p99 against before. N from
+#    IDEM_BENCH_RECOVER_SIZES (default 10000,100000; add 1000000 for the large case).
+COUNT=${SLOW_COUNT:-1} run recover-expired "$OUT/idem.test" -test.bench '^BenchmarkRecoverExpired$' -test.benchtime 1x
+#    The store's half alone: ClaimExpired draining N expired leases (IDEM_BENCH_CLAIM_SIZES,
+#    default 10000,100000; 1000000 sets up in seconds, drains in minutes).
+(cd keystore/boltstore && COUNT=${SLOW_COUNT:-1} run claim "$OUT/boltstore.test" -test.bench '^BenchmarkClaimExpired$' -test.benchtime 1x)
+# i. durable calls paced at 2,500/s with a 2 s retention: purging on against off.
+run purge "$OUT/idem.test" -test.bench '^BenchmarkPurgeLatency$' -test.benchtime 30000x
+# k. Memory store soak: RSS and the runtime's memory classes at each quarter of 1.2M calls.
+COUNT=${SLOW_COUNT:-1} run soak-memory "$OUT/idem.test" -test.bench '^BenchmarkSoakMemory$' -test.benchtime 1200000x
 # fdatasync/fsync calls of 2000 lone durable calls (strace, if installed).
-if command -v strace >/dev/null; then
+if command -v strace >/dev/null && { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" fdatasync "* ]]; }; then
 	strace -f -c -e trace=fdatasync,fsync -o "$OUT/strace.txt" "$OUT/idem.test" -test.run '^$' \
 		-test.bench '^BenchmarkDurable$/^idem-bolt$/^c=1$' -test.benchtime 2000x >"$OUT/strace-bench.txt"
 fi
@@ -82,6 +97,7 @@ ratios() {
 			if (n ~ /^Durable\/idem-bolt\/c=1$/) return "Durable/floor/c=1"
 			if (n ~ /^Durable\/idem-bolt\//) { sub(/idem-bolt/, "retryablehttp", n); return n }
 			if (n ~ /^Freelist\/.*\/purged-200k$/) { sub(/purged-200k/, "fresh", n); return n }
+			if (n ~ /^PurgeLatency\/purge=on$/) return "PurgeLatency/purge=off"
 			return ""
 		}
 		$1 == "" && $2 != "" && $3 == "CI" { unit = $2; next }
@@ -104,7 +120,8 @@ ratios() {
 		}'
 }
 
-for name in overhead amplification recover persist durable freelist soak; do
+for name in overhead amplification recover persist durable freelist soak recover-expired claim purge soak-memory; do
+	[ -s "$OUT/$name.txt" ] || continue
 	echo
 	echo "### $name"
 	benchstat "$OUT/$name.txt"

@@ -88,10 +88,12 @@ type Pager interface {
 // running beside live calls never holds their writes for long.
 type BatchPurger interface {
 	// PurgeBatch deletes the terminal records (succeeded, failed) last updated before cutoff
-	// among the next limit records after cursor after (limit <= 0 means 256), in one write,
-	// and returns how many it deleted and the cursor to continue from ("" when the pass is
-	// complete). Undecodable records are skipped and left untouched. It returns ErrClosed
-	// after Close, ctx.Err(), or the write's error (then nothing of the batch is deleted).
+	// among the next limit records after cursor after (limit <= 0 means 256), in one write or
+	// in a few smaller ones (a store whose writes share a commit keeps each short), and returns
+	// how many it deleted and the cursor to continue from ("" when the pass is complete).
+	// Undecodable records are skipped and left untouched. It returns ErrClosed after Close,
+	// ctx.Err(), or a write's error (then that write deleted nothing; deleted counts the
+	// records of the writes before it, which stay deleted).
 	PurgeBatch(ctx context.Context, cutoff time.Time, after Cursor, limit int) (deleted int, next Cursor, err error)
 }
 

@@ -27,8 +27,9 @@
 // version; bucket "records" maps uvarint(len(scope)) || scope || key to a CRC-32C checksum,
 // a flags byte and the JSON of a keystore.Record; bucket "intents" maps uvarint(len(scope))
 // || scope || intent to a checksum and the key, and bucket "intenthash" holds the same index
-// under a hash of the intent (checksum.go); bucket "quarantine", once made, keeps the
-// damaged records an operator set aside (Quarantine).
+// under a hash of the intent (checksum.go); buckets "unleased" and "leased" index the pending
+// records for ClaimExpired (index.go); bucket "quarantine", once made, keeps the damaged
+// records an operator set aside (Quarantine).
 //
 // A file deleted or replaced while open is noticed at the next commit: every call then fails
 // with keystore.ErrFileGone (and Options.OnFileGone is called). A lock file beside the
@@ -49,7 +50,7 @@ import (
 const (
 	// SchemaVersion is the layout version this code writes and reads. Open refuses a file
 	// with another version (ErrSchemaVersion), never misreading it: version 1 (before
-	// checksums) is refused as clearly as a newer one.
+	// checksums and the pending index) is refused as clearly as a newer one.
 	SchemaVersion = 2
 
 	// DefaultTimeout is how long Open waits for the file lock when Options.Timeout is not set.

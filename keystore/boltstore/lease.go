@@ -14,8 +14,8 @@ import (
 // The fleet methods of the file store. One process holds the file lock, so a claim is atomic
 // because it runs inside one write transaction; the rules and errors are those of every
 // backend (see keystore.Store), fencing included. A claim changes only the lease fields of
-// the record's JSON (owner, lease_until, fence), so schema version 1 is unchanged: a record
-// written before leases existed reads as never claimed.
+// the record's JSON (owner, lease_until, fence), and moves the record's entry in the pending
+// index (index.go); a record written before leases existed reads as never claimed.
 
 // Claim gives l.Owner the lease of the pending record (scope, key) with the next Fence, and
 // returns the claimed record once the change is durable. Errors: keystore.ErrInvalid (bad
@@ -43,8 +43,9 @@ func (s *Store) Claim(ctx context.Context, scope, key string, l keystore.Lease) 
 		if err := keystore.ClaimRefusal(rec, l); err != nil {
 			return err
 		}
+		old := indexFields(rec)
 		keystore.ApplyClaim(rec, l)
-		if err := s.putRecord(records, k, rec); err != nil {
+		if err := s.putRecord(tx, k, old, rec); err != nil {
 			return err
 		}
 		out = rec
@@ -110,19 +111,27 @@ func (s *Store) holder(ctx context.Context, scope, key string, change func(*keys
 		if err != nil {
 			return err
 		}
+		old := indexFields(rec)
 		changed, err := change(rec)
 		if err != nil || !changed {
 			return err
 		}
-		return s.putRecord(records, k, rec)
+		return s.putRecord(tx, k, old, rec)
 	})
 }
 
 // ClaimExpired claims for l.Owner up to limit pending records without a lease live at l.Now,
-// oldest CreatedAt first, in one durable commit, and returns them. A record that cannot be
-// decoded is skipped and left untouched (ListPage reports it), as pgstore does. Errors:
-// keystore.ErrInvalid (bad lease, limit < 1), ErrCorrupt for damage of the file's pages
-// (nothing claimed), keystore.ErrClosed, ctx.Err(), or the commit's I/O error.
+// oldest CreatedAt first, and returns them once the claim is durable. It reads the pending
+// index (index.go), not every record: first, in commits of at most maxExpiryMoves entries, it
+// moves the leases that expired by l.Now to the index of unleased records, then claims the
+// oldest of those, at most maxClaimsPerCommit (128) per commit, so a call costs time in
+// proportion to limit (and to the leases that expired since the last call), whatever the
+// number of records, and no commit of it holds the writers behind it for long. A record that
+// cannot be decoded is skipped and left untouched (ListPage reports it), as pgstore does.
+// Errors (nothing claimed; when a later commit of a large limit fails, the records claimed by
+// the earlier ones are returned without the error): keystore.ErrInvalid (bad lease,
+// limit < 1), ErrCorrupt for damage of the file's pages, keystore.ErrClosed, ctx.Err(), or the
+// commit's I/O error.
 func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) ([]*keystore.Record, error) {
 	if err := keystore.CheckClaimExpired(l, limit); err != nil {
 		return nil, err
@@ -130,79 +139,119 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	var out []*keystore.Record
-	err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
-		records := tx.Bucket(bucketRecords)
-		// The scan decodes no record it can rule out or order from its bytes (a full decode of
-		// every record made a pass over N records cost N full decodes per batch): candidates
-		// are sorted like keystore.SortRecords and decoded in that order until limit orphans
-		// are found.
-		var cands []*keystore.Record // Scope, Key and CreatedAt only
-		err := forEachRecord(records, func(k, v []byte) error {
-			if surelyNotOrphaned(v, l.Now) {
-				return nil
-			}
-			if c, ok := candidate(k, v); ok {
-				cands = append(cands, c)
-				return nil
-			}
-			rec, err := decodeSummary(k, v)
+	out := []*keystore.Record{}
+	for len(out) < limit {
+		var got []*keystore.Record
+		more := false
+		n := min(limit-len(out), maxClaimsPerCommit)
+		err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
+			got, more = nil, false
+			moved, err := expireLeases(tx, l.Now, maxExpiryMoves)
 			if err != nil {
-				return skipDamaged(err) // one bad record must not stop every reclaim
-			}
-			if keystore.Orphaned(rec, l.Now) {
-				cands = append(cands, rec)
-			}
-			return nil
-		})
-		if err != nil {
-			return err // nothing written yet
-		}
-		keystore.SortRecords(cands)
-		var orphans []*keystore.Record
-		for _, c := range cands {
-			if len(orphans) == limit {
-				break
-			}
-			k := scopedKey(c.Scope, c.Key)
-			rec, err := s.codec.decode(k, records.Get(k))
-			if err != nil {
-				if err := skipDamaged(err); err != nil {
-					return err // nothing written yet
-				}
-				continue
-			}
-			if keystore.Orphaned(rec, l.Now) {
-				orphans = append(orphans, rec)
-			}
-		}
-		for _, rec := range orphans {
-			keystore.ApplyClaim(rec, l)
-			if err := s.putRecord(records, scopedKey(rec.Scope, rec.Key), rec); err != nil {
 				return err
 			}
+			if moved == maxExpiryMoves { // maybe more: claim in a commit of its own
+				more = true
+				return nil
+			}
+			got, err = s.claimOrphans(tx, l, n)
+			return err
+		})
+		if err != nil {
+			if len(out) > 0 { // the records claimed so far are claimed: hand them out
+				return out, nil
+			}
+			return nil, err
 		}
-		out = orphans
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if out == nil {
-		out = []*keystore.Record{}
+		out = append(out, got...)
+		if !more && len(got) < n {
+			break
+		}
 	}
 	return out, nil
 }
 
+// maxClaimsPerCommit bounds the records one commit of ClaimExpired claims (a larger limit
+// takes several commits): each is a record decoded, encoded and rewritten (a page of the
+// file, with random keys), about 25 µs of the commit every waiting writer shares, plus the
+// page's write. Recover asks for at most RecoverConcurrency × 8 (128 by default) at a time.
+const maxClaimsPerCommit = 128
+
+// claimOrphans claims for l.Owner the oldest (CreatedAt, then Key, then Scope) up to limit
+// records of the "unleased" index that are orphaned at l.Now. It reads the index in key order
+// (CreatedAt, then the records key) and decodes each record it finds there: those still
+// orphaned are taken, records with a lease live at l.Now (moved here by a caller whose clock
+// was ahead) are skipped, and entries naming no pending record at that CreatedAt are deleted.
+func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int) ([]*keystore.Record, error) {
+	records, unleased := tx.Bucket(bucketRecords), tx.Bucket(bucketUnleased)
+	var orphans []*keystore.Record
+	var stale [][]byte
+	var prev, last []byte
+	c := unleased.Cursor()
+	for ik, _ := c.First(); ik != nil; ik, _ = c.Next() {
+		if err := checkIndexKey("unleased", ik, prev, timeKeyLen); err != nil {
+			return nil, err
+		}
+		prev = ik
+		// Past limit only while CreatedAt ties with the last one taken: ties are ordered by
+		// Key, then Scope, which the index's records key order is not.
+		if len(orphans) >= limit && !bytes.Equal(ik[:timeKeyLen], last) {
+			break
+		}
+		k := ik[timeKeyLen:]
+		v := records.Get(k)
+		if v == nil {
+			stale = append(stale, bytes.Clone(ik))
+			continue
+		}
+		rec, err := s.codec.decode(k, v)
+		if err != nil {
+			if err := skipDamaged(err); err != nil {
+				return nil, err // nothing written yet
+			}
+			continue
+		}
+		if rec.State != keystore.StatePending || !timeOfKey(ik).Equal(storedInstant(rec.CreatedAt)) {
+			stale = append(stale, bytes.Clone(ik))
+			continue
+		}
+		if keystore.Orphaned(rec, l.Now) {
+			orphans = append(orphans, rec)
+			last = ik[:timeKeyLen]
+		}
+	}
+	if len(orphans) > limit {
+		keystore.SortRecords(orphans)
+		orphans = orphans[:limit]
+	}
+	for _, ik := range stale {
+		if err := unleased.Delete(ik); err != nil {
+			return nil, abort(err)
+		}
+	}
+	for _, rec := range orphans {
+		old := indexFields(rec)
+		keystore.ApplyClaim(rec, l)
+		if err := s.putRecord(tx, scopedKey(rec.Scope, rec.Key), old, rec); err != nil {
+			return nil, err
+		}
+	}
+	return orphans, nil
+}
+
 // putRecord writes rec, a record decoded from the file (so valid, its secrets already
-// stripped), under k. A failure aborts the transaction.
-func (s *Store) putRecord(records *bbolt.Bucket, k []byte, rec *keystore.Record) error {
+// stripped), under k, where old (indexFields) was, and moves its index entry. A failure aborts
+// the transaction.
+func (s *Store) putRecord(tx *bbolt.Tx, k []byte, old, rec *keystore.Record) error {
 	v, err := s.codec.value(k, rec)
 	if err != nil {
 		return abort(err)
 	}
-	if err := records.Put(k, v); err != nil {
+	if err := tx.Bucket(bucketRecords).Put(k, v); err != nil {
 		return abort(err)
+	}
+	if err := reindex(tx, k, old, rec); err != nil {
+		return err
 	}
 	s.summaries.drop(k) // its value is replaced: the next update decodes this one
 	return nil
@@ -224,49 +273,8 @@ func keepLease(e *encoded, old *keystore.Record) error {
 	return nil
 }
 
-// surelyNotOrphaned reports, without decoding v (a record as encode wrote it), that the record
-// is not pending, or is pending under a live lease, so that ClaimExpired need not decode it.
-// It relies on the encoding's top-level "state", "owner" and "lease_until" string members: in
-// JSON a quote inside a string is escaped, and the record's only nested objects are header
-// maps (arrays as values) and bodies (base64), so these byte sequences occur nowhere else.
-// Whenever it is unsure it returns false and the record is decoded.
-func surelyNotOrphaned(v []byte, now time.Time) bool {
-	if !bytes.Contains(v, []byte(`"state":"pending"`)) {
-		return bytes.Contains(v, []byte(`"state":"`)) // another state; no state at all: decode
-	}
-	i := bytes.Index(v, []byte(`"lease_until":"`))
-	if i < 0 || bytes.Contains(v, []byte(`"owner":""`)) || !bytes.Contains(v, []byte(`"owner":"`)) {
-		return false
-	}
-	rest := v[i+len(`"lease_until":"`):]
-	end := bytes.IndexByte(rest, '"')
-	if end < 0 {
-		return false
-	}
-	until, err := time.Parse(time.RFC3339Nano, string(rest[:end]))
-	return err == nil && until.After(now)
-}
-
-// candidate returns the scope, key and CreatedAt of the record (k, v) read from its bytes
-// (the top-level "created_at" string member, see surelyNotOrphaned), ok false if they cannot
-// be read so.
-func candidate(k, v []byte) (*keystore.Record, bool) {
-	scope, key, ok := splitScopedKey(k)
-	if !ok {
-		return nil, false
-	}
-	i := bytes.Index(v, []byte(`"created_at":"`))
-	if i < 0 {
-		return nil, false
-	}
-	rest := v[i+len(`"created_at":"`):]
-	end := bytes.IndexByte(rest, '"')
-	if end < 0 {
-		return nil, false
-	}
-	at, err := time.Parse(time.RFC3339Nano, string(rest[:end]))
-	if err != nil {
-		return nil, false
-	}
-	return &keystore.Record{Scope: scope, Key: key, CreatedAt: at}, true
+// indexFields copies the fields of rec that place its index entry (reindex), before a
+// change to rec.
+func indexFields(rec *keystore.Record) *keystore.Record {
+	return &keystore.Record{State: rec.State, CreatedAt: rec.CreatedAt, Owner: rec.Owner, LeaseUntil: rec.LeaseUntil}
 }

@@ -35,8 +35,9 @@ func (s *Store) ClaimManual(ctx context.Context, scope, key string, l keystore.L
 		if err := keystore.ManualClaimRefusal(rec, l); err != nil {
 			return err
 		}
+		old := indexFields(rec)
 		keystore.ApplyClaim(rec, l)
-		if err := s.putRecord(records, k, rec); err != nil {
+		if err := s.putRecord(tx, k, old, rec); err != nil {
 			return err
 		}
 		out = rec

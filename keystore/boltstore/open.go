@@ -195,27 +195,42 @@ func checkLayout(tx *bbolt.Tx, path string) (empty bool, err error) {
 			ErrSchemaVersion, path, v, SchemaVersion)
 	case tx.Bucket(bucketRecords) == nil || tx.Bucket(bucketIntents) == nil || tx.Bucket(bucketIntentHash) == nil:
 		return false, fmt.Errorf("%w: %s: records or intent index bucket missing", ErrCorrupt, path)
+	case tx.Bucket(bucketUnleased) == nil || tx.Bucket(bucketLeased) == nil:
+		return false, fmt.Errorf("%w: %s: pending index bucket missing", ErrCorrupt, path)
 	}
 	return false, nil
+}
+
+// schemaOf returns the schema version of a keystore that checkLayout accepted.
+func schemaOf(tx *bbolt.Tx) int {
+	v, _ := strconv.Atoi(string(tx.Bucket(bucketMeta).Get(keySchema)))
+	return v
 }
 
 var errStop = errors.New("stop")
 
 // initLayout checks the layout of the open database and, if it has no bucket yet, creates
-// the keystore buckets and the schema version in one transaction. An existing keystore is not
-// written to.
+// the keystore buckets and the schema version in one transaction. A keystore of the current
+// version is not written to (checkLayout refuses any other).
 func initLayout(db *bbolt.DB, path string) error {
 	var empty bool
+	version := SchemaVersion
 	err := db.View(func(tx *bbolt.Tx) (err error) {
-		empty, err = checkLayout(tx, path)
+		if empty, err = checkLayout(tx, path); err == nil && !empty {
+			version = schemaOf(tx)
+		}
 		return err
 	})
-	if err != nil || !empty {
+	if err != nil || (!empty && version == SchemaVersion) {
 		return err
 	}
 	return update(db, path, func(tx *bbolt.Tx) error {
-		if empty, err := checkLayout(tx, path); err != nil || !empty {
+		empty, err := checkLayout(tx, path)
+		if err != nil {
 			return err
+		}
+		if !empty {
+			return nil
 		}
 		meta, err := tx.CreateBucket(bucketMeta)
 		if err != nil {
@@ -229,6 +244,6 @@ func initLayout(db *bbolt.DB, path string) error {
 				return err
 			}
 		}
-		return nil
+		return buildIndex(tx)
 	})
 }

@@ -46,6 +46,9 @@ func (s *Store) Create(ctx context.Context, rec *keystore.Record) error {
 				return abort(err)
 			}
 		}
+		if err := reindex(tx, e.key, nil, e.rec); err != nil {
+			return err
+		}
 		s.summaries.put(e)
 		return nil
 	})
@@ -110,6 +113,9 @@ func (s *Store) applyUpdate(tx *bbolt.Tx, e *encoded, from keystore.State) error
 	}
 	if err := records.Put(e.key, e.value); err != nil {
 		return abort(err)
+	}
+	if err := reindex(tx, e.key, old, e.rec); err != nil {
+		return err
 	}
 	s.summaries.put(e)
 	return nil
