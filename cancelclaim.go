@@ -44,10 +44,21 @@ func (c *Client) cancelLanding() time.Duration {
 }
 
 // cancelMayLand returns an error wrapping ErrCancelInFlight while a cancel claimed on rec
-// (the stored record) may still land, and nil otherwise.
-func (c *Client) cancelMayLand(rec *keystore.Record) error {
+// (the stored record) may still land, and nil otherwise. A verdict of "executed" is refused
+// for good once a cancel was sent: the cancel may have voided the charge (it landed but its
+// answer was lost, or its claimant died after it), and only a cancel's own verdict, "not
+// executed", settles such a record, or the provider's refusal of the cancel
+// (Resolution.CancelRefused).
+func (c *Client) cancelMayLand(rec *keystore.Record, r Resolution) error {
 	if !cancelClaimed(rec) {
 		return nil
+	}
+	if r.Verdict == VerdictExecuted && r.CancelRefused {
+		return nil // the provider refused the cancel: nothing of it can land
+	}
+	if r.Verdict == VerdictExecuted {
+		return fmt.Errorf("%w: a cancel by reference was sent for the record by %s, and may have voided its charge: only the cancel's verdict (not executed) settles it", ErrCancelInFlight,
+			strings.TrimSuffix(rec.Owner, cancelOwnerSuffix))
 	}
 	if ready := rec.LeaseUntil.Add(c.cancelLanding()); c.cfg.Now().Before(ready) {
 		return fmt.Errorf("%w: claimed by %s until %s, and it may land until %s", ErrCancelInFlight,
@@ -61,12 +72,48 @@ func (c *Client) cancelMayLand(rec *keystore.Record) error {
 // returns the claimed record: a verdict written after the cancel carries its Fence. An error
 // (another instance's claim, a verdict given meanwhile, a store error) means no cancel is
 // sent now.
+//
+// The claim also covers the cancel's landing, so that a client configured with a shorter
+// Route.Landing (an operator's) still waits for this one; readers add their own landing on
+// top. The clock is checked against the store's first: a clock behind would write a claim
+// that other instances already see as ended. The claim must follow the record as seen
+// (rec.Fence + 1): another claim in between (this call paused past it) may be a cancel
+// whose landing rec's check did not wait for.
 func (c *Client) claimForCancel(ctx context.Context, rec *keystore.Record) (*keystore.Record, error) {
+	if err := c.checkWriteClock(ctx, rec); err != nil {
+		return nil, err
+	}
 	now := c.cfg.Now()
-	l := keystore.Lease{Owner: c.cancelOwner(), Now: now, Until: now.Add(c.policy.AttemptTimeout + time.Second)}
+	l := keystore.Lease{Owner: c.cancelOwner(), Now: now, Until: now.Add(c.policy.AttemptTimeout + time.Second + c.cancelLanding())}
 	claimed, err := keystore.ClaimManual(context.WithoutCancel(ctx), c.store, rec.Scope, rec.Key, l)
 	if err != nil {
 		return nil, fmt.Errorf("claiming the record for a cancel by reference: %w", err)
 	}
+	if claimed.Fence != rec.Fence+1 {
+		return nil, fmt.Errorf("claiming the record for a cancel by reference: claimed at fence %d, but it was at %d when read: claimed by another instance since; asked again later", claimed.Fence, rec.Fence)
+	}
 	return claimed, nil
+}
+
+// cancelRequested marks rec, which this client claimed and whose cancel the provider
+// accepted without its outcome (profile.Route.Async), as waiting for the provider's event:
+// still manual, reasonCancelRequested, so that no second cancel follows. It writes under the
+// claim's Fence; a failed write leaves the record as it was (a later cancel is then sent
+// after the landing, which is harmless).
+func (c *Client) cancelRequested(ctx context.Context, rec *keystore.Record, note string) error {
+	next := rec.Clone()
+	next.Reason = reasonCancelRequested
+	next.Note = note + "; waiting for the provider's event on the cancel (webhook.Settle) or a person (Resolve)"
+	touch(next, c.cfg.Now())
+	var err error
+	if g, ok := c.store.(keystore.StateGuardedUpdater); ok {
+		err = g.UpdateFromState(context.WithoutCancel(ctx), next, keystore.StateManual)
+	} else {
+		err = c.store.Update(context.WithoutCancel(ctx), next)
+	}
+	if err != nil {
+		return err
+	}
+	*rec = *next
+	return nil
 }

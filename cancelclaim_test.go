@@ -18,7 +18,7 @@ import (
 type plainStore struct{ keystore.Store }
 
 func TestCancelProfileNeedsAManualClaimer(t *testing.T) {
-	_, err := NewClient(Config{BaseURL: "http://api.test", Profile: profile.Adyen, Store: plainStore{keystore.NewMemory()}})
+	_, err := NewClient(Config{BaseURL: "http://api.test", Profile: syncAdyen, Store: plainStore{keystore.NewMemory()}})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	require.ErrorContains(t, err, "keystore.ManualClaimer")
 	// A profile that does not cancel needs none.
@@ -47,7 +47,7 @@ func TestDeadCancelsClaimHoldsEveryVerdictUntilItCanLand(t *testing.T) {
 	nowf := func() time.Time { return time.Unix(0, clk.Load()).UTC() }
 	advance := func(d time.Duration) { clk.Add(int64(d)) }
 	store := keystore.NewMemory()
-	c, err := NewClient(Config{BaseURL: api.URL, Store: store, Profile: profile.Adyen, Now: nowf, Owner: "inst-1",
+	c, err := NewClient(Config{BaseURL: api.URL, Store: store, Profile: syncAdyen, Now: nowf, Owner: "inst-1",
 		Policy: Policy{MaxAttempts: 1}, Budget: BudgetConfig{Disabled: true}})
 	require.NoError(t, err)
 	defer c.Close()
@@ -99,7 +99,7 @@ func TestManualRecordsLeaseIsNotACancel(t *testing.T) {
 	}))
 	defer api.Close()
 	store := keystore.NewMemory()
-	c, err := NewClient(Config{BaseURL: api.URL, Store: store, Profile: profile.Adyen,
+	c, err := NewClient(Config{BaseURL: api.URL, Store: store, Profile: syncAdyen,
 		Policy: Policy{MaxAttempts: 1}, Budget: BudgetConfig{Disabled: true}})
 	require.NoError(t, err)
 	defer c.Close()
@@ -120,3 +120,13 @@ func TestManualRecordsLeaseIsNotACancel(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, keystore.StateSucceeded, got.State)
 }
+
+// syncAdyen is Adyen's profile with the simulators' synchronous cancel (docs/DIALECTS.md's
+// convention: the 2xx means every charge of the reference is canceled).
+var syncAdyen = func() profile.Profile {
+	p := profile.Adyen.Clone()
+	for i := range p.Settle {
+		p.Settle[i].Async = false
+	}
+	return p
+}()

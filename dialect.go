@@ -27,8 +27,9 @@ type dialect struct {
 	search      LookupFunc    // the search by reference, for searchFirst
 	searchRoute profile.Route // its Lag and Landing
 	lookupLag   time.Duration // a lookup's "not found" counts only this long after the last send
-	lookupActs  bool          // Config.Lookup is the profile's cancel: asked only of manual records
+	lookupActs  bool          // the profile cancels by reference: Config.Lookup acts, asked only of manual records
 	actLanding  time.Duration // the cancel goes only this long after the key's last send
+	cancelAsync bool          // the cancel's 2xx only accepts it (profile.Route.Async)
 }
 
 // retentionMargin is how much shorter than a provider's key retention the KeyTTL a profile
@@ -113,8 +114,14 @@ func (c *Client) applyProfile() error {
 	if r, ok := p.Route(profile.ListByKey); ok && c.cfg.Lookup == nil {
 		c.cfg.Lookup = c.listByKeyLookup(r)
 	}
-	if r, ok := p.Route(profile.CancelByReference); ok && c.cfg.Lookup == nil {
-		c.cfg.Lookup, d.lookupActs = cancelByReference(r), true
+	if r, ok := p.Route(profile.CancelByReference); ok {
+		// A Lookup of the caller's next to a cancel route is taken to act too (it may cancel
+		// through LookupRequest.Post): it is asked only of manual records, after the
+		// landing, under the record's claim, like the profile's own cancel.
+		if c.cfg.Lookup == nil {
+			c.cfg.Lookup = cancelByReference(r)
+		}
+		d.lookupActs, d.cancelAsync = true, r.Async
 		d.actLanding = r.Landing
 		if d.actLanding == 0 {
 			d.actLanding = profile.DefaultLanding

@@ -14,7 +14,6 @@ import (
 
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
-	"github.com/idemkit/idem/profile"
 )
 
 // gatewayTimeout answers the first payment POST with a gateway's 504 (no Transient-Error
@@ -59,7 +58,7 @@ func TestDialectAdversarialAdyenGateway504CancelThenLateLandingNeverChargesTwice
 	srv := idemtest.NewServer(idemtest.Config{Dialect: idemtest.DialectAdyen})
 	defer srv.Close()
 	gw := &gatewayTimeout{base: http.DefaultTransport}
-	c, err := NewClient(Config{BaseURL: srv.URL, Store: keystore.NewMemory(), Profile: profile.Adyen,
+	c, err := NewClient(Config{BaseURL: srv.URL, Store: keystore.NewMemory(), Profile: syncAdyen,
 		HTTPClient: &http.Client{Transport: gw}, Budget: BudgetConfig{Disabled: true}})
 	require.NoError(t, err)
 	defer c.Close()

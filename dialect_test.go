@@ -303,7 +303,7 @@ func TestCheckoutNotFoundCountsAfterLanding(t *testing.T) {
 func TestAdyen704Waits(t *testing.T) {
 	clock := newFakeClock()
 	prov, srv := newProvider(t, "Idempotency-Key", `422 {"status":422,"errorCode":"704","message":"request already processed or in progress"}`)
-	c, _ := dialectClient(t, srv.URL, clock, profile.Adyen, nil)
+	c, _ := dialectClient(t, srv.URL, clock, syncAdyen, nil)
 	res, err := c.Do(context.Background(), payment(100, "ord-1"))
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusCreated, res.StatusCode)
@@ -339,7 +339,7 @@ func TestAdyenCancelSettles(t *testing.T) {
 		_, _ = io.WriteString(w, `{"status":"received"}`)
 		return true
 	}
-	c, _ := dialectClient(t, srv.URL, clock, profile.Adyen, nil)
+	c, _ := dialectClient(t, srv.URL, clock, syncAdyen, nil)
 	_, err := c.Do(context.Background(), payment(100, "ord-1", WithIntent("ord-1")))
 	require.ErrorIs(t, err, ErrStoredServerError, "no cancel while a request of the key may still land")
 	assert.Empty(t, cancelBody)
@@ -505,7 +505,7 @@ func TestCancelOnlyAfterDurableManualWrite(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		return true
 	}
-	p := profile.Adyen.Clone()
+	p := syncAdyen.Clone()
 	p.Settle[1].Landing = time.Nanosecond
 	c, _ := dialectClient(t, srv.URL, clock, p, func(cfg *Config) {
 		cfg.Store = failManual{keystore.NewMemory()}

@@ -13,6 +13,10 @@ const (
 	reasonUnknown     = "outcome_unknown"
 	reasonCanceled    = "canceled"
 	reasonInvalid     = "invalid_operation"
+	// reasonCancelRequested: a manual record whose cancel by reference the provider accepted
+	// (an Async route's 2xx) and will report on by an event; Do returns the stored error, and
+	// no second cancel is sent.
+	reasonCancelRequested = "cancel_requested"
 )
 
 // Reasons of records that wait for, or went through, business reconciliation
@@ -53,6 +57,9 @@ var reasonKinds = map[string]error{
 func reasonKind(reason string) error {
 	if reason == ReasonWithdrawn { // not in reasonKinds: kindReason(ErrNotExecuted) is ReasonNotExecuted
 		return ErrNotExecuted
+	}
+	if reason == reasonCancelRequested { // likewise for ErrStoredServerError
+		return ErrStoredServerError
 	}
 	if k, ok := reasonKinds[reason]; ok {
 		return k

@@ -56,6 +56,12 @@ type Resolution struct {
 	Response *keystore.Response
 	// Note is kept on the record (keystore.Record.Note): who decided and on what evidence.
 	Note string
+	// CancelRefused says that the evidence is the provider's refusal of a cancel by
+	// reference sent for the record (Adyen's TECHNICAL_CANCEL or CANCELLATION event with
+	// success "false": a captured payment is not canceled), so the payment stands. Only with
+	// it may VerdictExecuted settle a record a cancel was sent for (ErrCancelInFlight
+	// otherwise: the cancel may have voided the charge).
+	CancelRefused bool
 }
 
 // LookupRequest is what a LookupFunc is asked about.
@@ -190,7 +196,7 @@ func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution,
 		return errSettledElsewhere
 	}
 	if !ownCancel {
-		if err := c.cancelMayLand(cur); err != nil {
+		if err := c.cancelMayLand(cur, r); err != nil {
 			return err
 		}
 	}
@@ -228,7 +234,7 @@ func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution,
 				*rec = *cur
 				return errSettledElsewhere
 			}
-			if cerr := c.cancelMayLand(cur); cerr != nil {
+			if cerr := c.cancelMayLand(cur, r); cerr != nil {
 				return cerr
 			}
 		}
@@ -280,6 +286,14 @@ func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, heade
 	}
 	if r.Note == "" {
 		r.Note = "lookup: " + r.Verdict.String()
+	}
+	if c.dialect.cancelAsync && r.Verdict == VerdictNotExecuted {
+		// The provider accepted the cancel but reports its outcome later: the record waits
+		// for that event, and no second cancel is sent.
+		if err := c.cancelRequested(ctx, rec, r.Note); err != nil {
+			c.warn("recording the cancel request", rec, err)
+		}
+		return nil, nil, false
 	}
 	if err := c.settle(ctx, rec, r, c.dialect.lookupActs); err != nil {
 		if errors.Is(err, errSettledElsewhere) && rec.State != keystore.StatePending {

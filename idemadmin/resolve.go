@@ -94,6 +94,8 @@ func (h *adminHandler) resolve(w http.ResponseWriter, r *http.Request) {
 			cause = oe.Cause
 		}
 		problem(w, http.StatusConflict, fmt.Sprintf("key %s: %v; only a manual record can be resolved", quoteInput(rec.Key), cause))
+	case errors.Is(err, idem.ErrCancelInFlight): // nothing written: give the verdict again later
+		problem(w, http.StatusConflict, fmt.Sprintf("key %s: %v", quoteInput(rec.Key), err))
 	case errors.Is(err, keystore.ErrNotFound):
 		problem(w, http.StatusNotFound, fmt.Sprintf("key %s is gone", quoteInput(rec.Key)))
 	case errors.Is(err, idem.ErrInvalidOperation):

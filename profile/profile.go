@@ -164,6 +164,14 @@ type Route struct {
 	// provider: a search's "not found" counts, and a cancel goes, only Landing after such a
 	// send (a cancel only Landing after the key's last send). Zero means DefaultLanding.
 	Landing time.Duration
+	// Async marks a CancelByReference whose 2xx only accepts the cancel: the provider
+	// processes it later and reports its outcome by an event (Adyen answers /cancels with 201
+	// {"status":"received"} and sends a TECHNICAL_CANCEL or CANCELLATION notification; a
+	// payment already captured is not canceled). The client then keeps the record manual,
+	// marked as waiting for that event, and sends no second cancel; the event (package
+	// webhook) or a person settles it. False: the 2xx means the charges are canceled, as the
+	// simulators of docs/DIALECTS.md do. Only for CancelByReference.
+	Async bool
 }
 
 // DefaultLanding is how long, by default, a request whose answer never came may still
@@ -253,6 +261,9 @@ func (p Profile) Validate() error {
 	for i, rt := range p.Settle {
 		if rt.Lag < 0 || rt.Landing < 0 {
 			return bad("route %d has a negative Lag or Landing", i)
+		}
+		if rt.Async && rt.Kind != CancelByReference {
+			return bad("route %d is Async, which only a CancelByReference can be", i)
 		}
 		need := map[RouteKind]string{KeyStatus: "{key}", ListByKey: "{key}", SearchByReference: "{reference}",
 			FetchPointer: "{id}", CancelByReference: "{reference}"}[rt.Kind]

@@ -88,7 +88,7 @@ var Adyen = Profile{
 		{Kind: Resend},
 		// The cancel goes only Landing after the last request of the key: a request still on
 		// its way would charge after a cancel that found nothing.
-		{Kind: CancelByReference, Path: "/v1/cancels", Body: `{"paymentReference":"{reference}"}`},
+		{Kind: CancelByReference, Path: "/v1/cancels", Body: `{"paymentReference":"{reference}"}`, Async: true},
 	},
 	Sources: []string{"Adyen docs: API idempotency", "Adyen docs: Cancel (paymentReference)", "docs/DIALECTS.md: Adyen"},
 }

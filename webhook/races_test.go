@@ -67,7 +67,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 
 func adyenClient(t *testing.T, url string, store keystore.Store, clk *clock) *idem.Client {
 	t.Helper()
-	c, err := idem.NewClient(idem.Config{BaseURL: url, Store: store, Profile: profile.Adyen, Now: clk.Now,
+	c, err := idem.NewClient(idem.Config{BaseURL: url, Store: store, Profile: syncAdyen, Now: clk.Now,
 		Policy: idem.Policy{MaxAttempts: 1}, Budget: idem.BudgetConfig{Disabled: true}})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
@@ -234,3 +234,13 @@ func TestSecondInstancesCancelKeepsTheRecordUntilItLands(t *testing.T) {
 	require.Equal(t, keystore.StateSucceeded, rec.State)
 	require.EqualValues(t, 1, cancels.Load())
 }
+
+// syncAdyen is Adyen's profile with the simulators' synchronous cancel (docs/DIALECTS.md's
+// convention: the 2xx means every charge of the reference is canceled).
+var syncAdyen = func() profile.Profile {
+	p := profile.Adyen.Clone()
+	for i := range p.Settle {
+		p.Settle[i].Async = false
+	}
+	return p
+}()

@@ -44,6 +44,11 @@ type Event struct {
 	Response *keystore.Response
 	// Note is kept on the record: which event settled it.
 	Note string
+	// CancelRefused marks an event that reports the provider's refusal of a cancel by
+	// reference idem sent for the record (Adyen's TECHNICAL_CANCEL or CANCELLATION with
+	// success "false"): with VerdictExecuted, the payment stands (idem.Resolution.CancelRefused).
+	// A cancel's success is VerdictNotExecuted, by Key.
+	CancelRefused bool
 }
 
 // ErrNoRecord is returned (wrapped) by Settle when no record of the event's scope has its
@@ -78,7 +83,7 @@ func Settle(ctx context.Context, c *idem.Client, ev Event) ([]*keystore.Record, 
 	if ev.Verdict == idem.VerdictNotExecuted && ev.Key == "" {
 		return nil, fmt.Errorf("%w: a not-executed event must name the key: by reference it could settle another attempt of the same order", idem.ErrInvalidOperation)
 	}
-	r := idem.Resolution{Verdict: ev.Verdict, Response: ev.Response, Note: ev.Note}
+	r := idem.Resolution{Verdict: ev.Verdict, Response: ev.Response, Note: ev.Note, CancelRefused: ev.CancelRefused}
 	if r.Note == "" {
 		r.Note = "webhook: " + ev.Verdict.String()
 	}

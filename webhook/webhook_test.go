@@ -60,7 +60,7 @@ func setup(t *testing.T) (*idem.Client, keystore.Store) {
 		conn.Close() // an unknown outcome: the record stays pending
 	}))
 	t.Cleanup(api.Close)
-	p := profile.Adyen.Clone()
+	p := syncAdyen.Clone()
 	p.Settle = []profile.Route{{Kind: profile.Resend}, {Kind: profile.Person}} // no cancel: a person or a webhook settles
 	store := keystore.NewMemory()
 	c, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: store, Profile: p,

@@ -86,6 +86,8 @@ func (a apiSpec) profile() (profile.Profile, error) {
 // provider's real ones would only make the demo wait:
 //   - a search lag (Stripe: about a minute at the real API) becomes the embedded server's
 //     SearchLag (embeddedSearchLag, 2 s): a "not found" counts 2 s after the last send;
+//   - a cancel's 2xx means the charges are canceled (Route.Async off): the embedded server
+//     cancels at once, where Adyen sends the outcome later by an event;
 //   - a search's or a cancel's Landing (Checkout.com, Adyen: the default minute, the time a
 //     request whose answer never came may still execute) becomes the embedded server's
 //     slowest request, its slow fault's hold plus a margin (slowDelay + landingMargin).
@@ -97,6 +99,9 @@ func tuneEmbedded(p *profile.Profile) {
 		r := &p.Settle[i]
 		if r.Kind == profile.CancelByReference {
 			r.Landing = slowDelay + landingMargin
+			// The embedded server cancels at once (docs/DIALECTS.md's convention), where
+			// Adyen accepts a cancel and reports its outcome later by an event.
+			r.Async = false
 		}
 		if r.Kind != profile.SearchByReference {
 			continue
