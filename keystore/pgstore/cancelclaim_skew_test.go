@@ -79,7 +79,7 @@ func TestAdvSkewedClaimantsCancelVoidsTheNextIntent(t *testing.T) {
 		return idem.NewOperation(http.MethodPost, "/v1/payments", body, idem.WithIntent(intent))
 	}
 	mk := func(s keystore.Store, owner string, now func() time.Time, skew time.Duration) *idem.Client {
-		cfg := idem.Config{BaseURL: api.URL, Store: s, Profile: profile.Adyen, Owner: owner, Now: now, MaxClockSkew: skew,
+		cfg := idem.Config{BaseURL: api.URL, Store: s, Profile: syncAdyen, Owner: owner, Now: now, MaxClockSkew: skew,
 			Policy: idem.Policy{MaxAttempts: 1, AttemptTimeout: 5 * time.Second}, Budget: idem.BudgetConfig{Disabled: true}}
 		c, err := idem.NewClient(cfg)
 		if err != nil {
@@ -138,7 +138,7 @@ func TestAdvPGRecoverOnThreeInstancesAtOnce(t *testing.T) {
 	defer api.Close()
 	var clients []*idem.Client
 	for i := range 3 {
-		c, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: openStore(t, pool(), nil), Profile: profile.Adyen,
+		c, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: openStore(t, pool(), nil), Profile: syncAdyen,
 			Owner: "i" + string(rune('0'+i)), Policy: idem.Policy{MaxAttempts: 1}, Budget: idem.BudgetConfig{Disabled: true},
 			Now: func() time.Time { return time.Now() }})
 		if err != nil {
@@ -150,7 +150,7 @@ func TestAdvPGRecoverOnThreeInstancesAtOnce(t *testing.T) {
 	ctx := context.Background()
 	for round := range 10 {
 		intent := "ord-p" + string(rune('a'+round))
-		old, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: openStore(t, pool(), nil), Profile: profile.Adyen,
+		old, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: openStore(t, pool(), nil), Profile: syncAdyen,
 			MaxClockSkew: -1, Now: func() time.Time { return time.Now().Add(-3 * time.Minute) },
 			Policy: idem.Policy{MaxAttempts: 1}, Budget: idem.BudgetConfig{Disabled: true}})
 		if err != nil {
@@ -178,3 +178,13 @@ func TestAdvPGRecoverOnThreeInstancesAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// syncAdyen is Adyen's profile with the simulators' synchronous cancel (docs/DIALECTS.md's
+// convention: the 2xx means every charge of the reference is canceled).
+var syncAdyen = func() profile.Profile {
+	p := profile.Adyen.Clone()
+	for i := range p.Settle {
+		p.Settle[i].Async = false
+	}
+	return p
+}()
