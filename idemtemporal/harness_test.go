@@ -80,7 +80,9 @@ func newHarness(t *testing.T, kill string, cfg idemtest.Config) *harness {
 	cfg.OnPayment = h.onPayment
 	h.api = idemtest.NewHandler(cfg)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.api.ServeHTTP(w, r)
+		// The API runs a request that arrived to its end even when the client hangs up,
+		// as a payment API does once it has begun: a killed worker's payment is executed.
+		h.api.ServeHTTP(w, r.WithContext(context.WithoutCancel(r.Context())))
 		if r.Method == http.MethodPost {
 			h.postedOne.Do(func() { close(h.posted) })
 		}

@@ -56,7 +56,7 @@ type Step struct {
 // StepOf returns the step of the activity described by info under scope. An unknown scope
 // is treated as ScopeRun.
 func StepOf(info activity.Info, scope Scope) Step {
-	s := Step{Namespace: info.WorkflowNamespace, WorkflowID: info.WorkflowExecution.ID,
+	s := Step{Namespace: info.Namespace, WorkflowID: info.WorkflowExecution.ID,
 		RunID: info.WorkflowExecution.RunID, ActivityID: info.ActivityID}
 	if scope == ScopeWorkflow {
 		s.RunID = ""
