@@ -4,7 +4,10 @@ go 1.26.0
 
 require github.com/idemkit/idem v0.1.0
 
-require github.com/stretchr/testify v1.12.1 // indirect
+require (
+	github.com/stretchr/testify v1.12.1
+	go.etcd.io/bbolt v1.5.0 // indirect
+)
 
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
@@ -33,5 +36,3 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
-
-replace github.com/idemkit/idem v0.1.0 => ../
