@@ -20,8 +20,8 @@ var KeyNamespace = uuid.MustParse("a3e2f6c0-2d1b-5c8e-8f47-0d9b6e1c3a52")
 // Step is DBOS's identity of one step: the same in every execution of the workflow.
 type Step struct {
 	App        string `json:"app,omitempty"` // Config.App: which application's workflow ids
-	WorkflowID string `json:"workflow_id"`
-	StepID     int    `json:"step_id"`
+	WorkflowID string `json:"workflow_id"`   // dbos.GetWorkflowID in the step
+	StepID     int    `json:"step_id"`       // dbos.GetStepID in the step: the step's place in the workflow
 }
 
 // StepOf returns the step running in ctx, which must be the context DBOS passes to a step

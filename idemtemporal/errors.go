@@ -39,9 +39,9 @@ const DefaultManualRetryDelay = time.Hour
 // ApplicationError.Details) and of every heartbeat Payer.Do records: which record to look
 // at, in idemctl or with Client.Resolve.
 type Details struct {
-	Key    string `json:"key"`             // the idempotency key
-	Scope  string `json:"scope,omitempty"` // the record's tenant scope
-	Intent string `json:"intent,omitempty"`
+	Key    string `json:"key"`              // the idempotency key
+	Scope  string `json:"scope,omitempty"`  // the record's tenant scope
+	Intent string `json:"intent,omitempty"` // the step's intent (Step.Intent)
 	Status int    `json:"status,omitempty"` // HTTP status of the last answer, 0 if none
 	Reason string `json:"reason,omitempty"` // idem's sentinel, as text
 }

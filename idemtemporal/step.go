@@ -47,10 +47,10 @@ func (s Scope) String() string {
 // Step is Temporal's identity of one activity: the same for every attempt of it, on every
 // worker. RunID is empty under ScopeWorkflow.
 type Step struct {
-	Namespace  string
-	WorkflowID string
-	RunID      string
-	ActivityID string
+	Namespace  string // activity.Info.Namespace
+	WorkflowID string // the workflow execution's id
+	RunID      string // the workflow execution's run id; "" under ScopeWorkflow
+	ActivityID string // activity.Info.ActivityID: ActivityOptions.ActivityID, or Temporal's sequence number
 }
 
 // StepOf returns the step of the activity described by info under scope. An unknown scope
