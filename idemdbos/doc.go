@@ -18,7 +18,7 @@
 //
 // # Outcomes and DBOS's retries
 //
-// [Payer.Do] runs inside a step and returns idem's *idem.Result, or an *[Error] whose Kind
+// [Payer.Do] runs inside a step ([Payer.RunStep] makes the step) and returns idem's *idem.Result, or an *[Error] whose Kind
 // says what became of the payment. Pass [Retryable] to dbos.WithStepRetryPredicate: DBOS
 // retries the step (in the same execution, under the same key, idem asking the status
 // endpoint before any resend) only for [KindRetry]. Every other kind is checkpointed as the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
 	"github.com/idemkit/idem"
 )
 
@@ -40,8 +42,24 @@ func (p *Payer) Client() *idem.Client { return p.cfg.Client }
 // Step returns the step running in ctx (see StepOf), under Config.App.
 func (p *Payer) Step(ctx context.Context) (Step, error) { return StepOf(ctx, p.cfg.App) }
 
+// RunStep runs one payment as a step of the workflow running in ctx: dbos.RunAsStep with
+// the step name name, Retryable as the retry predicate and then stepOpts (which may
+// override them), around Do. It returns what Do returned, read back from DBOS's checkpoint
+// when the workflow is replayed.
+func (p *Payer) RunStep(ctx dbos.Context, name, method, url string, body []byte, opts []idem.OperationOption, stepOpts ...dbos.StepOption) (*idem.Result, error) {
+	all := append([]dbos.StepOption{dbos.WithStepName(name), dbos.WithStepRetryPredicate(Retryable)}, stepOpts...)
+	return dbos.RunAsStep(ctx, func(ctx context.Context) (*idem.Result, error) {
+		return p.Do(ctx, method, url, body, opts)
+	}, all...)
+}
+
 // Do sends one payment for the step running in ctx, the context DBOS passes to the step's
-// function: method and url (relative to the client's BaseURL) with body, under the step's
+// function (or one derived from it with dbos.WithTimeout or dbos.WithValue; a plain
+// context.Context derived from it is KindInvalid). Never give it the workflow's own context
+// outside a step: its step id is then the previous step's, and so would be the key. RunStep
+// runs Do in a step of its own.
+//
+// Do sends method and url (relative to the client's BaseURL) with body, under the step's
 // key and intent (Step.Key, Step.Intent), which replace any idem.WithKey or idem.WithIntent
 // among opts (a key header given with idem.WithHeader conflicts: KindInvalid). callOpts are
 // idem's per-call options.

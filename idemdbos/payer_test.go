@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -148,4 +150,41 @@ func TestStoredServerErrorWaitsForResolve(t *testing.T) {
 			assert.True(t, errors.Is(res.err, idem.ErrNotExecuted))
 		})
 	}
+}
+
+// RunStep runs the payment in a step of its own: the charge on success, a 4xx not retried
+// by DBOS although the step allows three retries.
+func TestRunStep(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, killNone, idemtest.Config{})
+	h.workflow = func(ctx dbos.Context, o order) (string, error) {
+		h.mu.Lock()
+		p := h.payer
+		h.mu.Unlock()
+		res, err := p.RunStep(ctx, "pay", http.MethodPost, paymentsPath, body(o), nil,
+			dbos.WithStepMaxRetries(3), dbos.WithStepBaseInterval(time.Millisecond))
+		if err != nil {
+			return "", err
+		}
+		return chargeID(res)
+	}
+	id, err := h.run("wf-runstep-ok", order{Reference: "order-runstep", Amount: 500})
+	require.NoError(t, err)
+	exec := h.api.Executions()
+	require.Len(t, exec, 1)
+	assert.Equal(t, exec[0].ID, id)
+	assert.Equal(t, idemdbos.Step{App: "shop", WorkflowID: "wf-runstep-ok", StepID: 0}.Key(), exec[0].Key)
+
+	h.mu.Lock()
+	d := h.dctx
+	h.mu.Unlock()
+	handle, err := dbos.RunWorkflow(d, h.workflow, order{Reference: "order-runstep-4xx", Amount: -1},
+		dbos.WithWorkflowID("wf-runstep-4xx"))
+	require.NoError(t, err)
+	_, err = handle.GetResult()
+	var e *idemdbos.Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, idemdbos.KindPermanent, e.Kind)
+	posts, _, _ := h.snapshot()
+	assert.Len(t, posts, 2, "one POST per workflow: the 4xx was not retried")
 }

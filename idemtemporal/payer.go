@@ -106,6 +106,9 @@ func (p *Payer) heartbeat(ctx context.Context, d Details) (stop func()) {
 	if every < 0 {
 		return func() {}
 	}
+	if every < time.Millisecond { // a HeartbeatTimeout of a few nanoseconds: a ticker needs > 0
+		every = time.Millisecond
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
