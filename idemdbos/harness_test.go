@@ -366,6 +366,7 @@ func (h *harness) payWorkflow(ctx dbos.Context, o order) (string, error) {
 // starts the next one (which recovers the workflow) and waits for its result there.
 func (h *harness) run(id string, o order) (string, error) {
 	h.t.Helper()
+	id = h.wfID(id)
 	h.mu.Lock()
 	h.start()
 	d := h.dctx
@@ -387,6 +388,10 @@ func (h *harness) run(id string, o order) (string, error) {
 	require.NoError(h.t, err)
 	return again.GetResult()
 }
+
+// wfID makes a workflow id unique to the test (the DBOS schema is shared by the binary's
+// tests, and by every run of -count): name and the harness's executor id.
+func (h *harness) wfID(name string) string { return name + "-" + h.executor }
 
 func (h *harness) snapshot() ([]post, int, int) {
 	h.mu.Lock()

@@ -44,7 +44,7 @@ func TestProcessKilledAroundTheSend(t *testing.T) {
 			assert.Equal(t, 2, starts, "the workflow finished in a new process")
 			require.Len(t, h.steps, 2)
 			assert.Equal(t, h.steps[0], h.steps[1], "both runs are one step")
-			assert.Equal(t, idemdbos.Step{App: "shop", WorkflowID: "wf-" + ref, StepID: 0}, h.steps[0])
+			assert.Equal(t, idemdbos.Step{App: "shop", WorkflowID: h.wfID("wf-" + ref), StepID: 0}, h.steps[0])
 			key := h.steps[0].Key()
 			require.Len(t, posts, 1, "one POST reached the API")
 			assert.Equal(t, key, posts[0].key)
@@ -173,13 +173,13 @@ func TestRunStep(t *testing.T) {
 	exec := h.api.Executions()
 	require.Len(t, exec, 1)
 	assert.Equal(t, exec[0].ID, id)
-	assert.Equal(t, idemdbos.Step{App: "shop", WorkflowID: "wf-runstep-ok", StepID: 0}.Key(), exec[0].Key)
+	assert.Equal(t, idemdbos.Step{App: "shop", WorkflowID: h.wfID("wf-runstep-ok"), StepID: 0}.Key(), exec[0].Key)
 
 	h.mu.Lock()
 	d := h.dctx
 	h.mu.Unlock()
 	handle, err := dbos.RunWorkflow(d, h.workflow, order{Reference: "order-runstep-4xx", Amount: -1},
-		dbos.WithWorkflowID("wf-runstep-4xx"))
+		dbos.WithWorkflowID(h.wfID("wf-runstep-4xx")))
 	require.NoError(t, err)
 	_, err = handle.GetResult()
 	var e *idemdbos.Error
