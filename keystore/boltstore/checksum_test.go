@@ -75,9 +75,9 @@ func TestOneChangedByteIsDamage(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	cases := 0
-	for _, e := range entries(t, path, "records", "intents", "intenthash") {
-		// Every byte of keys and index values; every 17th byte of a record's JSON (and
+	cases, pendingIndexCases := 0, 0
+	for _, e := range entries(t, path, "records", "intents", "intenthash", "unleased", "leased") {
+		// Every byte of keys and index values (the pending index included); every 17th byte of a record's JSON (and
 		// its first 8: checksum, flags), to keep the test quick.
 		var spots []struct {
 			inKey bool
@@ -107,6 +107,9 @@ func TestOneChangedByteIsDamage(t *testing.T) {
 			name := fmt.Sprintf("%s %q key=%v byte %d", e.bucket, e.k, sp.inKey, sp.i)
 			replace(t, path, e, to)
 			cases++
+			if e.bucket == "unleased" || e.bucket == "leased" {
+				pendingIndexCases++
+			}
 			func() {
 				s := open(t, path, nil)
 				defer s.Close()
@@ -135,7 +138,7 @@ func TestOneChangedByteIsDamage(t *testing.T) {
 	if rep, err := s.Verify(bg); err != nil || len(rep.Problems) != 0 || rep.Records != 3 || rep.Intents != 2 {
 		t.Fatalf("restored file: Verify = %+v, %v", rep, err)
 	}
-	if cases < 100 {
-		t.Fatalf("only %d cases", cases)
+	if cases < 100 || pendingIndexCases == 0 {
+		t.Fatalf("only %d cases, %d in the pending index", cases, pendingIndexCases)
 	}
 }

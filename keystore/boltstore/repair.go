@@ -145,6 +145,14 @@ func (s *Store) Quarantine(ctx context.Context, scope, key string, v Verdict) (*
 		if err := records.Delete(k); err != nil {
 			return abort(err)
 		}
+		// The damaged record's pending index entry, if any, and any naming the target key:
+		// the settled record needs none.
+		if err := dropPendingEntries(tx, k); err != nil {
+			return err
+		}
+		if err := dropPendingEntries(tx, scopedKey(scope, target)); err != nil {
+			return err
+		}
 		if err := records.Put(scopedKey(scope, target), value); err != nil {
 			return abort(err)
 		}

@@ -7,11 +7,14 @@ import (
 	"fmt"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/idemkit/idem/keystore"
 )
 
 // Problem is one damaged entry that Verify found.
 type Problem struct {
-	// Bucket is where the entry is: "records", "intents", "intenthash" or "quarantine".
+	// Bucket is where the entry is: "records", "intents", "intenthash", "unleased" or
+	// "leased" (the pending index) or "quarantine".
 	Bucket string
 	// Scope and Key name the record concerned when they can be read ("" otherwise); Intent
 	// the intent, for an index entry.
@@ -28,8 +31,9 @@ type Report struct {
 	Problems    []Problem // in bucket order, then key order
 }
 
-// Verify reads the whole file and checks every record (checksum, JSON, key, Validate) and both
-// intent indexes against each other and against the records: every indexed intent names a
+// Verify reads the whole file and checks every record (checksum, JSON, key, Validate), the
+// pending index against the pending records (verify_index.go), and both intent indexes
+// against each other and against the records: every indexed intent names a
 // record that decodes and carries that intent, every such record is indexed in both, and
 // every entry's checksum matches. It changes nothing. Sealed bodies are not opened (their
 // authentication tag is checked when a read opens them). It returns ErrCorrupt only when the
@@ -53,6 +57,7 @@ func verifyTx(ctx context.Context, tx *bbolt.Tx, r *Report) error {
 	}
 	// Records: each sound one with an intent must be indexed under it, naming it.
 	intentOf := map[string]string{} // scoped record key -> scoped intent key
+	pending := map[string]*keystore.Record{}
 	err := forEachRecord(tx.Bucket(bucketRecords), func(k, v []byte) error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -67,6 +72,9 @@ func verifyTx(ctx context.Context, tx *bbolt.Tx, r *Report) error {
 			return nil
 		}
 		r.Records++
+		if rec.State == keystore.StatePending {
+			pending[string(k)] = rec
+		}
 		if rec.Intent != "" {
 			ik := scopedKey(rec.Scope, rec.Intent)
 			intentOf[string(k)] = string(ik)
@@ -132,6 +140,7 @@ func verifyTx(ctx context.Context, tx *bbolt.Tx, r *Report) error {
 	if err != nil {
 		return err
 	}
+	verifyPendingIndex(tx, pending, problem)
 	if q := tx.Bucket(bucketQuarantine); q != nil {
 		err = q.ForEach(func(k, v []byte) error {
 			if _, err := decodeQuarantined(k, v); err != nil {
