@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 stripe_mock_install
 
 if [ -z "${IDEM_TEST_PG_DSN:-}" ]; then
-  echo "== postgres for keystore/pgstore, idemserver/pgserver, cmd/idemctl, examples/payments"
+  echo "== postgres for keystore/pgstore, idemserver/pgserver, cmd/idemctl, idemriver, idemdbos, examples/payments"
   pg_start
 fi
 
