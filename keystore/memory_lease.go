@@ -15,6 +15,12 @@ import (
 // ErrNotPending (wrapped), *ClaimedError (another owner's lease is live at l.Now),
 // ErrClosed, ctx.Err().
 func (m *Memory) Claim(ctx context.Context, scope, key string, l Lease) (*Record, error) {
+	return m.claimOne(ctx, scope, key, l, ClaimRefusal)
+}
+
+// claimOne gives l.Owner the lease of the record (scope, key), with the next Fence, unless
+// refusal says why not (ClaimRefusal, ManualClaimRefusal), and returns a copy of it.
+func (m *Memory) claimOne(ctx context.Context, scope, key string, l Lease, refusal func(*Record, Lease) error) (*Record, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -29,7 +35,7 @@ func (m *Memory) Claim(ctx context.Context, scope, key string, l Lease) (*Record
 		return nil, ErrNotFound
 	}
 	r := rec.rules(k)
-	if err := ClaimRefusal(&r, l); err != nil {
+	if err := refusal(&r, l); err != nil {
 		return nil, err
 	}
 	ApplyClaim(&r, l)
@@ -134,24 +140,5 @@ func (m *Memory) ClaimExpired(ctx context.Context, l Lease, limit int) ([]*Recor
 // and returns a copy of it (keystore.ManualClaimer). Errors: ErrInvalid (bad lease),
 // ErrNotFound, ErrStateChanged (wrapped: not manual), *ClaimedError, ErrClosed, ctx.Err().
 func (m *Memory) ClaimManual(ctx context.Context, scope, key string, l Lease) (*Record, error) {
-	if err := l.Validate(); err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.begin(ctx); err != nil {
-		return nil, err
-	}
-	k := scopedName{scope, key}
-	rec, ok := m.records[k]
-	if !ok {
-		return nil, ErrNotFound
-	}
-	r := rec.rules(k)
-	if err := ManualClaimRefusal(&r, l); err != nil {
-		return nil, err
-	}
-	ApplyClaim(&r, l)
-	rec.setLease(&r)
-	return rec.export(k), nil
+	return m.claimOne(ctx, scope, key, l, ManualClaimRefusal)
 }

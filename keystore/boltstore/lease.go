@@ -22,6 +22,13 @@ import (
 // lease), keystore.ErrNotFound, keystore.ErrNotPending (wrapped), *keystore.ClaimedError,
 // ErrCorrupt, keystore.ErrClosed, ctx.Err(), or the commit's I/O error.
 func (s *Store) Claim(ctx context.Context, scope, key string, l keystore.Lease) (*keystore.Record, error) {
+	return s.claimOne(ctx, scope, key, l, keystore.ClaimRefusal)
+}
+
+// claimOne gives l.Owner the lease of the record (scope, key), with the next Fence, unless
+// refusal says why not (keystore.ClaimRefusal for a pending record, ManualClaimRefusal for a
+// manual one), and returns the claimed record once durable.
+func (s *Store) claimOne(ctx context.Context, scope, key string, l keystore.Lease, refusal func(*keystore.Record, keystore.Lease) error) (*keystore.Record, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -40,7 +47,7 @@ func (s *Store) Claim(ctx context.Context, scope, key string, l keystore.Lease) 
 		if err != nil {
 			return err
 		}
-		if err := keystore.ClaimRefusal(rec, l); err != nil {
+		if err := refusal(rec, l); err != nil {
 			return err
 		}
 		old := indexFields(rec)

@@ -17,6 +17,14 @@ import (
 // keystore.ErrNotFound, keystore.ErrNotPending (wrapped), *keystore.ClaimedError (another
 // owner holds a lease live at l.Now), keystore.ErrClosed, or the database's error.
 func (s *Store) Claim(ctx context.Context, scope, key string, l keystore.Lease) (*keystore.Record, error) {
+	return s.claimOne(ctx, scope, key, l, keystore.StatePending, keystore.ClaimRefusal)
+}
+
+// claimOne gives l.Owner the lease of the record (scope, key) in state, with the next fencing
+// token, in one statement; when it claims nothing, a second reads the record only for
+// refusal to say why (keystore.ClaimRefusal, keystore.ManualClaimRefusal).
+func (s *Store) claimOne(ctx context.Context, scope, key string, l keystore.Lease, state keystore.State,
+	refusal func(*keystore.Record, keystore.Lease) error) (*keystore.Record, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -28,9 +36,9 @@ func (s *Store) Claim(ctx context.Context, scope, key string, l keystore.Lease) 
 		return nil, err
 	}
 	rec, err := s.getOne(ctx, `UPDATE idem_records SET owner = $3, lease_until_ns = $5, fence = fence + 1
-		WHERE tenant = $1 AND key = $2 AND state = 'pending'
+		WHERE tenant = $1 AND key = $2 AND state = $6
 		AND (owner IS NULL OR lease_until_ns IS NULL OR lease_until_ns <= $4 OR owner = $3)
-		RETURNING `+columns, []byte(scope), []byte(key), l.Owner, now, until)
+		RETURNING `+columns, []byte(scope), []byte(key), l.Owner, now, until, string(state))
 	if !errors.Is(err, keystore.ErrNotFound) {
 		return rec, err
 	}
@@ -38,7 +46,7 @@ func (s *Store) Claim(ctx context.Context, scope, key string, l keystore.Lease) 
 	if err != nil {
 		return nil, err
 	}
-	if err := keystore.ClaimRefusal(cur, l); err != nil {
+	if err := refusal(cur, l); err != nil {
 		return nil, err
 	}
 	// Claimable now: the holder released it between the two statements. Report the lease we
