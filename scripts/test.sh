@@ -26,7 +26,7 @@ echo "== tests: the root module, then every nested module:" $nested
 failed=""
 go test -race -count=1 "$@" ./... || failed="$failed ."
 for m in $nested; do
-  echo "== $m"
+  echo "== [${SECONDS}s] $m"
   (cd "$m" && go test -race -count=1 "$@" ./...) || failed="$failed $m"
 done
 if [ -n "$failed" ]; then
