@@ -3,6 +3,7 @@ package idemdbos
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
@@ -78,8 +79,14 @@ func (p *Payer) Do(ctx context.Context, method, url string, body []byte, opts []
 // workflow continues an earlier step's payment, after that step ended with KindManual (or
 // with KindRetry once DBOS's retries ran out). The request must be the earlier step's, byte
 // for byte (else KindKeyConflict). Until the record is settled it sends nothing for a
-// manual record and returns KindManual again.
+// manual record and returns KindManual again. A Step without a WorkflowID (never filled in)
+// is refused with KindInvalid (idem.ErrInvalidOperation): every such Step shares one key.
 func (p *Payer) DoAs(ctx context.Context, step Step, method, url string, body []byte, opts []idem.OperationOption, callOpts ...idem.CallOption) (*idem.Result, error) {
+	if step.WorkflowID == "" {
+		// Every Step without a workflow id would share one key: a second order would get
+		// the first one's answer replayed, and never be paid.
+		return nil, StepError(step, fmt.Errorf("%w: idemdbos: DoAs of a Step without a WorkflowID (a Step never filled in)", idem.ErrInvalidOperation))
+	}
 	all := append(append([]idem.OperationOption(nil), opts...), idem.WithKey(step.Key()), idem.WithIntent(step.Intent()))
 	res, err := p.cfg.Client.Do(ctx, idem.NewOperation(method, url, body, all...), callOpts...)
 	if err != nil {
