@@ -75,6 +75,18 @@ func checkKeyID(id string) error {
 // Current returns the id of the key that seals.
 func (r *KeyRing) Current() string { return r.current }
 
+// Check returns an error wrapping ErrInvalid for a ring that cannot seal: one not made by
+// NewKeyRing (a zero KeyRing{}). A nil ring is valid: no sealing.
+func (r *KeyRing) Check() error {
+	if r == nil {
+		return nil
+	}
+	if r.aeads[r.current] == nil {
+		return fmt.Errorf("%w: key ring without its current key (make it with NewKeyRing)", ErrInvalid)
+	}
+	return nil
+}
+
 // sealedV1 is the first byte of a sealed body: version 1 of the layout
 //
 //	0x01, len(id) u8, id, nonce (12 bytes), AES-GCM ciphertext and tag (16 bytes)
@@ -85,6 +97,12 @@ const sealedV1 = 0x01
 // sealed body moved to another record does not open). The nonce is random (crypto/rand): at
 // most 2^32 bodies should be sealed under one key (SP 800-38D, 8.3), so rotate before that.
 func (r *KeyRing) Seal(plain, ad []byte) ([]byte, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: sealing with a nil key ring", ErrInvalid)
+	}
+	if err := r.Check(); err != nil {
+		return nil, err
+	}
 	aead := r.aeads[r.current]
 	ns := aead.NonceSize()
 	out := make([]byte, 0, 2+len(r.current)+ns+len(plain)+aead.Overhead())

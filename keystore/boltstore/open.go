@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -38,9 +39,20 @@ import (
 // then and cannot be told to unmap it: the file stays locked to this process, and a later
 // Open in the same process returns ErrLocked until it exits.
 //
+// A symbolic link is followed once, here: the lock file and the file watch are those of the
+// file it names, so that two processes opening the file by two names exclude each other. A
+// link that names no file is refused (creating through it would not be atomic).
+//
 // Other errors (permissions, a directory) are returned wrapped, with path in the message.
 func Open(path string, opts *Options) (*Store, error) {
 	o := opts.withDefaults()
+	path, err := realPath(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.KeyRing.Check(); err != nil {
+		return nil, err
+	}
 	deadline := time.Now().Add(o.Timeout)
 	lock, err := lockBeside(path, o.Mode, o.Timeout)
 	if err != nil {
@@ -246,4 +258,18 @@ func initLayout(db *bbolt.DB, path string) error {
 		}
 		return buildIndex(tx)
 	})
+}
+
+// realPath returns path with a symbolic link in its last element resolved; a link whose
+// target does not exist is an error. A path that does not exist yet is returned as it is.
+func realPath(path string) (string, error) {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		return path, nil
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", fmt.Errorf("boltstore: %s is a symbolic link to no keystore file (%w); point it at the file, or give the file's own path", path, err)
+	}
+	return real, nil
 }

@@ -54,6 +54,10 @@ func OpenReadOnly(path string, opts *Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if err := o.KeyRing.Check(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	s := &Store{db: db, secret: o.SecretHeaders, codec: codec{ring: o.KeyRing}}
 	s.commit.init(db)
 	return s, nil

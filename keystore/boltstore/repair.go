@@ -70,7 +70,9 @@ type Verdict struct {
 //
 // Errors: keystore.ErrInvalid for an empty note; keystore.ErrNotFound if there is no record
 // under (scope, key); ErrNotDamaged if it decodes; ErrCorrupt if its intent cannot be told
-// (the indexes name it under two intents) or the pages are damaged; keystore.ErrClosed,
+// (the indexes name it under two intents, or only the damaged JSON names an intent that is
+// indexed to another key) or the pages are damaged; keystore.ErrExists if the key was
+// quarantined before (the first entry is kept); keystore.ErrClosed,
 // ctx.Err(), or the commit's I/O error. Nothing is written when it returns an error.
 func (s *Store) Quarantine(ctx context.Context, scope, key string, v Verdict) (*keystore.Record, error) {
 	if strings.TrimSpace(v.Note) == "" {
@@ -104,6 +106,15 @@ func (s *Store) Quarantine(ctx context.Context, scope, key string, v Verdict) (*
 		}
 		intents := intentsNaming(tx, scope, target)
 		if len(intents) == 0 && parsed.Scope == scope && parsed.Key == target && parsed.Intent != "" {
+			// Only the damaged JSON names this intent: it must not be another record's, whose
+			// index entry the settled record would take over (and settle).
+			other, found, err := lookupIntent(tx, scopedKey(scope, parsed.Intent))
+			if err != nil {
+				return err
+			}
+			if found && other != target {
+				return fmt.Errorf("%w: the damaged record's intent %q is indexed to key %q: quarantining it would settle that record's intent; verify the file and decide by hand", ErrCorrupt, parsed.Intent, other)
+			}
 			intents = []string{parsed.Intent}
 		}
 		if len(intents) > 1 {
@@ -138,6 +149,9 @@ func (s *Store) Quarantine(ctx context.Context, scope, key string, v Verdict) (*
 		qb, err := tx.CreateBucketIfNotExists(bucketQuarantine)
 		if err != nil {
 			return abort(err)
+		}
+		if qb.Get(k) != nil { // the first entry and its operator's verdict are kept
+			return fmt.Errorf("%w: (%q, %q) was quarantined before, and its entry is kept: see Quarantined", keystore.ErrExists, scope, key)
 		}
 		if err := qb.Put(k, seal(k, qj)); err != nil {
 			return abort(err)
@@ -239,8 +253,8 @@ func (s *Store) Quarantined(ctx context.Context) ([]*Quarantined, error) {
 	return out, s.commit.note(dbError(err))
 }
 
-// RebuildIntentIndex rebuilds both intent indexes from the records, in one durable commit,
-// and returns how many intents it indexed. It refuses (ErrCorrupt, writing nothing) while a
+// RebuildIntentIndex rebuilds both intent indexes, and the pending index (index.go), from the
+// records, in one durable commit, and returns how many intents it indexed. It refuses (ErrCorrupt, writing nothing) while a
 // record does not decode, two records claim one intent, or an index entry names a key that
 // has no record: a record whose key is damaged would otherwise lose its intent's entry, and
 // that intent would be paid again; Quarantine such records first. Other errors:
@@ -310,7 +324,14 @@ func (s *Store) RebuildIntentIndex(ctx context.Context) (int, error) {
 			}
 			n++
 		}
-		return nil
+		// The pending index too: rebuilt from the same records (a damaged entry there hides
+		// a record from ClaimExpired, though Recover's listing still finds it).
+		for _, b := range [][]byte{bucketUnleased, bucketLeased} {
+			if err := tx.DeleteBucket(b); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
+				return abort(err)
+			}
+		}
+		return buildIndex(tx)
 	})
 	if err != nil {
 		return 0, err
