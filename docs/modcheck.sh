@@ -4,8 +4,9 @@
 # It publishes every module (the root and each directory with a go.mod) at v0.1.0 into a
 # file-based module proxy built from the work tree (docs/modzip.go), then, for each module,
 # creates a fresh module in a temporary directory, outside go.work, that `go get`s only that
-# module at v0.1.0 and builds all of its packages. That is what fails when a nested module
-# needs a replace directive or a root version that does not exist.
+# module at v0.1.0 and loads all of its packages and their imports (go list -deps). That is
+# what fails when a nested module needs a replace directive or a root version that does not
+# exist.
 #
 # Third-party modules come from the local module cache first, then the Go module proxy, so a
 # machine that has run the tests once needs no network. Checksums of this repository's
@@ -34,8 +35,11 @@ while read -r path dir; do
   user="$work/user-$(echo "$dir" | tr '/.' '__')"
   mkdir -p "$user"
   printf 'module example.com/modcheck\n\ngo %s\n' "$goversion" > "$user/go.mod"
-  if (cd "$user" && go get "$path@$version" >"$user/log" 2>&1 && go build "$path/..." >>"$user/log" 2>&1); then
-    echo "ok   $path@$version: go get alone, go build $path/..."
+  # go list -deps loads every package and import from the published modules alone, which is
+  # what fails when a replace or an unpublished version is needed; it compiles nothing (the
+  # code itself is built and tested in the workspace), which keeps this check to seconds.
+  if (cd "$user" && go get "$path@$version" >"$user/log" 2>&1 && go list -deps "$path/..." >/dev/null 2>>"$user/log"); then
+    echo "ok   $path@$version: go get alone, go list -deps $path/..."
   else
     echo "FAIL $path@$version ($dir):"; sed 's/^/     /' "$user/log"; fail=1
   fi
