@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
@@ -16,7 +19,10 @@ import (
 const Kind = "idem_payment"
 
 // ErrInvalidPayment: NewPayment or InsertTx was given a payment that can never be sent (no
-// reference, no method or URL, a bad key). Nothing is inserted.
+// reference, no method or URL, a bad key, or anything idem's Client.Do refuses before it
+// sends: a reference that is not UTF-8, a method that is not an RFC 9110 token, a URL that
+// does not parse, carries user info or has a space in its query, an absolute URL that is not
+// http(s) with a host). Nothing is inserted. The error also matches idem.ErrInvalidOperation.
 var ErrInvalidPayment = errors.New("idemriver: invalid payment")
 
 // PaymentArgs is a payment job's args: the outbox row. It holds no credentials (the idem
@@ -41,7 +47,9 @@ type PaymentArgs struct {
 func (PaymentArgs) Kind() string { return Kind }
 
 // NewPayment returns the args of a payment intent with a fresh key (a UUIDv7). It returns
-// ErrInvalidPayment for an empty or too long reference, or an empty method or URL.
+// ErrInvalidPayment (also matching idem.ErrInvalidOperation) for args that idem's Client.Do
+// would refuse: an empty, too long or non-UTF-8 reference, an empty or malformed method or
+// URL (see ErrInvalidPayment).
 func NewPayment(reference, method, url string, body []byte) (PaymentArgs, error) {
 	key, err := uuid.NewV7()
 	if err != nil {
@@ -51,17 +59,48 @@ func NewPayment(reference, method, url string, body []byte) (PaymentArgs, error)
 	return a, a.check()
 }
 
+// check refuses, before anything is inserted, every args that idem's Client.Do would refuse
+// at run time (the job would then be cancelled after its transaction committed). It mirrors
+// Do's own validation of an operation (idem's operation.go and client.go), which idem does not
+// export, apart from what only the Client knows (a relative URL with no Config.BaseURL).
 func (a PaymentArgs) check() error {
 	switch {
 	case a.Reference == "" || len(a.Reference) > idem.MaxIntentLength:
-		return fmt.Errorf("%w: reference must be 1 to %d bytes, got %d", ErrInvalidPayment, idem.MaxIntentLength, len(a.Reference))
+		return fmt.Errorf("%w: %w: reference must be 1 to %d bytes, got %d", ErrInvalidPayment, idem.ErrInvalidOperation, idem.MaxIntentLength, len(a.Reference))
+	case !utf8.ValidString(a.Reference):
+		return fmt.Errorf("%w: %w: reference %q is not valid UTF-8", ErrInvalidPayment, idem.ErrInvalidOperation, a.Reference)
 	case a.Method == "" || a.URL == "":
-		return fmt.Errorf("%w: method and URL are required", ErrInvalidPayment)
+		return fmt.Errorf("%w: %w: method and URL are required", ErrInvalidPayment, idem.ErrInvalidOperation)
+	case !isToken(a.Method):
+		return fmt.Errorf("%w: %w: bad method %q (an RFC 9110 token)", ErrInvalidPayment, idem.ErrInvalidOperation, a.Method)
 	}
 	if err := idem.ValidateKey(a.Key); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidPayment, err)
 	}
+	u, err := url.Parse(a.URL)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w: bad URL %q: %v", ErrInvalidPayment, idem.ErrInvalidOperation, a.URL, err)
+	case u.User != nil: // the URL is persisted with the record: never a password with it
+		return fmt.Errorf("%w: %w: URL carries user info, which would be persisted; use idem.Config.Credentials", ErrInvalidPayment, idem.ErrInvalidOperation)
+	case strings.IndexByte(u.RawQuery, ' ') >= 0: // breaks the request line (RFC 9112 §3)
+		return fmt.Errorf("%w: %w: URL %q has a space in its query; escape it (%%20 or +)", ErrInvalidPayment, idem.ErrInvalidOperation, a.URL)
+	case u.IsAbs() && (u.Scheme != "http" && u.Scheme != "https" || u.Host == ""):
+		return fmt.Errorf("%w: %w: URL %q is not http(s) with a host", ErrInvalidPayment, idem.ErrInvalidOperation, a.URL)
+	}
 	return nil
+}
+
+// isToken reports whether s is an RFC 9110 §5.6.2 token, which a method must be.
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // Operation is the idem operation the job sends: the args' request under the args' key,

@@ -28,6 +28,17 @@ const (
 	// that an API charging again after 10% of its executions is caught with probability
 	// 1-0.9^30 = 95.8%.
 	DefaultTrials = 30
+	// MaxConcurrency is the most identical requests the in-progress check may send at once:
+	// each is a goroutine and a connection held open, and a few hundred already overlap on
+	// any server. Config.Concurrency above it is ErrInvalidConfig.
+	MaxConcurrency = 1000
+	// MaxRounds is the most bursts the in-progress check may send, each a real payment.
+	// Config.Rounds above it is ErrInvalidConfig.
+	MaxRounds = 100
+	// MaxTrials is the most trials a run may send, each a real payment resent once: 10000
+	// catch an API charging again after 0.03% of its executions with probability 95%.
+	// Config.Trials above it is ErrInvalidConfig.
+	MaxTrials = 10000
 	// LostEvery: every LostEvery-th trial cuts its own answer (the lost-response scenario):
 	// 10 of the default 30.
 	LostEvery = 3
@@ -89,14 +100,14 @@ type Config struct {
 	// Header is sent with every request: credentials, a tenant header. Never stored.
 	Header http.Header
 	// Concurrency is how many identical requests the in-progress check sends at once; 0
-	// means DefaultConcurrency.
+	// means DefaultConcurrency, at most MaxConcurrency.
 	Concurrency int
 	// Rounds is how many bursts the in-progress check sends at most, each creating one
-	// operation; 0 means DefaultRounds.
+	// operation; 0 means DefaultRounds, at most MaxRounds.
 	Rounds int
 	// Trials is how many payments the trials send (each with a fresh key and reference,
 	// resent once with the key; every LostEvery-th one with its answer cut by the probe), 0
-	// means DefaultTrials. The report's Power says what the number buys.
+	// means DefaultTrials, at most MaxTrials. The report's Power says what the number buys.
 	Trials int
 	// Retention is how long the API says it keeps a key (its documentation, or a header it
 	// advertises); 0 means not advertised, and the retention row is not observed. When it is
@@ -156,20 +167,20 @@ func (c Config) resolve() (Config, error) {
 	if c.OtherBody == nil {
 		c.OtherBody = func(ref string) []byte { return paymentBody(101, ref) }
 	}
-	if c.Concurrency < 0 {
-		return c, fmt.Errorf("%w: Concurrency %d is negative", ErrInvalidConfig, c.Concurrency)
+	if c.Concurrency < 0 || c.Concurrency > MaxConcurrency {
+		return c, fmt.Errorf("%w: Concurrency %d is outside 0 to %d", ErrInvalidConfig, c.Concurrency, MaxConcurrency)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
-	if c.Rounds < 0 {
-		return c, fmt.Errorf("%w: Rounds %d is negative", ErrInvalidConfig, c.Rounds)
+	if c.Rounds < 0 || c.Rounds > MaxRounds {
+		return c, fmt.Errorf("%w: Rounds %d is outside 0 to %d", ErrInvalidConfig, c.Rounds, MaxRounds)
 	}
 	if c.Rounds == 0 {
 		c.Rounds = DefaultRounds
 	}
-	if c.Trials < 0 {
-		return c, fmt.Errorf("%w: Trials %d is negative", ErrInvalidConfig, c.Trials)
+	if c.Trials < 0 || c.Trials > MaxTrials {
+		return c, fmt.Errorf("%w: Trials %d is outside 0 to %d", ErrInvalidConfig, c.Trials, MaxTrials)
 	}
 	if c.Trials == 0 {
 		c.Trials = DefaultTrials

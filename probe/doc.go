@@ -21,7 +21,8 @@
 //   - replay: the same key and body again gets the same status and byte-identical body (or
 //     the resource as it is now, same id; or a 409 naming the resource).
 //   - replay-marker: that replay carries "Idempotent-Replayed: true" (not required by the
-//     draft; NotObserved without it).
+//     draft; NotObserved without it). Broken when the first answer to a fresh key carries
+//     it too: the marker then tells nothing, and idem would read a first 5xx as a stored one.
 //   - key-reuse: the same key with another body gets 422 naming key reuse (or Stripe's 400
 //     idempotency_error); the error code is reported so that a client can recognise it
 //     (idem.IsKeyReuse, idem.KeyConflictCodes). An answer idem's default classifiers do not

@@ -23,6 +23,8 @@ type fake struct {
 	reuseReplay   bool          // another body under a used key replays the first answer (no fingerprint)
 	noStatus      bool          // no status endpoint
 	noSearch      bool          // no search by reference
+	emptySearch   bool          // the search by reference answers 200 and lists nothing
+	markFirst     bool          // first answers also carry Idempotent-Replayed: true
 	hiddenCharge  bool          // a repeat of a key charges again, then replays
 	reuse422      bool          // any key seen before gets 422 key reuse: never replays
 	conflictCode  string        // the key-reuse 422's {"code":...}; "" means {"error":"idempotency_key_reused"}
@@ -173,6 +175,9 @@ func (f *fake) post(w http.ResponseWriter, r *http.Request) {
 		f.keys[key] = claim
 	}
 	f.mu.Unlock()
+	if f.markFirst {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	writeJSON(w, status, answer)
 }
 
@@ -195,6 +200,9 @@ func (f *fake) search(w http.ResponseWriter, r *http.Request) {
 	ref := r.URL.Query().Get("reference")
 	data := []map[string]string{}
 	for range f.count(ref) {
+		if f.emptySearch {
+			break
+		}
 		data = append(data, map[string]string{"reference": ref})
 	}
 	b, _ := json.Marshal(map[string]any{"data": data})

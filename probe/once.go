@@ -71,8 +71,15 @@ func (p *prober) count(ctx context.Context) {
 		counts[ref] = len(v.Data)
 	}
 	p.counts = counts
+	// The trials count towards the power only once the search is seen listing a charge: a
+	// search that lists nothing would not list a second charge either. executesOnce also
+	// withdraws them when it misses a payment answered 2xx.
+	listed := false
+	for _, n := range counts {
+		listed = listed || n > 0
+	}
 	for _, t := range p.trials {
-		if _, ok := counts[t.ref]; ok {
+		if _, ok := counts[t.ref]; ok && listed {
 			p.counted++
 		}
 	}
@@ -92,6 +99,7 @@ func (p *prober) executesOnce() {
 		}
 		for _, ref := range p.refs {
 			if p.okRef[ref] && p.counts[ref] == 0 {
+				p.counted = 0 // the search misses payments: its counts establish no power
 				p.setN(CheckExecutesOnce, n, NotObserved, "the search lists no charge for reference %s after a 2xx: it does not find the probe's payments", ref)
 				return
 			}

@@ -56,6 +56,7 @@ type prober struct {
 	ids    map[string][]string // "id" members of the 2xx answers, per reference
 	codes  []string            // key-reuse codes idem.IsKeyReuse does not recognise
 	first  answer              // the create answer
+	fresh  bool                // first answered the key's first request (no transient answer before)
 	found  bool                // the search by reference found the probe's payments
 	denied bool                // an answer refused the probe's credentials (unauthorized)
 
@@ -167,6 +168,7 @@ func (p *prober) create(ctx context.Context) (key, ref string, ok bool) {
 		p.answered(key, ref, a)
 		switch {
 		case a.ok():
+			p.fresh = len(t) == 0
 			p.setN(CheckCreate, len(p.refs), Honoured, "HTTP %d%s%s", a.status, idEvidence(a), storedNote(stored, transientNote(met)))
 			return key, ref, true
 		case storedServerError(a):
@@ -229,9 +231,15 @@ func (p *prober) replay(ctx context.Context, key, ref string) {
 		p.set(CheckReplayMarker, NotObserved, "no replay")
 		return
 	}
-	if v := a.header.Get(ReplayedHeader); strings.EqualFold(v, "true") {
+	switch {
+	case p.fresh && replayed(p.first):
+		// The key's first request can have nothing to replay: a marker there says nothing,
+		// and makes idem read a first 5xx as a stored one.
+		p.set(CheckReplayMarker, Broken, "the first answer to a fresh key (HTTP %d) also carries %s: true: the marker does not tell a replay from a first answer",
+			p.first.status, ReplayedHeader)
+	case replayed(a):
 		p.set(CheckReplayMarker, Honoured, "%s: true", ReplayedHeader)
-	} else {
+	default:
 		p.set(CheckReplayMarker, NotObserved, "no %s header on the replay", ReplayedHeader)
 	}
 }

@@ -204,7 +204,9 @@ func (r *Report) WriteText(w io.Writer, width int) error {
 		fmt.Fprintf(&b, "  Classifiers: KeyConflictCodes(%q) before DefaultClassifiers()\n", s.KeyConflictCodes)
 	}
 	if s.LookupPath != "" {
-		fmt.Fprintf(&b, "  Lookup:    lookup, from lookup, err := idem.LookupByReference(%q, \"\")\n", s.LookupPath)
+		// The Go statement on a line of its own: with a long search path it would pass the
+		// width after the label.
+		fmt.Fprintf(&b, "  Lookup:    Config.Lookup from\n    lookup, err := idem.LookupByReference(%q, \"\")\n", s.LookupPath)
 	}
 	for _, n := range s.Notes {
 		for i, l := range wrap(n, width-4) {

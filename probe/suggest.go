@@ -54,7 +54,12 @@ func (p *prober) suggestion(v Verdict) Suggestion {
 		}
 		s.Notes = append(s.Notes, n)
 	}
-	if p.rows[CheckReplayMarker].Result != Honoured {
+	switch p.rows[CheckReplayMarker].Result {
+	case Honoured:
+	case Broken:
+		s.Notes = append(s.Notes, "Idempotent-Replayed: true on first answers too: idem reports such answers as replays, "+
+			"and reads a first 5xx so marked as a stored one (not retried; settled by a lookup or Resolve)")
+	default:
 		s.Notes = append(s.Notes, "no Idempotent-Replayed marker: idem cannot tell a replay from a first answer (harmless)")
 	}
 	if cfg.Retention > 0 {

@@ -34,8 +34,10 @@ const DesignPower = 0.95
 // Power states how likely the probe's trials were to catch an API that charges again after
 // a fraction Rate of its executions.
 type Power struct {
-	// Trials is how many payments were sent, resent with their key, and counted by the
-	// search: the trials the probability rests on (0 without a usable search).
+	// Trials is how many payments were sent, resent with their key, and counted by a search
+	// seen to find the probe's payments: the trials the probability rests on. 0 (the power
+	// not established) without a usable search, or when it lists no charge at all or none
+	// for a payment answered 2xx.
 	Trials int `json:"trials"`
 	// Rate is the re-execution rate the probability is given for (DesignRate).
 	Rate float64 `json:"rate"`
@@ -61,7 +63,7 @@ func trialsFor(rate, power float64) int {
 // String is the power in one sentence.
 func (p Power) String() string {
 	if p.Trials == 0 {
-		return "no trial was counted by a search: the probe cannot tell how often the API charges twice"
+		return "not established: no search was seen to find the probe's payments (none usable, or it listed none of them), so the probe cannot tell how often the API charges twice"
 	}
 	s := fmt.Sprintf("%d trials counted by the search: an API charging again after %.0f%% of its executions is caught with probability %.1f%%",
 		p.Trials, p.Rate*100, p.Probability*100)

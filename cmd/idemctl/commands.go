@@ -62,9 +62,34 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer, now fun
 		fmt.Fprintf(stderr, "idemctl: showing the oldest %d records; more match (-limit N, or -limit 0 for every one)\n", *limit)
 	}
 	if c.json {
-		return writeJSON(stdout, recs)
+		err = writeJSON(stdout, recs)
+	} else {
+		err = writeTable(stdout, recs)
 	}
-	return writeTable(stdout, recs)
+	if err != nil || len(damaged) == 0 {
+		return err
+	}
+	// The listing stands (printed above), but it is not every record: exit 1, as recover
+	// does, so that "0 record(s)" from a file read without its key ring is not taken as
+	// empty.
+	return fmt.Errorf("ls skipped %d record(s) that cannot be decoded (named above)%s", len(damaged), damagedHint(damaged, c.keyRingEnv))
+}
+
+// damagedHint says why records could not be decoded when their errors tell: a sealed file
+// read without its key ring, or with another one; else what to do about damage.
+func damagedHint(damaged []damagedRow, keyRingEnv string) string {
+	unknown, wrong := false, false
+	for _, d := range damaged {
+		unknown = unknown || strings.Contains(d.Error, keystore.ErrKeyUnknown.Error())
+		wrong = wrong || strings.Contains(d.Error, keystore.ErrKeyWrong.Error())
+	}
+	switch {
+	case (unknown || wrong) && keyRingEnv == "":
+		return ": their bodies are sealed; give the service's key ring with -keyring-env NAME"
+	case unknown || wrong:
+		return fmt.Sprintf(": their bodies are sealed with a key that the key ring of -keyring-env %s does not hold, or holds another key under its id; give the service's key ring", keyRingEnv)
+	}
+	return ": idemctl verify names the damage; quarantine such a record (idemctl quarantine)"
 }
 
 // defaultLsLimit is ls's default -limit: a screenful or two of the oldest records, which are
@@ -188,7 +213,10 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	}
 	// NewClient's own rule for Retention: purged sooner, a repeated intent mints a new key
 	// (a second charge) where the old one would still have been replayed by the server.
-	if *keyTTL <= 0 || *olderThan < *keyTTL {
+	if *keyTTL <= 0 {
+		return usageError{fmt.Sprintf("-key-ttl %s: want the service's Config.KeyTTL, a positive duration (idem's default %s)", *keyTTL, idem.DefaultKeyTTL)}
+	}
+	if *olderThan < *keyTTL {
 		return usageError{fmt.Sprintf("-older-than %s is shorter than -key-ttl %s: a later Do of a purged record's intent would get a new key and could be charged again; purge only records older than the service's KeyTTL", *olderThan, *keyTTL)}
 	}
 	cutoff := now().Add(-*olderThan)

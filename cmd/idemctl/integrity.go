@@ -82,7 +82,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func cmdQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) error {
 	var c common
 	fs := newFlags("quarantine", stderr, &c)
-	tenant := fs.String("tenant", "", "tenant scope of the key")
+	tenant := fs.String("tenant", "", "tenant scope of the key; without it, the only tenant that has it")
 	outcome := fs.String("outcome", "", "what happened to the payment: executed or not-executed (required; check the provider first)")
 	note := fs.String("note", "", "who decided, on what evidence; kept on the record (required)")
 	rest, err := parse(fs, &c, args, 1)
@@ -112,6 +112,11 @@ func cmdQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return err
 	}
 	defer s.Close()
+	if !flagSet(fs, "tenant") { // as show and resolve: keys are unique in practice
+		if *tenant, err = findTenant(ctx, &storeBackend{s: s, now: now}, key, ""); err != nil {
+			return err
+		}
+	}
 	rec, err := s.Quarantine(ctx, *tenant, key, boltstore.Verdict{Executed: executed, Note: *note, Now: now()})
 	if err != nil {
 		return err

@@ -58,22 +58,26 @@
 // entry. quarantine sets a damaged record aside once the operator says what happened to its
 // payment (-outcome): the damaged bytes are kept in the file, and a settled record takes its
 // place under its intent (succeeded for executed, failed for not-executed, as resolve
-// settles), so that the intent is no longer blocked. rebuild-index rebuilds the intent index
+// settles), so that the intent is no longer blocked; without -tenant it finds the only tenant
+// that has the key, as show and resolve do. rebuild-index rebuilds the intent index
 // from the records; it refuses while a record is damaged (quarantine it first). These three
 // work on a file only (-db), opened for writing by quarantine and rebuild-index.
 //
 // A keystore file whose bodies are sealed (boltstore.Options.KeyRing) is read with the same
 // key ring, given by -keyring-env NAME: the environment variable NAME holds
 // ID:BASE64KEY[,ID:BASE64KEY...], the sealing key first (never a flag's value, which would
-// land in shell history). Without it, its records are listed as unreadable (an error naming
-// the key id), and show, resolve and recover refuse them; verify needs no key.
+// land in shell history). Without it (or with another key ring), ls names its records as
+// unreadable (an error naming the key id) and exits 1, and show, resolve and recover refuse
+// them; verify needs no key.
 //
 // Output is a human table within 100 columns by default (long values clipped with "…") and
 // JSON with -json (bodies base64, as []byte). Records hold no credentials (idem never persists them, and idemctl strips
 // them again before printing), but show prints request and response bodies, whole.
 //
 // Exit status: 0 on success, 1 on an error (a locked or damaged file, an unknown key, a
-// record that is not manual, a refused admin request), 2 on a usage error. recover also exits
+// record that is not manual, a refused admin request), 2 on a usage error (a non-positive
+// purge -key-ttl included). ls exits 1 when it skipped records it cannot decode, after
+// listing the others and naming the skipped ones on stderr. recover also exits
 // 1 when it skipped records it cannot decode, or left records pending (outcome still
 // unknown: run it again) or manual (a lookup or a person settles them): it prints what it
 // did to every record (-json: with the skipped ones under "damaged", as POST /recover

@@ -45,12 +45,14 @@ flags:
                       (credentials never go on the command line)
   -trials N           payments sent and resent with their key, every third with its answer
                       cut (default 30: an API charging again after 10% of its executions is
-                      caught with probability 95.8%)
+                      caught with probability 95.8%; at most 10000)
   -retention D        the key retention the API advertises (e.g. 24h); the retention row
                       resends a key 90% into it when it is at most -retention-wait
   -retention-wait D   the longest the probe waits for that (default 1m)
-  -concurrency N      identical requests sent at once for the in-progress check (default 8)
-  -rounds N           bursts of them at most, one operation each, until one overlaps (default 3)
+  -concurrency N      identical requests sent at once for the in-progress check (default 8,
+                      at most 1000)
+  -rounds N           bursts of them at most, one operation each, until one overlaps
+                      (default 3, at most 100)
   -timeout D          per request (default 10s)
 
 exit status: 0 the verdict is safe (every safety row observed honoured); 1 a row broken, or

@@ -266,3 +266,26 @@ func TestProbeUsage(t *testing.T) {
 		t.Errorf("-h: exit %d, %q", code, errOut)
 	}
 }
+
+// Absurd counts are a usage error naming the cap, before anything is sent or allocated: a
+// dry run does not add them up, a run does not start a goroutine per request.
+func TestProbeRefusesCountsAboveTheCaps(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	const huge = "9223372036854775807"
+	for _, args := range [][]string{
+		{"-dry-run", "-trials", huge},
+		{"-dry-run", "-trials", fmt.Sprint(probe.MaxTrials + 1)},
+		{"-sandbox", "-concurrency", huge},
+		{"-sandbox", "-rounds", fmt.Sprint(probe.MaxRounds + 1)},
+	} {
+		code, out, errOut := probeCmd(append([]string{srv.URL}, args...)...)
+		if code != 2 || out != "" || !strings.Contains(errOut, "outside 0 to") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and the cap on stderr", args, code, out, errOut)
+		}
+	}
+	if hits.Load() != 0 {
+		t.Errorf("%d requests sent", hits.Load())
+	}
+}
