@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/idemkit/idem/keystore"
 )
@@ -327,7 +328,7 @@ func (s *Store) RebuildIntentIndex(ctx context.Context) (int, error) {
 		// The pending index too: rebuilt from the same records (a damaged entry there hides
 		// a record from ClaimExpired, though Recover's listing still finds it).
 		for _, b := range [][]byte{bucketUnleased, bucketLeased} {
-			if err := tx.DeleteBucket(b); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
+			if err := tx.DeleteBucket(b); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 				return abort(err)
 			}
 		}
