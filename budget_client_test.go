@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // Outage, drain, deny, recovery, refill: the budget lets retries resume only after healthy
@@ -38,7 +39,7 @@ func TestBudgetDrainsDeniesAndRefills(t *testing.T) {
 	_, err := c.Do(ctx, op, CallMaxAttempts(10))
 	require.ErrorIs(t, err, ErrBudgetExhausted)
 	assert.Equal(t, 3, opErr(t, err).Attempts)
-	assert.Equal(t, 0, c.Budget().Available())
+	assert.Equal(t, 0, c.budget.tokens())
 	rec, err := store.Get(ctx, "", op.Key())
 	require.NoError(t, err)
 	assert.Equal(t, keystore.StatePending, rec.State, "a denied call stays reconcilable")
@@ -57,23 +58,23 @@ func TestBudgetDrainsDeniesAndRefills(t *testing.T) {
 		_, err := c.Do(ctx, payment(i+20, "ok"))
 		require.NoError(t, err)
 	}
-	assert.Equal(t, 5, c.Budget().Available())
+	assert.Equal(t, 5, c.budget.tokens())
 
 	// Now a retry is affordable again, and its success gives the tokens back.
 	flaky.Store(1)
 	res, err := c.Do(ctx, payment(99, "retry-again"))
 	require.NoError(t, err)
 	assert.Equal(t, 2, res.Attempts)
-	assert.Equal(t, 5, c.Budget().Available())
+	assert.Equal(t, 5, c.budget.tokens())
 
 	// CallNoBudget bypasses an empty bucket for one call.
-	c.Budget().take(&call{}, false)
-	require.Equal(t, 0, c.Budget().Available())
+	c.budget.take(&call{}, false)
+	require.Equal(t, 0, c.budget.tokens())
 	flaky.Store(2)
 	res, err = c.Do(ctx, payment(100, "vip"), CallNoBudget())
 	require.NoError(t, err)
 	assert.Equal(t, 3, res.Attempts)
-	assert.Equal(t, 1, c.Budget().Available(), "no tokens taken; the success refunds one")
+	assert.Equal(t, 1, c.budget.tokens(), "no tokens taken; the success refunds one")
 }
 
 // A resumed record that was sent before is resent under the retry budget, like a retry: a
@@ -83,12 +84,12 @@ func TestBudgetDrainsDeniesAndRefills(t *testing.T) {
 func TestResumedResendsTakeBudgetTokens(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		status KeyStatusFunc // nil: no status endpoint; records left "not executed" resend as they are
-		state  bool          // the status endpoint says not_found: a resend of an unknown outcome
+		status outcome.KeyStatusFunc // nil: no status endpoint; records left "not executed" resend as they are
+		state  bool                  // the status endpoint says not_found: a resend of an unknown outcome
 	}{
 		{"not executed, resent without asking", nil, false},
-		{"unknown, resent after not_found", func(context.Context, KeyStatusRequest) (KeyStatus, error) {
-			return KeyStatus{State: KeyStatusNotFound}, nil
+		{"unknown, resent after not_found", func(context.Context, outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
+			return outcome.KeyStatus{State: outcome.KeyStatusNotFound}, nil
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,7 +138,7 @@ func TestResumedResendsTakeBudgetTokens(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, int64(7), a.posts.Load(), "within the same second: nothing")
 			assert.Equal(t, int64(5), restarted.Stats().BudgetDenied, "each of the four denied")
-			clk.Advance(ResendFloor)
+			clk.Advance(resendFloor)
 			_, err = restarted.Recover(context.Background(), nil)
 			require.NoError(t, err)
 			assert.Equal(t, int64(8), a.posts.Load(), "a second later: one more")
@@ -176,10 +177,10 @@ func TestPendingRecordsResentAfterTheOutage(t *testing.T) {
 	rep, err := c.Recover(context.Background(), nil) // still down: the bucket drains
 	require.NoError(t, err)
 	require.Equal(t, n, rep.Pending)
-	require.Zero(t, c.Budget().Available())
+	require.Zero(t, c.budget.tokens())
 
 	down.Store(false)
-	clk.Advance(ResendFloor) // the floor is due again: one resend, whose answer pays for the next
+	clk.Advance(resendFloor) // the floor is due again: one resend, whose answer pays for the next
 	// Recover runs records side by side, so those started while the bucket was empty are
 	// denied; each pass finds the bucket refilled by the last one's answers. No clock moves:
 	// the floor alone (one a second) would take n seconds.
@@ -227,7 +228,7 @@ func TestRefusedResendsDoNotFillTheBudget(t *testing.T) {
 		_, err := c.Do(ctx, payment(i+1, fmt.Sprintf("p-%d", i)), CallMaxAttempts(1))
 		require.Error(t, err)
 	}
-	for i := 0; c.Budget().Available() > 0; i++ { // the outage drains the bucket
+	for i := 0; c.budget.tokens() > 0; i++ { // the outage drains the bucket
 		_, _ = c.Do(ctx, payment(999, fmt.Sprintf("drain-%d", i)), CallMaxAttempts(100))
 	}
 	clk.Advance(10 * time.Minute) // past the lease holds
@@ -238,5 +239,5 @@ func TestRefusedResendsDoNotFillTheBudget(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Equal(t, int64(1), posts.Load()-before, "the floor's one resend")
-	assert.Zero(t, c.Budget().Available(), "a refusal puts back only what it took")
+	assert.Zero(t, c.budget.tokens(), "a refusal puts back only what it took")
 }

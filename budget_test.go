@@ -14,9 +14,9 @@ import (
 // bgSmall is the small bucket of the drain tests.
 var bgSmall = BudgetConfig{Capacity: 20, RetryCost: 5, UnknownCost: 10, SuccessRefund: 1}
 
-func bgNew(t *testing.T, cfg BudgetConfig) *Budget {
+func bgNew(t *testing.T, cfg BudgetConfig) *retryBudget {
 	t.Helper()
-	b, err := NewBudget(cfg)
+	b, err := newRetryBudget(cfg)
 	require.NoError(t, err)
 	require.NotNil(t, b)
 	return b
@@ -25,20 +25,20 @@ func bgNew(t *testing.T, cfg BudgetConfig) *Budget {
 func TestNewBudgetDefaults(t *testing.T) {
 	b := bgNew(t, BudgetConfig{})
 	assert.Equal(t, BudgetConfig{
-		Capacity:      DefaultBudgetCapacity,
-		RetryCost:     DefaultBudgetRetryCost,
-		UnknownCost:   DefaultBudgetUnknownCost,
-		SuccessRefund: DefaultBudgetSuccessRefund,
+		Capacity:      defaultBudgetCapacity,
+		RetryCost:     defaultBudgetRetryCost,
+		UnknownCost:   defaultBudgetUnknownCost,
+		SuccessRefund: defaultBudgetSuccessRefund,
 	}, b.cfg)
-	assert.Equal(t, 500, b.Available(), "starts full")
-	assert.Equal(t, 500, DefaultBudgetCapacity)
-	assert.Equal(t, 5, DefaultBudgetRetryCost)
-	assert.Equal(t, 10, DefaultBudgetUnknownCost)
-	assert.Equal(t, 1, DefaultBudgetSuccessRefund)
+	assert.Equal(t, 500, b.tokens(), "starts full")
+	assert.Equal(t, 500, defaultBudgetCapacity)
+	assert.Equal(t, 5, defaultBudgetRetryCost)
+	assert.Equal(t, 10, defaultBudgetUnknownCost)
+	assert.Equal(t, 1, defaultBudgetSuccessRefund)
 
 	partial := bgNew(t, BudgetConfig{Capacity: 7, UnknownCost: 3})
 	assert.Equal(t, BudgetConfig{Capacity: 7, RetryCost: 5, UnknownCost: 3, SuccessRefund: 1}, partial.cfg)
-	assert.Equal(t, 7, partial.Available())
+	assert.Equal(t, 7, partial.tokens())
 }
 
 func TestNewBudgetInvalid(t *testing.T) {
@@ -49,7 +49,7 @@ func TestNewBudgetInvalid(t *testing.T) {
 		"SuccessRefund": {SuccessRefund: -1},
 	} {
 		t.Run(name, func(t *testing.T) {
-			b, err := NewBudget(cfg)
+			b, err := newRetryBudget(cfg)
 			assert.Nil(t, b)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
 			assert.NotErrorIs(t, err, ErrInvalidPolicy)
@@ -58,18 +58,18 @@ func TestNewBudgetInvalid(t *testing.T) {
 }
 
 func TestBudgetDisabled(t *testing.T) {
-	b, err := NewBudget(BudgetConfig{Disabled: true, Capacity: -1})
+	b, err := newRetryBudget(BudgetConfig{Disabled: true, Capacity: -1})
 	require.NoError(t, err, "Disabled wins over the other fields")
 	require.Nil(t, b)
 
-	var nilB *Budget
+	var nilB *retryBudget
 	cl := &call{}
 	for range 1000 {
 		assert.True(t, nilB.take(cl, false))
 		assert.True(t, nilB.take(cl, true))
 	}
 	assert.Equal(t, 0, cl.spent, "a nil budget charges nothing")
-	assert.Equal(t, 0, nilB.Available())
+	assert.Equal(t, 0, nilB.tokens())
 	assert.NotPanics(t, func() { nilB.succeeded(cl) })
 }
 
@@ -78,12 +78,12 @@ func TestBudgetDrain(t *testing.T) {
 	cl := &call{}
 	for i := range 4 {
 		require.True(t, b.take(cl, false), "retry %d", i+1)
-		assert.Equal(t, 20-5*(i+1), b.Available())
+		assert.Equal(t, 20-5*(i+1), b.tokens())
 		assert.Equal(t, 5*(i+1), cl.spent)
 	}
 	assert.False(t, b.take(cl, false), "empty bucket refuses")
 	assert.False(t, b.take(&call{}, false), "for every call")
-	assert.Equal(t, 0, b.Available())
+	assert.Equal(t, 0, b.tokens())
 	assert.Equal(t, 20, cl.spent, "a refused take charges nothing")
 }
 
@@ -91,14 +91,14 @@ func TestBudgetUnknownCost(t *testing.T) {
 	b := bgNew(t, bgSmall)
 	cl := &call{}
 	require.True(t, b.take(cl, true))
-	assert.Equal(t, 10, b.Available())
+	assert.Equal(t, 10, b.tokens())
 	assert.Equal(t, 10, cl.spent)
 	require.True(t, b.take(cl, false))
-	assert.Equal(t, 5, b.Available())
+	assert.Equal(t, 5, b.tokens())
 	assert.False(t, b.take(cl, true), "5 left cannot pay an unknown retry (10)")
-	assert.Equal(t, 5, b.Available())
+	assert.Equal(t, 5, b.tokens())
 	assert.True(t, b.take(cl, false), "but can pay a plain one (5)")
-	assert.Equal(t, 0, b.Available())
+	assert.Equal(t, 0, b.tokens())
 	assert.Equal(t, 20, cl.spent)
 }
 
@@ -108,20 +108,20 @@ func TestBudgetSucceededRefund(t *testing.T) {
 		cl := &call{}
 		require.True(t, b.take(cl, false))
 		require.True(t, b.take(cl, true))
-		require.Equal(t, 5, b.Available())
+		require.Equal(t, 5, b.tokens())
 		b.succeeded(cl)
-		assert.Equal(t, 20, b.Available())
+		assert.Equal(t, 20, b.tokens())
 		assert.Equal(t, 0, cl.spent, "spent is reset")
 		b.succeeded(cl) // a second success of the same call is a first-attempt refund now
-		assert.Equal(t, 20, b.Available(), "capped at capacity")
+		assert.Equal(t, 20, b.tokens(), "capped at capacity")
 	})
 
 	t.Run("first-attempt success adds SuccessRefund", func(t *testing.T) {
 		b := bgNew(t, bgSmall)
 		require.True(t, b.take(&call{}, true))
-		require.Equal(t, 10, b.Available())
+		require.Equal(t, 10, b.tokens())
 		b.succeeded(&call{})
-		assert.Equal(t, 11, b.Available())
+		assert.Equal(t, 11, b.tokens())
 	})
 
 	t.Run("refund of spent is capped at capacity", func(t *testing.T) {
@@ -130,9 +130,9 @@ func TestBudgetSucceededRefund(t *testing.T) {
 		require.True(t, b.take(retried, false)) // 15 left, 5 outstanding
 		b.succeeded(&call{})                    // 16
 		b.succeeded(&call{})                    // 17
-		require.Equal(t, 17, b.Available())
+		require.Equal(t, 17, b.tokens())
 		b.succeeded(retried) // 17 + 5 = 22 -> 20
-		assert.Equal(t, 20, b.Available())
+		assert.Equal(t, 20, b.tokens())
 	})
 
 	t.Run("full bucket stays full", func(t *testing.T) {
@@ -140,7 +140,7 @@ func TestBudgetSucceededRefund(t *testing.T) {
 		for range 10 {
 			b.succeeded(&call{})
 		}
-		assert.Equal(t, 20, b.Available())
+		assert.Equal(t, 20, b.tokens())
 	})
 
 	t.Run("SuccessRefund is configurable", func(t *testing.T) {
@@ -149,7 +149,7 @@ func TestBudgetSucceededRefund(t *testing.T) {
 			require.True(t, b.take(&call{}, false))
 		}
 		b.succeeded(&call{})
-		assert.Equal(t, 3, b.Available())
+		assert.Equal(t, 3, b.tokens())
 	})
 }
 
@@ -158,13 +158,13 @@ func TestBudgetRefillAfterOutage(t *testing.T) {
 	// The outage: every call retries until the bucket is empty and no call succeeds.
 	for b.take(&call{}, false) {
 	}
-	require.Equal(t, 0, b.Available())
+	require.Equal(t, 0, b.tokens())
 
 	// Recovery: first-attempt successes put back one token each; a retry is allowed again
 	// exactly when the bucket can pay its cost.
 	for n := 1; n <= 20; n++ {
 		b.succeeded(&call{})
-		require.Equal(t, n, b.Available())
+		require.Equal(t, n, b.tokens())
 		probe := bgNew(t, bgSmall) // same state, probed without spending the real bucket
 		probe.available = n
 		assert.Equal(t, n >= 5, probe.take(&call{}, false), "retry allowed with %d tokens", n)
@@ -172,19 +172,19 @@ func TestBudgetRefillAfterOutage(t *testing.T) {
 		assert.Equal(t, n >= 10, probe.take(&call{}, true), "unknown retry allowed with %d tokens", n)
 	}
 	b.succeeded(&call{})
-	assert.Equal(t, 20, b.Available(), "never above capacity")
+	assert.Equal(t, 20, b.tokens(), "never above capacity")
 
 	// And the real bucket: drain, refill 4, refused; one more, allowed.
 	for b.take(&call{}, false) {
 	}
-	require.Equal(t, 0, b.Available())
+	require.Equal(t, 0, b.tokens())
 	for range 4 {
 		b.succeeded(&call{})
 	}
 	assert.False(t, b.take(&call{}, false))
 	b.succeeded(&call{})
 	assert.True(t, b.take(&call{}, false))
-	assert.Equal(t, 0, b.Available())
+	assert.Equal(t, 0, b.tokens())
 }
 
 func TestBudgetConcurrent(t *testing.T) {
@@ -193,7 +193,7 @@ func TestBudgetConcurrent(t *testing.T) {
 	var violations atomic.Int64
 	var granted atomic.Int64
 	check := func() {
-		if a := b.Available(); a < 0 || a > capacity {
+		if a := b.tokens(); a < 0 || a > capacity {
 			violations.Add(1)
 		}
 	}
@@ -221,7 +221,7 @@ func TestBudgetConcurrent(t *testing.T) {
 	wg.Wait()
 	assert.Zero(t, violations.Load(), "available left [0, capacity]")
 	assert.Positive(t, granted.Load())
-	final := b.Available()
+	final := b.tokens()
 	assert.GreaterOrEqual(t, final, 0)
 	assert.LessOrEqual(t, final, capacity)
 }
@@ -230,12 +230,12 @@ func TestBudgetConcurrent(t *testing.T) {
 // fewer tokens than that and the floor spent, it claims nothing (adversarial run: it
 // claimed, asked the status endpoint, and was denied).
 func TestResendPossibleCoversTheCostlierResend(t *testing.T) {
-	b, err := NewBudget(BudgetConfig{Capacity: 7, RetryCost: 5, UnknownCost: 10})
+	b, err := newRetryBudget(BudgetConfig{Capacity: 7, RetryCost: 5, UnknownCost: 10})
 	require.NoError(t, err)
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	cl := &call{}
 	require.True(t, b.takeResend(cl, true, now), "the floor pays the first")
 	assert.False(t, b.resendPossible(now), "7 tokens cannot pay an unknown outcome's 10, and the floor is spent")
 	assert.False(t, b.takeResend(&call{}, true, now))
-	assert.True(t, b.resendPossible(now.Add(ResendFloor)), "the floor is due a second later")
+	assert.True(t, b.resendPossible(now.Add(resendFloor)), "the floor is due a second later")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // errStopped tells go-retryablehttp that the call decided to stop; the decision itself is in
@@ -37,13 +38,13 @@ type call struct {
 	statusChecks int
 	known        knowledge // what is known of the key's earlier requests (decide.go)
 	lookupAfter  bool      // a refused resend after an unknown outcome or a "not found" ended the call: Config.Lookup may find the payment (refusal.go)
-	last         *Attempt
+	last         *outcome.Attempt
 	unknownCause string                // why the outcome became unknown ("; attempt 1 got ..."), for messages
 	unsentBefore bool                  // no request of the key left before this call (resendExpired)
 	delay        time.Duration         // wait before the next attempt, decided in checkRetry
 	spent        int                   // retry-budget tokens this call took
 	lastCode     int                   // status of the last response in this call, 0 if none
-	lastAnswer   *Attempt              // the last attempt that got a response: every stop after it carries it
+	lastAnswer   *outcome.Attempt      // the last attempt that got a response: every stop after it carries it
 	credErr      error                 // Config.Credentials failed: nothing was sent, nothing will be
 	lease        callLease             // the record's lease while the call runs (fleet.go)
 	trace        httptrace.ClientTrace // GetConn sets pooled, GotConn written; set at the first attempt, composed with no caller's trace (RoundTrip)
@@ -57,7 +58,7 @@ type call struct {
 	// What a successful call makes, allocated with it: one allocation instead of four.
 	own struct {
 		rec      keystore.Record   // the record Do creates (open)
-		attempt  Attempt           // the first attempt
+		attempt  outcome.Attempt   // the first attempt
 		resp     keystore.Response // the persisted response
 		respUsed bool
 		body     bytes.Reader // the body's reader until the first attempt (nextBody)
@@ -234,15 +235,15 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		cl.lastAnswer = a
 	}
 	class := cl.c.classes.Classify(a)
-	if class < ClassSuccess || class > ClassDone || (class == ClassSuccess || class == ClassDone) && a.Response == nil ||
-		class == ClassStoredServerError && a.StatusCode() < 300 || class == ClassStoredServerError && a.StatusCode()/100 == 4 {
-		class = ClassUnknown // a classifier's impossible answer: ask before resending
+	if class < outcome.ClassSuccess || class > outcome.ClassDone || (class == outcome.ClassSuccess || class == outcome.ClassDone) && a.Response == nil ||
+		class == outcome.ClassStoredServerError && a.StatusCode() < 300 || class == outcome.ClassStoredServerError && a.StatusCode()/100 == 4 {
+		class = outcome.ClassUnknown // a classifier's impossible answer: ask before resending
 	}
-	if (class == ClassPermanent || class == ClassKeyConflict) && a.StatusCode() >= 500 {
-		class = ClassStoredServerError // "do not retry" on a 5xx: the effect is still unknown
+	if (class == outcome.ClassPermanent || class == outcome.ClassKeyConflict) && a.StatusCode() >= 500 {
+		class = outcome.ClassStoredServerError // "do not retry" on a 5xx: the effect is still unknown
 	}
 	cl.c.onAttempt(cl, a, class)
-	refused := (class == ClassPermanent || class == ClassKeyConflict) && (!a.replayed() || notFinal(a.StatusCode()))
+	refused := (class == outcome.ClassPermanent || class == outcome.ClassKeyConflict) && (!a.Replayed() || outcome.NotFinal(a.StatusCode()))
 	// After a "not found", a 400 is the exception to the rule below: malformed content (RFC
 	// 9110 §15.5.1) is judged on the bytes, which the earlier request shares, so it was or
 	// will be refused alike, and the status endpoint's "not found" says nothing was executed
@@ -269,30 +270,30 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		return false, errStopped
 	}
 	switch class {
-	case ClassSuccess:
+	case outcome.ClassSuccess:
 		cl.succeed(a)
 		return false, nil
-	case ClassPermanent:
-		cl.fail(ErrPermanent, a.StatusCode(), cl.response(a, SourceResponse), nil)
+	case outcome.ClassPermanent:
+		cl.fail(ErrPermanent, a.StatusCode(), cl.response(a, outcome.SourceResponse), nil)
 		return false, errStopped
-	case ClassStoredServerError:
-		src := SourceResponse
-		if a.replayed() {
-			src = SourceReplay
+	case outcome.ClassStoredServerError:
+		src := outcome.SourceResponse
+		if a.Replayed() {
+			src = outcome.SourceReplay
 		}
 		cl.storedServerError(cl.response(a, src),
 			fmt.Errorf("the server stored HTTP %d for the key: execution began (or a redirect said nothing of it), effect unknown", a.StatusCode()))
 		return false, errStopped
-	case ClassKeyConflict:
+	case outcome.ClassKeyConflict:
 		cl.c.onKeyConflict(cl, a.StatusCode())
-		cl.fail(ErrKeyConflict, a.StatusCode(), cl.response(a, SourceResponse),
+		cl.fail(ErrKeyConflict, a.StatusCode(), cl.response(a, outcome.SourceResponse),
 			fmt.Errorf("the server refused key %q as already used with another request (HTTP %d); every request of the key from this keystore had the same method, URL and body (fingerprint %.12s), so what differed is elsewhere: a header the server compares (such as Content-Type, an API version or the account), or a request of the key from another client",
 				cl.rec.Key, a.StatusCode(), cl.rec.Fingerprint))
 		return false, errStopped
-	case ClassDone:
+	case outcome.ClassDone:
 		cl.fetchPointer(ctx, a) // sets the result, or stops the call
 		return false, errStopped
-	case ClassInProgress:
+	case outcome.ClassInProgress:
 		cl.known = knownUnknown
 		cl.unknownCause = cl.outcome(a, fmt.Sprintf("attempt %d", cl.attempts))
 		wait, fromRA := cl.nextDelay(a.Response)
@@ -305,7 +306,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		}
 		cl.resendWaited = false
 		return cl.retry(ctx, a, class, true)
-	case ClassUnknown:
+	case outcome.ClassUnknown:
 		cl.known = knownUnknown
 		cl.unknownCause = cl.outcome(a, fmt.Sprintf("attempt %d", cl.attempts))
 		cl.c.onUnknown(cl, a)
@@ -320,5 +321,5 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		cl.resendWaited = false
 		return cl.retry(ctx, a, class, waited)
 	}
-	return cl.retry(ctx, a, ClassRetry, false)
+	return cl.retry(ctx, a, outcome.ClassRetry, false)
 }

@@ -3,22 +3,24 @@ package idem
 import (
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/outcome"
 )
 
 // How a call ends: with an answer, a failure, a stop that leaves the record pending, a
 // stored 5xx, or a key the server may have forgotten.
 
-func (cl *call) succeed(a *Attempt) {
-	src := SourceResponse
+func (cl *call) succeed(a *outcome.Attempt) {
+	src := outcome.SourceResponse
 	if a.Response.Header.Get("Idempotent-Replayed") == "true" {
-		src = SourceReplay
+		src = outcome.SourceReplay
 		cl.c.onReplay(cl, a.StatusCode())
 	}
 	cl.known = knownClean
 	cl.result = cl.response(a, src)
 }
 
-func (cl *call) response(a *Attempt, src Source) *Result {
+func (cl *call) response(a *outcome.Attempt, src outcome.Source) *Result {
 	if a == nil || a.Response == nil {
 		return nil
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/idemkit/idem/outcome"
 )
 
 // Resends: what the last attempt said, the retry budget's token, the wait, and the body
@@ -14,10 +16,10 @@ import (
 // lastOutcome says what the last attempt got, for an error message: its status, or its
 // transport error as text (not wrapped: an attempt's own timeout must not read as the
 // caller's context.DeadlineExceeded).
-func (cl *call) lastOutcome(a *Attempt) string { return cl.outcome(a, "the last") }
+func (cl *call) lastOutcome(a *outcome.Attempt) string { return cl.outcome(a, "the last") }
 
 // outcome is lastOutcome with the attempt named as which.
-func (cl *call) outcome(a *Attempt, which string) string {
+func (cl *call) outcome(a *outcome.Attempt, which string) string {
 	switch {
 	case a == nil:
 		return ""
@@ -37,7 +39,7 @@ func (cl *call) outcome(a *Attempt, which string) string {
 // into an outage the budget was holding back. unknown: the earlier outcome is unknown (the
 // costlier token, as for a retry after a timeout). A denied token stops the call with
 // ErrBudgetExhausted; the record stays pending for a later Do or Recover. The budget's floor
-// (ResendFloor) lets one such resend through per second even with an empty bucket.
+// (resendFloor) lets one such resend through per second even with an empty bucket.
 func (cl *call) takeResendToken(unknown bool) bool {
 	if cl.s.noBudget {
 		return true
@@ -54,7 +56,7 @@ func (cl *call) takeResendToken(unknown bool) bool {
 // retry decides whether a resend may happen: attempts left, a wait that fits the policy,
 // the deadline and the time budget, and a retry-budget token. waited means the caller already
 // waited for this resend (409 in progress), so no further delay is added.
-func (cl *call) retry(ctx context.Context, a *Attempt, reason Class, waited bool) (bool, error) {
+func (cl *call) retry(ctx context.Context, a *outcome.Attempt, reason outcome.Class, waited bool) (bool, error) {
 	if cl.attempts >= cl.s.policy.MaxAttempts {
 		cl.halt(ErrExhausted, fmt.Errorf("%d of %d attempts used%s", cl.attempts, cl.s.policy.MaxAttempts, cl.lastOutcome(a)))
 		return false, errStopped
@@ -63,7 +65,7 @@ func (cl *call) retry(ctx context.Context, a *Attempt, reason Class, waited bool
 	var fromRA bool
 	if !waited {
 		var resp *http.Response
-		if a != nil && reason == ClassRetry {
+		if a != nil && reason == outcome.ClassRetry {
 			resp = a.Response // Retry-After on a 429/503 is the server's word on when to come back
 		}
 		d, fromRA = cl.nextDelay(resp)
@@ -71,7 +73,7 @@ func (cl *call) retry(ctx context.Context, a *Attempt, reason Class, waited bool
 	if !cl.allow(ctx, d, fromRA) {
 		return false, errStopped
 	}
-	if !cl.s.noBudget && !cl.c.budget.take(cl, reason == ClassUnknown || reason == ClassInProgress) {
+	if !cl.s.noBudget && !cl.c.budget.take(cl, reason == outcome.ClassUnknown || reason == outcome.ClassInProgress) {
 		cl.c.onBudgetDenied(cl)
 		cl.halt(ErrBudgetExhausted, nil)
 		return false, errStopped

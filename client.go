@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem/internal/wait"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // Client sends operations with idempotency keys, retries them safely and records their
@@ -26,8 +27,8 @@ type Client struct {
 	statusHTTP *http.Client
 	store      keystore.Store
 	policy     Policy
-	classes    Classifiers
-	budget     *Budget
+	classes    outcome.Classifiers
+	budget     *retryBudget
 	locks      keyLocks
 	stats      counters
 	purger     purger                // background retention purge (purge.go)
@@ -49,7 +50,7 @@ type Client struct {
 // PurgeInterval is valid: it disables the background purge.
 func NewClient(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, policy: cfg.Policy.withDefaults()}
-	if err := c.policy.Validate(); err != nil {
+	if err := c.policy.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.BaseURL != "" {
@@ -79,7 +80,7 @@ func NewClient(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: Tenant is not valid UTF-8", ErrInvalidConfig)
 	}
 	if cfg.KeyHeader == "" {
-		c.cfg.KeyHeader = DefaultKeyHeader
+		c.cfg.KeyHeader = defaultKeyHeader
 	} else if !isToken(cfg.KeyHeader) {
 		return nil, fmt.Errorf("%w: KeyHeader %q is not a header name", ErrInvalidConfig, cfg.KeyHeader)
 	}
@@ -103,14 +104,14 @@ func NewClient(cfg Config) (*Client, error) {
 		c.cfg.KeyTTL = DefaultKeyTTL
 	}
 	if cfg.Retention == 0 {
-		c.cfg.Retention = DefaultRetention
+		c.cfg.Retention = defaultRetention
 	}
 	if c.cfg.Retention < c.cfg.KeyTTL {
 		return nil, fmt.Errorf("%w: Retention %s is shorter than KeyTTL %s: a purged intent would be paid again under a new key while the server still holds the old one",
 			ErrInvalidConfig, c.cfg.Retention, c.cfg.KeyTTL)
 	}
 	if cfg.RecoverConcurrency == 0 {
-		c.cfg.RecoverConcurrency = DefaultRecoverConcurrency
+		c.cfg.RecoverConcurrency = defaultRecoverConcurrency
 	}
 	if cfg.Now == nil {
 		c.cfg.Now = time.Now
@@ -152,12 +153,12 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	c.classes = cfg.Classifiers
 	if c.classes == nil {
-		c.classes = DefaultClassifiers()
+		c.classes = outcome.DefaultClassifiers()
 	}
 	if len(c.dialect.p.Rules) > 0 { // the provider's answers are read first
-		c.classes = append(Classifiers{c.profileClassifier()}, c.classes...)
+		c.classes = append(outcome.Classifiers{c.profileClassifier()}, c.classes...)
 	}
-	b, err := NewBudget(cfg.Budget)
+	b, err := newRetryBudget(cfg.Budget)
 	if err != nil {
 		return nil, err
 	}
@@ -190,14 +191,6 @@ func (c *Client) SecretHeaders() []string {
 	return slices.Clone(c.cfg.SecretHeaders)
 }
 
-// Budget returns the client-wide retry budget (nil when disabled, or for a nil Client).
-func (c *Client) Budget() *Budget {
-	if c == nil {
-		return nil
-	}
-	return c.budget
-}
-
 func (c *Client) settings(opts []CallOption) (callSettings, error) {
 	s := callSettings{policy: c.policy, statusURL: c.cfg.KeyStatusURL, status: c.cfg.KeyStatusFunc}
 	if len(opts) > 0 { // an option gets a pointer, which moves s to the heap: only then
@@ -209,7 +202,7 @@ func (c *Client) settings(opts []CallOption) (callSettings, error) {
 		}
 		s = o
 	}
-	if err := s.policy.Validate(); err != nil {
+	if err := s.policy.validate(); err != nil {
 		return s, err
 	}
 	// As NewClient checks the client-wide policy: an attempt must not outlive its lease.

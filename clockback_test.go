@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // A record written while the clock ran far ahead, then read after the clock was corrected,
@@ -28,11 +29,11 @@ func TestClockSteppedBackNeverResendsAnOldKey(t *testing.T) {
 	var forgot atomic.Bool
 	c, clk := ledgerClient(t, a, func(cfg *Config) {
 		cfg.Policy = Policy{MaxAttempts: 3, MaxKeyStatusChecks: 2}
-		cfg.KeyStatusFunc = func(context.Context, KeyStatusRequest) (KeyStatus, error) {
+		cfg.KeyStatusFunc = func(context.Context, outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
 			if !forgot.Load() {
-				return KeyStatus{}, errors.New("status endpoint unavailable")
+				return outcome.KeyStatus{}, errors.New("status endpoint unavailable")
 			}
-			return KeyStatus{State: KeyStatusNotFound}, nil // past the server's retention
+			return outcome.KeyStatus{State: outcome.KeyStatusNotFound}, nil // past the server's retention
 		}
 	})
 	clk.Advance(365 * 24 * time.Hour) // the host's clock a year ahead

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -55,13 +56,6 @@ func (e *ClockSkewError) Error() string {
 
 // Is makes errors.Is(err, ErrClockSkew) true.
 func (e *ClockSkewError) Is(target error) bool { return target == ErrClockSkew }
-
-// ClockSkewEvent: an operation was refused because the clocks disagree (Hooks.OnClockSkew).
-// Event.Key is set for a refused lease takeover, empty for a purge or an orphan claim.
-type ClockSkewEvent struct {
-	Event
-	Err *ClockSkewError // the refusal, with both clocks
-}
 
 // The operations checkClock guards, as named in ClockSkewError.Op.
 const (
@@ -198,7 +192,7 @@ func (c *Client) checkClockAt(ctx context.Context, op string, rec *keystore.Reco
 	}
 	e := &ClockSkewError{Op: op, Local: local, Store: store, Skew: skew, Max: c.cfg.MaxClockSkew}
 	c.stats.clockSkew.Add(1)
-	ev := ClockSkewEvent{Event: Event{Time: local}, Err: e}
+	ev := event.ClockSkew{Event: event.Event{Time: local}, Err: e}
 	if rec != nil {
 		ev.Key, ev.Scope, ev.Intent = rec.Key, rec.Scope, rec.Intent
 	}

@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // clockStore is Memory shared by a fleet with an authoritative clock (keystore.Clock), set by
@@ -47,7 +49,7 @@ func (s *clockStore) clockReads() int {
 type skewEnv struct {
 	*env
 	store *clockStore
-	skews []ClockSkewEvent
+	skews []event.ClockSkew
 	mu    sync.Mutex
 }
 
@@ -58,7 +60,7 @@ func newSkewEnv(t *testing.T, ahead time.Duration, mod func(*Config)) *skewEnv {
 		c.Store = se.store
 		c.Owner = "instance-a"
 		c.PurgeInterval = -1
-		c.Hooks.OnClockSkew = func(ev ClockSkewEvent) {
+		c.Hooks.OnClockSkew = func(ev event.ClockSkew) {
 			se.mu.Lock()
 			defer se.mu.Unlock()
 			se.skews = append(se.skews, ev)
@@ -73,10 +75,10 @@ func newSkewEnv(t *testing.T, ahead time.Duration, mod func(*Config)) *skewEnv {
 	return se
 }
 
-func (se *skewEnv) events() []ClockSkewEvent {
+func (se *skewEnv) events() []event.ClockSkew {
 	se.mu.Lock()
 	defer se.mu.Unlock()
-	return append([]ClockSkewEvent(nil), se.skews...)
+	return append([]event.ClockSkew(nil), se.skews...)
 }
 
 // seed stores, by the store's clock: a succeeded record 100 h old (past Retention for every
@@ -201,7 +203,7 @@ func TestBackgroundPurgeClockSkew(t *testing.T) {
 			// The fresh intent is answered from its record: no new key, nothing sent.
 			res, err := se.c.Do(context.Background(), payment(100, "key-fresh", WithIntent("order-fresh")))
 			require.NoError(t, err)
-			assert.Equal(t, SourceStore, res.Source)
+			assert.Equal(t, outcome.SourceStore, res.Source)
 			assert.Equal(t, fresh.Key, res.Key)
 			assert.Equal(t, 0, se.srv.Stats().Requests)
 		})
@@ -232,7 +234,9 @@ func TestReclaimerClockSkew(t *testing.T) {
 				assert.Equal(t, int64(1), se.c.Stats().ClockSkewRefusals)
 				ev := se.events()
 				require.Len(t, ev, 1)
-				assert.Equal(t, "orphan claim", ev[0].Err.Op)
+				var cse *ClockSkewError
+				require.ErrorAs(t, ev[0].Err, &cse)
+				assert.Equal(t, "orphan claim", cse.Op)
 				assert.Equal(t, 1, se.store.clockReads())
 				return
 			}
@@ -450,7 +454,7 @@ func TestSettleRefusedWhenClockOff(t *testing.T) {
 			})
 			ctx := context.Background()
 			rec := newPendingRecord("k-manual", 100, "order-m", se.store.now.Add(-time.Hour))
-			rec.Intent, rec.State, rec.Reason, rec.LastStatusCode = "order-m", keystore.StateManual, ReasonStoredServerError, 500
+			rec.Intent, rec.State, rec.Reason, rec.LastStatusCode = "order-m", keystore.StateManual, keystore.ReasonStoredServerError, 500
 			require.NoError(t, se.store.Create(ctx, rec))
 			var err error
 			if path == "Resolve" {

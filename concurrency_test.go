@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // A server that commits every second request on a connection and then resets it. net/http
@@ -82,11 +83,11 @@ func TestSameKeyNeverSentConcurrently(t *testing.T) {
 	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()))
 	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
 	assert.Equal(t, int64(7), e.c.Stats().SameKeyConcurrency)
-	sources := map[Source]int{}
+	sources := map[outcome.Source]int{}
 	for _, r := range results {
 		sources[r.Source]++
 	}
-	assert.Equal(t, map[Source]int{SourceResponse: 1, SourceStore: 7}, sources)
+	assert.Equal(t, map[outcome.Source]int{outcome.SourceResponse: 1, outcome.SourceStore: 7}, sources)
 }
 
 // Per-call options apply to that call only, even with many concurrent calls.
@@ -112,7 +113,7 @@ func TestPerCallPolicyDoesNotLeak(t *testing.T) {
 	wg.Wait()
 	// The client default is untouched.
 	_, err := c.Do(context.Background(), payment(99, "default"))
-	assert.Equal(t, DefaultMaxAttempts, opErr(t, err).Attempts)
+	assert.Equal(t, defaultMaxAttempts, opErr(t, err).Attempts)
 }
 
 // slowCreate widens the window between persisting a record and sending it.

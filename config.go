@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 	"github.com/idemkit/idem/profile"
 )
 
@@ -14,17 +16,17 @@ import (
 
 // Client defaults.
 const (
-	DefaultKeyHeader = "Idempotency-Key" // IETF Idempotency-Key draft §2
+	defaultKeyHeader = "Idempotency-Key" // IETF Idempotency-Key draft §2
 	DefaultKeyTTL    = 24 * time.Hour    // server's key retention window (Stripe keeps keys 24 h)
-	DefaultRetention = 72 * time.Hour    // how long terminal records stay in the keystore
-	// ExpiredKeySettleDelay is how long after the last request of an expired key
+	defaultRetention = 72 * time.Hour    // how long terminal records stay in the keystore
+	// expiredKeySettleDelay is how long after the last request of an expired key
 	// (ErrKeyExpired) a business lookup that finds no payment may settle it as not executed:
 	// the server may have forgotten the key, so a request still on its way would execute
 	// after the search. A lookup that finds the payment settles it at once. A constant: the
 	// wait is for a request in flight to land, not a policy to tune.
-	ExpiredKeySettleDelay = time.Minute
+	expiredKeySettleDelay = time.Minute
 
-	DefaultRecoverConcurrency = 16 // records Recover reconciles at once
+	defaultRecoverConcurrency = 16 // records Recover reconciles at once
 
 	defaultIdlePerHost = 64 // idle connections per host of the default HTTP client
 )
@@ -57,7 +59,7 @@ type Config struct {
 	Store keystore.Store
 	// Tenant scopes keys locally (WithTenant overrides it per operation). The server scopes
 	// keys by its own notion of tenant, usually the credentials. Valid UTF-8, else
-	// ErrInvalidConfig; a new record's tenant is at most MaxTenantLength bytes.
+	// ErrInvalidConfig; a new record's tenant is at most 255 bytes.
 	Tenant string
 	// KeyStatusURL is the status endpoint path ("{key}" is replaced by the key, escaped for the
 	// path or the query where it stands), such as
@@ -66,7 +68,7 @@ type Config struct {
 	// younger than KeyTTL.
 	KeyStatusURL string
 	// KeyStatusFunc replaces the default status check for APIs with another convention.
-	KeyStatusFunc KeyStatusFunc
+	KeyStatusFunc outcome.KeyStatusFunc
 	// Lookup, if set, is the business lookup: asked about a record the key can tell no more
 	// about (a stored 5xx, ErrStoredServerError; or ErrKeyExpired), when a call ends that way,
 	// when Do meets such a manual record, and by Recover. A conclusive verdict is persisted
@@ -76,13 +78,13 @@ type Config struct {
 	// payment, the call succeeds (SourceLookup); otherwise the call ends as the refusal says
 	// (ErrOutcomeUnknown, the record pending; ErrPermanent for a 400 after "not found"), since
 	// the earlier request may still land after a search that found nothing. For the same
-	// reason an expired key is settled as not executed only ExpiredKeySettleDelay after its
+	// reason an expired key is settled as not executed only one minute after its
 	// last request; until then it stays manual (ErrKeyExpired) and is asked again by the next
 	// Do or Recover.
 	// LookupByReference builds one for APIs that search payments by the caller's reference.
 	// Nil: such manual records wait for Client.Resolve.
 	Lookup LookupFunc
-	// KeyHeader is the header carrying the key. Default DefaultKeyHeader. It must be a header
+	// KeyHeader is the header carrying the key. Default "Idempotency-Key". It must be a header
 	// name that is persisted: a credential header (Authorization, Cookie,
 	// Proxy-Authorization, Set-Cookie) or one of SecretHeaders is ErrInvalidConfig.
 	KeyHeader string
@@ -92,11 +94,11 @@ type Config struct {
 	// Policy is the default retry policy; zero fields take the defaults (see Policy).
 	Policy Policy
 	// Classifiers decide what each attempt means. Default DefaultClassifiers().
-	Classifiers Classifiers
+	Classifiers outcome.Classifiers
 	// Budget is the client-wide retry budget. The zero value enables it with defaults.
 	Budget BudgetConfig
 	// Hooks receive events; nil fields are skipped.
-	Hooks Hooks
+	Hooks event.Hooks
 	// Logger receives debug and warning logs; never bodies or credentials. Nil: no logs.
 	Logger *slog.Logger
 	// Credentials, if set, is called on every outgoing request (attempts and status checks),
@@ -123,7 +125,7 @@ type Config struct {
 	// ErrInvalidConfig.
 	KeyTTL time.Duration
 	// Retention is how long succeeded and failed records are kept before Recover, or the
-	// background purge (PurgeInterval), removes them. Default DefaultRetention (72 hours);
+	// background purge (PurgeInterval), removes them. Default 72 hours;
 	// negative is ErrInvalidConfig, and it must not be
 	// shorter than KeyTTL (a purged intent would be paid again under a new key while the
 	// server still holds the old one). Pending and manual records are never purged. Age is
@@ -136,13 +138,13 @@ type Config struct {
 	// runs, without Recover: a Do that finds the last pass started PurgeInterval ago (by
 	// Config.Now) starts the next one on a background goroutine, which deletes in batches of
 	// PurgeBatch records, one short write each, so that no call waits behind more than one
-	// batch. Close stops it. Default DefaultPurgeInterval (1 minute); negative disables it.
+	// batch. Close stops it. Default 1 minute; negative disables it.
 	PurgeInterval time.Duration
 	// PurgeBatch is how many records one purge step examines (and at most deletes) when the
-	// store is a keystore.BatchPurger. Default DefaultPurgeBatch (256); negative is an error.
+	// store is a keystore.BatchPurger. Default 256; negative is an error.
 	PurgeBatch int
 	// RecoverConcurrency is how many records Recover reconciles at once. Default
-	// DefaultRecoverConcurrency (16); negative is ErrInvalidConfig.
+	// 16; negative is ErrInvalidConfig.
 	RecoverConcurrency int
 	// Owner identifies this client in a fleet of instances sharing one Store (see
 	// keystore.Lease): every record it sends holds a lease under this id. It must be unique
@@ -158,7 +160,7 @@ type Config struct {
 	// at once). Another instance waits for a live lease and takes over the record
 	// once it has expired, so a crashed instance's calls are continued after at most LeaseTTL.
 	// It must be longer than Policy.AttemptTimeout (ErrInvalidConfig otherwise), so that an
-	// attempt never outlives the lease it was sent under. Default DefaultLeaseTTL (30 s).
+	// attempt never outlives the lease it was sent under. Default 30 s.
 	LeaseTTL time.Duration
 	// ReclaimInterval, if positive, makes the client take over orphaned records in the
 	// background every interval: pending records whose lease expired or was released (an

@@ -65,7 +65,7 @@ func TestKeyConflictAdviceAfterAServer422(t *testing.T) {
 // A record a lookup settled as not executed was described as "ErrPermanent: refused, not
 // paid" (its NotExecuted flag is cleared by the verdict): the advice names the verdict.
 func TestKeyConflictAdviceAfterANotExecutedVerdict(t *testing.T) {
-	msg := conflictAdvice(&keystore.Record{State: keystore.StateFailed, Reason: ReasonNotExecuted, LastStatusCode: 500,
+	msg := conflictAdvice(&keystore.Record{State: keystore.StateFailed, Reason: keystore.ReasonNotExecuted, LastStatusCode: 500,
 		Note: `lookup: no payment with reference "order-1"`})
 	assert.Equal(t, `that request was settled as not executed (lookup: no payment with reference "order-1"): send this one as a new intent`, msg)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // A local key conflict says which part of the request differs from the one the key is bound
@@ -58,5 +59,5 @@ func TestKeyConflictSaysWhatDiffers(t *testing.T) {
 	defer c.Close()
 	res, err := c.Do(context.Background(), NewOperation(http.MethodPost, "v1/payments", body, WithKey("k-1")))
 	require.NoError(t, err)
-	assert.Equal(t, SourceStore, res.Source)
+	assert.Equal(t, outcome.SourceStore, res.Source)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // fixedAnswer always answers status with header and body, and counts requests.
@@ -38,7 +39,7 @@ func TestUnprocessableEntityRule(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		body    string
-		extra   Classifier
+		extra   outcome.Classifier
 		want    error
 		wantNot error
 	}{
@@ -48,14 +49,14 @@ func TestUnprocessableEntityRule(t *testing.T) {
 		{"validation", `{"error":"invalid_request","param":"amount"}`, nil, ErrPermanent, ErrKeyConflict},
 		{"not JSON", `amount must be positive`, nil, ErrPermanent, ErrKeyConflict},
 		{"empty", ``, nil, ErrPermanent, ErrKeyConflict},
-		{"caller's own code", `{"code":"DUPLICATE_REQUEST_ID"}`, KeyConflictCodes("DUPLICATE_REQUEST_ID"), ErrKeyConflict, ErrPermanent},
-		{"caller's code list, other code", `{"code":"AMOUNT_TOO_LOW"}`, KeyConflictCodes("DUPLICATE_REQUEST_ID"), ErrPermanent, ErrKeyConflict},
+		{"caller's own code", `{"code":"DUPLICATE_REQUEST_ID"}`, outcome.KeyConflictCodes("DUPLICATE_REQUEST_ID"), ErrKeyConflict, ErrPermanent},
+		{"caller's code list, other code", `{"code":"AMOUNT_TOO_LOW"}`, outcome.KeyConflictCodes("DUPLICATE_REQUEST_ID"), ErrPermanent, ErrKeyConflict},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, n := fixedAnswer(http.StatusUnprocessableEntity, tc.body, "Content-Type", "application/json")
 			c, _, store := scriptedClient(t, h, func(c *Config) {
 				if tc.extra != nil {
-					c.Classifiers = append(Classifiers{tc.extra}, DefaultClassifiers()...)
+					c.Classifiers = append(outcome.Classifiers{tc.extra}, outcome.DefaultClassifiers()...)
 				}
 			})
 			op := payment(1, "r")
@@ -87,7 +88,7 @@ func TestKeyReuseAnswers(t *testing.T) {
 		status int
 		body   string
 		header []string
-		extra  Classifier
+		extra  outcome.Classifier
 		want   error
 	}{
 		{"Stripe 400", 400, stripe, nil, nil, ErrKeyConflict},
@@ -96,7 +97,7 @@ func TestKeyReuseAnswers(t *testing.T) {
 		{"errors array 422", 422, `{"errors":[{"title":"bad"},{"code":"idempotency_key_reused"}]}`, nil, nil, ErrKeyConflict},
 		{"problem type 400", 400, `{"type":"https://idemkit.dev/problems/idempotency-key-reused","status":400}`, nil, nil, ErrKeyConflict},
 		{"payload mismatch 400", 400, `{"code":"IDEMPOTENCY_KEY_PAYLOAD_MISMATCH"}`, nil, nil, ErrKeyConflict},
-		{"caller's code 400", 400, `{"code":"DUPLICATE_REQUEST_ID"}`, nil, KeyConflictCodes("DUPLICATE_REQUEST_ID"), ErrKeyConflict},
+		{"caller's code 400", 400, `{"code":"DUPLICATE_REQUEST_ID"}`, nil, outcome.KeyConflictCodes("DUPLICATE_REQUEST_ID"), ErrKeyConflict},
 		{"missing key 400", 400, `{"type":"https://docs.upvest.co/errors/missing_idempotency_key","status":400,"title":"Missing idempotency key"}`, nil, nil, ErrPermanent},
 		{"invalid key 400", 400, `{"type":"https://idemkit.dev/problems/idempotency-key-invalid","title":"Invalid Idempotency-Key","status":400}`, nil, nil, ErrPermanent},
 		{"validation 400", 400, `{"error":{"type":"invalid_request_error","param":"amount"}}`, []string{"Stripe-Should-Retry", "false"}, nil, ErrPermanent},
@@ -107,7 +108,7 @@ func TestKeyReuseAnswers(t *testing.T) {
 			h, n := fixedAnswer(tc.status, tc.body, append([]string{"Content-Type", "application/json"}, tc.header...)...)
 			c, _, store := scriptedClient(t, h, func(c *Config) {
 				if tc.extra != nil {
-					c.Classifiers = append(Classifiers{tc.extra}, DefaultClassifiers()...)
+					c.Classifiers = append(outcome.Classifiers{tc.extra}, outcome.DefaultClassifiers()...)
 				}
 			})
 			op := payment(1, "r")
@@ -371,12 +372,12 @@ func TestBudgetRefundOnDefinitiveAnswers(t *testing.T) {
 		require.Error(t, err)
 		assert.NotErrorIs(t, err, ErrBudgetExhausted, "call %d", i)
 		assert.Equal(t, 2, opErr(t, err).Attempts, "call %d retried its 503", i)
-		assert.Equal(t, 10, c.Budget().Available(), "call %d gave its tokens back", i)
+		assert.Equal(t, 10, c.budget.tokens(), "call %d gave its tokens back", i)
 	}
 	res, err := c.Do(ctx, payment(1, "good"))
 	require.NoError(t, err)
 	assert.Equal(t, 2, res.Attempts, "the 503 is still retried")
-	assert.Equal(t, 10, c.Budget().Available())
+	assert.Equal(t, 10, c.budget.tokens())
 }
 
 // NewClient refuses configurations that cannot work, naming the field.
@@ -437,7 +438,7 @@ func TestDoNotRetry5xxIsStoredServerError(t *testing.T) {
 	rec, err := store.Get(context.Background(), "", op.Key())
 	require.NoError(t, err)
 	assert.Equal(t, keystore.StateManual, rec.State)
-	assert.Equal(t, ReasonStoredServerError, rec.Reason)
+	assert.Equal(t, keystore.ReasonStoredServerError, rec.Reason)
 
 	// A replayed 4xx stays the server's decision: permanent, failed.
 	h4, _ := fixedAnswer(http.StatusBadRequest, `{"error":"invalid_request"}`, "Idempotent-Replayed", "true")
@@ -478,7 +479,7 @@ func TestDoNotRetryHintNeverFailsAPossiblyExecutedPayment(t *testing.T) {
 			res, err := c.Do(context.Background(), op, CallMaxAttempts(3))
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusCreated, res.StatusCode)
-			assert.Equal(t, SourceKeyStatus, res.Source)
+			assert.Equal(t, outcome.SourceKeyStatus, res.Source)
 			assert.Equal(t, 1, res.Attempts)
 			assert.Equal(t, 1, res.KeyStatusChecks)
 			st := api.Stats()

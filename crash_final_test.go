@@ -18,9 +18,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
+	"github.com/idemkit/idem/outcome"
 )
 
 const (
@@ -87,7 +89,7 @@ func TestCrashAfterAnswerLosesOnlyTheFinalWrite(t *testing.T) {
 	var sends atomic.Int64
 	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, KeyStatusURL: statusPath,
 		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", crashAuth); return nil },
-		Hooks:       Hooks{OnAttempt: func(AttemptEvent) { sends.Add(1) }}})
+		Hooks:       event.Hooks{OnAttempt: func(event.Attempt) { sends.Add(1) }}})
 	require.NoError(t, err)
 	defer c.Close()
 	var got []Reconciled
@@ -97,7 +99,7 @@ func TestCrashAfterAnswerLosesOnlyTheFinalWrite(t *testing.T) {
 	assert.Zero(t, sends.Load(), "nothing resent")
 	require.Len(t, got, 1)
 	require.NotNil(t, got[0].Result)
-	assert.Equal(t, SourceKeyStatus, got[0].Result.Source)
+	assert.Equal(t, outcome.SourceKeyStatus, got[0].Result.Source)
 	assert.Equal(t, 1, got[0].Result.KeyStatusChecks)
 	assert.Equal(t, 1, srv.ExecutionsByReference(finalRef), "executed exactly once")
 	rec, err = store.Get(ctx, "", key)
@@ -141,7 +143,7 @@ func TestCrashAfterRefusalKeepsTheFailure(t *testing.T) {
 	var sends atomic.Int64
 	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, KeyStatusURL: statusPath,
 		Credentials: func(r *http.Request) error { r.Header.Set("Authorization", crashAuth); return nil },
-		Hooks:       Hooks{OnAttempt: func(AttemptEvent) { sends.Add(1) }}})
+		Hooks:       event.Hooks{OnAttempt: func(event.Attempt) { sends.Add(1) }}})
 	require.NoError(t, err)
 	defer c.Close()
 	rep, err := c.Recover(ctx, nil)

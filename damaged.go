@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -38,13 +39,6 @@ func (e *DamagedRecordsError) Keys() []string {
 	return keys
 }
 
-// DamagedRecordEvent: Recover found a record that cannot be decoded and skipped it.
-type DamagedRecordEvent struct {
-	Scope string // the record's scope, "" if unreadable
-	Key   string // the record's key as stored
-	Err   error  // why it cannot be decoded
-}
-
 // onDamaged counts, logs and reports the damaged records of a page and returns them.
 func (c *Client) onDamaged(recs []keystore.DamagedRecord) []keystore.DamagedRecord {
 	for _, r := range recs {
@@ -53,7 +47,7 @@ func (c *Client) onDamaged(recs []keystore.DamagedRecord) []keystore.DamagedReco
 			l.Warn("idem damaged keystore record skipped", "scope", r.Scope, "key", r.Key, "error", r.Err)
 		}
 		if h := c.cfg.Hooks.OnDamagedRecord; h != nil {
-			h(DamagedRecordEvent{Scope: r.Scope, Key: r.Key, Err: r.Err})
+			h(event.DamagedRecord{Scope: r.Scope, Key: r.Key, Err: r.Err})
 		}
 	}
 	return recs

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/bbolt"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
@@ -52,9 +53,9 @@ func TestRecoverSkipsDamagedRecord(t *testing.T) {
 	require.NoError(t, err)
 	srv := idemtest.NewServer(idemtest.Config{})
 	defer srv.Close()
-	var events []DamagedRecordEvent
+	var events []event.DamagedRecord
 	c, err := NewClient(Config{BaseURL: srv.URL, Store: store, KeyStatusURL: statusPath,
-		Hooks: Hooks{OnDamagedRecord: func(e DamagedRecordEvent) { events = append(events, e) }}})
+		Hooks: event.Hooks{OnDamagedRecord: func(e event.DamagedRecord) { events = append(events, e) }}})
 	require.NoError(t, err)
 	defer c.Close()
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 	"github.com/idemkit/idem/profile"
 )
 
@@ -20,14 +21,14 @@ import (
 //	unknown        ClassUnknown            ask (status route; the search first where nothing is cached on error), then resend the key within KeyTTL
 //	retry          ClassRetry              wait, resend the key
 //	stored-error   ClassStoredServerError  manual: the Lookup (search or cancel by reference) or a person settles it
-var meaningClass = [...]Class{
-	profile.Undecided:   ClassUndecided,
-	profile.InProgress:  ClassInProgress,
-	profile.KeyReuse:    ClassKeyConflict,
-	profile.Done:        ClassDone,
-	profile.Unknown:     ClassUnknown,
-	profile.Retry:       ClassRetry,
-	profile.StoredError: ClassStoredServerError,
+var meaningClass = [...]outcome.Class{
+	profile.Undecided:   outcome.ClassUndecided,
+	profile.InProgress:  outcome.ClassInProgress,
+	profile.KeyReuse:    outcome.ClassKeyConflict,
+	profile.Done:        outcome.ClassDone,
+	profile.Unknown:     outcome.ClassUnknown,
+	profile.Retry:       outcome.ClassRetry,
+	profile.StoredError: outcome.ClassStoredServerError,
 }
 
 // knowledge is what a call knows of the requests of its key sent before (by itself, an
@@ -50,18 +51,18 @@ const (
 
 // classOf returns the call's Class for a profile's Meaning (ClassUnknown for one it does not
 // know: when in doubt, ask before resending).
-func classOf(m profile.Meaning) Class {
+func classOf(m profile.Meaning) outcome.Class {
 	if m >= 0 && int(m) < len(meaningClass) {
 		return meaningClass[m]
 	}
-	return ClassUnknown
+	return outcome.ClassUnknown
 }
 
 // fetchPointer settles a "done" answer: the profile's FetchPointer route, with the id the
 // matching rule's Pointer names, is the key's answer (cl.result). When the id or the
 // resource cannot be had it stops the call (ErrOutcomeUnknown, the record pending): the
 // answer says the key's request succeeded, never that it failed.
-func (cl *call) fetchPointer(ctx context.Context, a *Attempt) {
+func (cl *call) fetchPointer(ctx context.Context, a *outcome.Attempt) {
 	p := cl.c.dialect.p
 	var id string
 	for _, r := range p.Rules {
@@ -88,7 +89,7 @@ func (cl *call) fetchPointer(ctx context.Context, a *Attempt) {
 			cl.known = knownClean
 			cl.rec.Note = fmt.Sprintf("the key's request had succeeded: %s (HTTP %d) named %s", p.Name, a.StatusCode(), id)
 			cl.result = &Result{Key: cl.rec.Key, StatusCode: status, Header: http.Header{"Content-Type": {"application/json"}},
-				Body: body, Source: SourceLookup}
+				Body: body, Source: outcome.SourceLookup}
 			return
 		}
 		if err == nil {
@@ -148,7 +149,7 @@ func (cl *call) searchBeforeResend(ctx context.Context) bool {
 			cl.known = knownClean
 			cl.c.stats.unknownResolved.Add(1)
 			cl.rec.Note = r.Note
-			res := &Result{Key: cl.rec.Key, StatusCode: http.StatusOK, Source: SourceLookup}
+			res := &Result{Key: cl.rec.Key, StatusCode: http.StatusOK, Source: outcome.SourceLookup}
 			if r.Response != nil {
 				res.StatusCode, res.Header, res.Body = r.Response.StatusCode, r.Response.Header.Clone(), append([]byte(nil), r.Response.Body...)
 			}

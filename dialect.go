@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/internal/jsonx"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 	"github.com/idemkit/idem/profile"
 )
 
@@ -131,22 +133,22 @@ func (c *Client) applyProfile() error {
 }
 
 // profileClassifier classifies by the profile's rules, ahead of the defaults.
-func (c *Client) profileClassifier() Classifier {
+func (c *Client) profileClassifier() outcome.Classifier {
 	rules := c.dialect.p.Rules
-	return ClassifierFunc(func(a *Attempt) Class {
+	return outcome.ClassifierFunc(func(a *outcome.Attempt) outcome.Class {
 		if a.Response == nil {
-			return ClassUndecided
+			return outcome.ClassUndecided
 		}
 		for _, r := range rules {
 			if r.Matches(a.Response.StatusCode, a.Response.Header, a.Body) {
 				return classOf(r.Meaning)
 			}
 		}
-		return ClassUndecided
+		return outcome.ClassUndecided
 	})
 }
 
-// checkKeyFor refuses a key the provider would refuse (longer than its MaxKeyLength), and
+// checkKeyFor refuses a key the provider would refuse (longer than its maxKeyLength), and
 // a body that cannot carry the key (KeyField, on a body that is not a JSON object or already
 // holds another key). Errors match ErrInvalidOperation; nothing is persisted or sent.
 func (c *Client) checkKeyFor(key string, body []byte) error {
@@ -172,7 +174,7 @@ func withKeyField(body []byte, field, key string) ([]byte, error) {
 		return nil, fmt.Errorf("the key travels in the body member %q, and the body is not a JSON object", field)
 	}
 	// A provider that reads the first of two members, or folds case, must see the one key.
-	if duplicateMember(body) {
+	if jsonx.DuplicateMember(body) {
 		return nil, errors.New("the body has a member twice (letter case aside); the key's member must be unambiguous")
 	}
 	for k := range obj {
@@ -204,34 +206,34 @@ func withKeyField(body []byte, field, key string) ([]byte, error) {
 // listByKey is a KeyStatusFunc over a list endpoint filtered by key (Increase): a charge
 // listed is the key's answer (200 and the charge), an empty list is "not found", anything
 // else says nothing.
-func (c *Client) listByKey(r profile.Route) KeyStatusFunc {
-	return func(ctx context.Context, req KeyStatusRequest) (KeyStatus, error) {
+func (c *Client) listByKey(r profile.Route) outcome.KeyStatusFunc {
+	return func(ctx context.Context, req outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
 		path, err := fillPlaceholder(r.Path, "{key}", req.Key)
 		if err != nil {
-			return KeyStatus{}, err
+			return outcome.KeyStatus{}, err
 		}
 		get := c.getter(&keystore.Record{Request: keystore.Request{Header: req.Header}}, req.Header)
 		status, body, err := get(ctx, path)
 		if err != nil {
-			return KeyStatus{}, err
+			return outcome.KeyStatus{}, err
 		}
 		var list struct {
 			Data []json.RawMessage `json:"data"`
 		}
 		if status != http.StatusOK || json.Unmarshal(body, &list) != nil || list.Data == nil {
-			return KeyStatus{}, fmt.Errorf("list by key answered HTTP %d without a data list", status)
+			return outcome.KeyStatus{}, fmt.Errorf("list by key answered HTTP %d without a data list", status)
 		}
 		if len(list.Data) == 0 {
-			return KeyStatus{State: KeyStatusNotFound}, nil
+			return outcome.KeyStatus{State: outcome.KeyStatusNotFound}, nil
 		}
 		// Only a charge that names this key answers for it: a list whose filter was dropped
 		// (a proxy, a renamed parameter) would hand another order's charge to this one.
 		for _, item := range list.Data {
 			if k, ok := profile.Value(item, "idempotency_key"); ok && k == req.Key {
-				return KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: http.StatusOK, ResponseBody: item}, nil
+				return outcome.KeyStatus{State: outcome.KeyStatusCompleted, ResponseStatusCode: http.StatusOK, ResponseBody: item}, nil
 			}
 		}
-		return KeyStatus{}, fmt.Errorf("list by key listed %d payments, none with idempotency_key %q", len(list.Data), req.Key)
+		return outcome.KeyStatus{}, fmt.Errorf("list by key listed %d payments, none with idempotency_key %q", len(list.Data), req.Key)
 	}
 }
 
@@ -240,14 +242,14 @@ func (c *Client) listByKey(r profile.Route) KeyStatusFunc {
 func (c *Client) listByKeyLookup(r profile.Route) LookupFunc {
 	status := c.listByKey(r)
 	return func(ctx context.Context, req LookupRequest) (Resolution, error) {
-		st, err := status(ctx, KeyStatusRequest{Key: req.Record.Key, Scope: req.Record.Scope,
+		st, err := status(ctx, outcome.KeyStatusRequest{Key: req.Record.Key, Scope: req.Record.Scope,
 			Method: req.Record.Request.Method, URL: req.Record.Request.URL, Header: req.Record.Request.Header.Clone()})
 		switch {
 		case err != nil:
 			return Resolution{}, err
-		case st.State == KeyStatusNotFound:
+		case st.State == outcome.KeyStatusNotFound:
 			return Resolution{Verdict: VerdictNotExecuted, Note: "list by key: no payment under the key"}, nil
-		case st.State == KeyStatusCompleted:
+		case st.State == outcome.KeyStatusCompleted:
 			return Resolution{Verdict: VerdictExecuted, Note: "list by key: a payment under the key",
 				Response: &keystore.Response{StatusCode: st.ResponseStatusCode,
 					Header: http.Header{"Content-Type": {"application/json"}}, Body: st.ResponseBody}}, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 	"github.com/idemkit/idem/profile"
 )
 
@@ -198,7 +199,7 @@ func TestProfileRetentionCapsKeyTTL(t *testing.T) {
 	c, err := NewClient(Config{BaseURL: "http://x", Profile: profile.PayPal})
 	require.NoError(t, err)
 	defer c.Close()
-	assert.Equal(t, 6*time.Hour-DefaultAttemptTimeout-profile.DefaultLanding, c.cfg.KeyTTL)
+	assert.Equal(t, 6*time.Hour-defaultAttemptTimeout-profile.DefaultLanding, c.cfg.KeyTTL)
 	assert.Equal(t, "PayPal-Request-Id", c.cfg.KeyHeader)
 	_, err = NewClient(Config{BaseURL: "http://x", Profile: profile.PayPal, KeyHeader: "Idempotency-Key"})
 	require.ErrorIs(t, err, ErrInvalidConfig)
@@ -236,7 +237,7 @@ func TestCheckoutSearchesBeforeResendAfter5xx(t *testing.T) {
 	c, _ := dialectClient(t, srv.URL, clock, profile.Checkout, nil)
 	res, err := c.Do(context.Background(), payment(100, "ord-1"))
 	require.NoError(t, err)
-	assert.Equal(t, SourceLookup, res.Source)
+	assert.Equal(t, outcome.SourceLookup, res.Source)
 	assert.Equal(t, 1, res.Attempts)
 	assert.Equal(t, 1, prov.charges("ord-1"))
 	assert.Equal(t, []string{"GET /v1/payments?reference=ord-1"}, prov.gets)
@@ -251,7 +252,7 @@ func TestCheckoutResendsAfterSearchFindsNothing(t *testing.T) {
 	c, _ := dialectClient(t, srv.URL, clock, profile.Checkout, nil)
 	res, err := c.Do(context.Background(), payment(100, "ord-1"))
 	require.NoError(t, err)
-	assert.Equal(t, SourceResponse, res.Source)
+	assert.Equal(t, outcome.SourceResponse, res.Source)
 	keys := prov.keys()
 	require.Len(t, keys, 2)
 	assert.Equal(t, keys[0], keys[1])
@@ -286,7 +287,7 @@ func TestCheckoutNotFoundCountsAfterLanding(t *testing.T) {
 	c, _ := dialectClient(t, srv.URL, clock, p, nil)
 	res, err := c.Do(context.Background(), payment(100, "ord-2"))
 	require.NoError(t, err)
-	assert.Equal(t, SourceResponse, res.Source)
+	assert.Equal(t, outcome.SourceResponse, res.Source)
 	keys := prov.keys()
 	require.Len(t, keys, 2)
 	assert.Equal(t, keys[0], keys[1])
@@ -343,7 +344,7 @@ func TestAdyenCancelSettles(t *testing.T) {
 	_, err := c.Do(context.Background(), payment(100, "ord-1", WithIntent("ord-1")))
 	require.ErrorIs(t, err, ErrStoredServerError, "no cancel while a request of the key may still land")
 	assert.Empty(t, cancelBody)
-	clock.Advance(profile.DefaultLanding + DefaultLeaseTTL) // the landing counts from the call's lease, which may have carried a send
+	clock.Advance(profile.DefaultLanding + defaultLeaseTTL) // the landing counts from the call's lease, which may have carried a send
 	_, err = c.Do(context.Background(), payment(100, "ord-1", WithIntent("ord-1")))
 	require.ErrorIs(t, err, ErrNotExecuted)
 	assert.Len(t, prov.keys(), 1, "a 5xx without transient-error is never resent")
@@ -366,7 +367,7 @@ func TestGoCardlessPointerIsFetched(t *testing.T) {
 	c, store := dialectClient(t, srv.URL, clock, profile.GoCardless, nil)
 	res, err := c.Do(context.Background(), payment(100, "ord-1"))
 	require.NoError(t, err)
-	assert.Equal(t, SourceLookup, res.Source)
+	assert.Equal(t, outcome.SourceLookup, res.Source)
 	assert.JSONEq(t, `{"id":"pay_1","reference":"ord-1","status":"succeeded"}`, string(res.Body))
 	assert.Len(t, prov.keys(), 2)
 	assert.Equal(t, 1, prov.charges("ord-1"))
@@ -393,7 +394,7 @@ func TestStripeSearchLagIsWaitedOut(t *testing.T) {
 	clock.Advance(time.Minute + time.Second)
 	res, err := c.Do(context.Background(), payment(100, "ord-1", WithIntent("order-1")))
 	require.NoError(t, err)
-	assert.Equal(t, SourceLookup, res.Source)
+	assert.Equal(t, outcome.SourceLookup, res.Source)
 	assert.Contains(t, string(res.Body), `"pay_1"`)
 	assert.Len(t, prov.keys(), 1, "never resent")
 }
@@ -440,7 +441,7 @@ func TestIncreaseListByKey(t *testing.T) {
 	c, _ := dialectClient(t, srv.URL, clock, profile.Increase, nil)
 	res, err := c.Do(context.Background(), payment(100, "ord-1"))
 	require.NoError(t, err)
-	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Equal(t, outcome.SourceKeyStatus, res.Source)
 	assert.Len(t, prov.keys(), 1)
 	assert.Equal(t, []string{"GET /v1/payments?idempotency_key=" + res.Key}, prov.gets)
 }
@@ -474,7 +475,7 @@ func TestIncreaseListByKeySettlesStoredError(t *testing.T) {
 	c, _ := dialectClient(t, srv.URL, clock, profile.Increase, nil)
 	res, err := c.Do(context.Background(), payment(100, "ord-1"))
 	require.NoError(t, err)
-	assert.Equal(t, SourceLookup, res.Source)
+	assert.Equal(t, outcome.SourceLookup, res.Source)
 	assert.Contains(t, string(res.Body), `"pay_1"`)
 	assert.Len(t, prov.keys(), 1)
 }

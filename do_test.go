@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 func TestDoHappyPath(t *testing.T) {
@@ -28,7 +30,7 @@ func TestDoHappyPath(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, res.StatusCode)
 	assert.Equal(t, op.Key(), res.Key)
 	assert.Equal(t, 1, res.Attempts)
-	assert.Equal(t, SourceResponse, res.Source)
+	assert.Equal(t, outcome.SourceResponse, res.Source)
 	assert.False(t, res.Replayed())
 	assert.Contains(t, string(res.Body), `"amount":1250`)
 	assert.Equal(t, []string{op.Key()}, seenKey)
@@ -154,7 +156,7 @@ func TestDoInvalidInputNeverPanics(t *testing.T) {
 		"empty key":        {payment(1, "x", WithKey(" ")), nil, ErrInvalidOperation},
 		"zero attempts":    {payment(1, "x"), []CallOption{CallMaxAttempts(0)}, ErrInvalidPolicy},
 		"negative timeout": {payment(1, "x"), []CallOption{CallAttemptTimeout(-time.Second)}, ErrInvalidPolicy},
-		"timeout >= lease": {payment(1, "x"), []CallOption{CallAttemptTimeout(DefaultLeaseTTL)}, ErrInvalidPolicy},
+		"timeout >= lease": {payment(1, "x"), []CallOption{CallAttemptTimeout(defaultLeaseTTL)}, ErrInvalidPolicy},
 		"bad jitter":       {payment(1, "x"), []CallOption{CallBackoff(time.Millisecond, 2, 1.5, time.Second)}, ErrInvalidPolicy},
 		"multiplier < 1":   {payment(1, "x"), []CallOption{CallBackoff(time.Millisecond, 0.5, 0.1, time.Second)}, ErrInvalidPolicy},
 		"empty method":     {NewOperation("", "/v1/payments", nil), nil, ErrInvalidOperation},
@@ -192,14 +194,14 @@ func TestDoKeyAsSFString(t *testing.T) {
 	res, err := e.c.Do(context.Background(), op)
 	require.NoError(t, err)
 	assert.Equal(t, []string{`"` + op.Key() + `"`}, seen)
-	assert.Equal(t, SourceKeyStatus, res.Source, "the status check found the key the server unquoted")
+	assert.Equal(t, outcome.SourceKeyStatus, res.Source, "the status check found the key the server unquoted")
 	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
 }
 
 func TestLocalKeyConflictIsCountedAndHooked(t *testing.T) {
-	var events []KeyConflictEvent
+	var events []event.KeyConflict
 	e := newEnv(t, idemtest.Config{}, func(c *Config) {
-		c.Hooks.OnKeyConflict = func(ev KeyConflictEvent) { events = append(events, ev) }
+		c.Hooks.OnKeyConflict = func(ev event.KeyConflict) { events = append(events, ev) }
 	})
 	op := payment(1, "k", WithIntent("order-k"))
 	_, err := e.c.Do(context.Background(), op)
@@ -225,6 +227,6 @@ func TestKeyBoundToAnotherIntentIsAConflict(t *testing.T) {
 	// The same key without naming an intent is the same operation: answered from the store.
 	res, err := e.c.Do(context.Background(), payment(1, "a", WithKey(op.Key())))
 	require.NoError(t, err)
-	assert.Equal(t, SourceStore, res.Source)
+	assert.Equal(t, outcome.SourceStore, res.Source)
 	assert.Equal(t, 1, e.srv.Stats().Requests)
 }

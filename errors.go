@@ -101,7 +101,7 @@ var (
 	// Config.MaxClockSkew (a clock stepped back: its age is unknown), so resending could
 	// execute the intent twice. The record is marked for manual reconciliation and never
 	// resent: Config.Lookup settles it (a payment found at once; "not executed" only
-	// ExpiredKeySettleDelay after the key's last request), or Client.Resolve.
+	// one minute after the key's last request), or Client.Resolve.
 	ErrKeyExpired = errors.New("idem: key past the server's retention window; reconcile manually")
 	// ErrCanceled: the caller's context was cancelled or passed its deadline. The record stays
 	// pending; errors.Is(err, context.Canceled) or context.DeadlineExceeded also matches.

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore/boltstore"
 )
@@ -75,10 +76,10 @@ func ExampleHooks() {
 	c, _ := idem.NewClient(idem.Config{
 		BaseURL:      api.URL,
 		KeyStatusURL: "/v1/payments/operations/{key}",
-		Hooks: idem.Hooks{
-			OnAttempt:        func(e idem.AttemptEvent) { fmt.Println("attempt", e.Attempt, e.StatusCode, e.Class) },
-			OnUnknown:        func(e idem.UnknownEvent) { fmt.Println("outcome unknown after attempt", e.Attempt) },
-			OnKeyStatusCheck: func(e idem.KeyStatusCheckEvent) { fmt.Println("status check:", e.State) },
+		Hooks: event.Hooks{
+			OnAttempt:        func(e event.Attempt) { fmt.Println("attempt", e.Attempt, e.StatusCode, e.Class) },
+			OnUnknown:        func(e event.Unknown) { fmt.Println("outcome unknown after attempt", e.Attempt) },
+			OnKeyStatusCheck: func(e event.KeyStatusCheck) { fmt.Println("status check:", e.State) },
 		},
 	})
 	res, err := c.Do(context.Background(), idem.NewOperation(http.MethodPost, "/v1/payments",

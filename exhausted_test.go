@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/idemkit/idem/outcome"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -48,8 +49,8 @@ func TestStatusChecksRunOutNamesWhyTheOutcomeIsUnknown(t *testing.T) {
 	})
 	c, _ := ledgerClient(t, a, func(cfg *Config) {
 		cfg.Policy = Policy{MaxAttempts: 3, MaxKeyStatusChecks: 2}
-		cfg.KeyStatusFunc = func(context.Context, KeyStatusRequest) (KeyStatus, error) {
-			return KeyStatus{State: KeyStatusUnknown}, nil // no usable answer
+		cfg.KeyStatusFunc = func(context.Context, outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
+			return outcome.KeyStatus{State: outcome.KeyStatusUnknown}, nil // no usable answer
 		}
 	})
 	op := payment(1, "order-s", WithIntent("order-s"))

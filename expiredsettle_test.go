@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // A clock stepped back after a timed-out attempt made the key's age unknown, so the next Do
@@ -66,10 +67,10 @@ func TestExpiredKeyNotSettledWhileItsRequestMayLand(t *testing.T) {
 	mu.Lock()
 	land() // the first request executes
 	mu.Unlock()
-	clk.Advance(time.Minute + ExpiredKeySettleDelay)
+	clk.Advance(time.Minute + expiredKeySettleDelay)
 	res, err := c.Do(context.Background(), op)
 	require.NoError(t, err)
-	assert.Equal(t, SourceLookup, res.Source)
+	assert.Equal(t, outcome.SourceLookup, res.Source)
 	assert.Equal(t, 1, a.charges("order-42"))
 	assert.EqualValues(t, 1, a.posts.Load(), "an expired key is never resent")
 }
@@ -118,10 +119,10 @@ func TestExpiredKeyClockBackThenForward(t *testing.T) {
 	mu.Lock()
 	land()
 	mu.Unlock()
-	clk.Advance(ExpiredKeySettleDelay + time.Minute)
+	clk.Advance(expiredKeySettleDelay + time.Minute)
 	res, err := c.Do(context.Background(), op)
 	require.NoError(t, err)
-	assert.Equal(t, SourceLookup, res.Source)
+	assert.Equal(t, outcome.SourceLookup, res.Source)
 	assert.Equal(t, 1, a.charges("order-vm"))
 }
 
@@ -138,13 +139,13 @@ func TestTooSoonForNotExecuted(t *testing.T) {
 		now        time.Time
 		tooSoon    bool
 	}{
-		{"stored 5xx: no wait", ReasonStoredServerError, t0, time.Time{}, t0, false},
+		{"stored 5xx: no wait", keystore.ReasonStoredServerError, t0, time.Time{}, t0, false},
 		{"just written manual", reasonKeyExpired, t0, time.Time{}, t0, true},
-		{"one second short", reasonKeyExpired, t0, time.Time{}, t0.Add(ExpiredKeySettleDelay - time.Second), true},
-		{"delay passed", reasonKeyExpired, t0, time.Time{}, t0.Add(ExpiredKeySettleDelay), false},
-		{"lease later than the write", reasonKeyExpired, t0, t0.Add(30 * time.Second), t0.Add(ExpiredKeySettleDelay), true},
-		{"lease later, delay passed", reasonKeyExpired, t0, t0.Add(30 * time.Second), t0.Add(30*time.Second + ExpiredKeySettleDelay), false},
-		{"written in the future (clock back)", reasonKeyExpired, t0.Add(time.Hour), time.Time{}, t0.Add(ExpiredKeySettleDelay), true},
+		{"one second short", reasonKeyExpired, t0, time.Time{}, t0.Add(expiredKeySettleDelay - time.Second), true},
+		{"delay passed", reasonKeyExpired, t0, time.Time{}, t0.Add(expiredKeySettleDelay), false},
+		{"lease later than the write", reasonKeyExpired, t0, t0.Add(30 * time.Second), t0.Add(expiredKeySettleDelay), true},
+		{"lease later, delay passed", reasonKeyExpired, t0, t0.Add(30 * time.Second), t0.Add(30*time.Second + expiredKeySettleDelay), false},
+		{"written in the future (clock back)", reasonKeyExpired, t0.Add(time.Hour), time.Time{}, t0.Add(expiredKeySettleDelay), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &Client{cfg: Config{Now: func() time.Time { return tc.now }}}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
 )
@@ -85,7 +86,7 @@ func TestFailedFinalWriteSurvivesACrash(t *testing.T) {
 	var sends atomic.Int64
 	c2, err := NewClient(Config{BaseURL: srv.URL, Store: store, KeyStatusURL: statusPath, Now: clock.Now,
 		Sleep: clock.Sleep, Budget: BudgetConfig{Disabled: true}, Credentials: bearer("good"),
-		Hooks: Hooks{OnAttempt: func(AttemptEvent) { sends.Add(1) }}})
+		Hooks: event.Hooks{OnAttempt: func(event.Attempt) { sends.Add(1) }}})
 	require.NoError(t, err)
 	defer c2.Close()
 	rep, err := c2.Recover(ctx, nil)

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // persistProgress records the attempts made so far before a retry waits, so that a crash
@@ -78,8 +79,8 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 	switch {
 	case cl.result != nil:
 		rec.State = keystore.StateSucceeded
-		if cl.result.Source == SourceLookup {
-			rec.Reason = ReasonExecuted // the business lookup found it (askLookup)
+		if cl.result.Source == outcome.SourceLookup {
+			rec.Reason = keystore.ReasonExecuted // the business lookup found it (askLookup)
 		}
 		rec.LastStatusCode = cl.result.StatusCode
 		rec.Response = cl.persistedResponse(cl.result)
@@ -96,7 +97,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 			}
 		}
 		if e.Response == nil { // the caller sees what the server last said, whatever stopped us
-			e.Response = cl.response(cl.lastAnswer, SourceResponse)
+			e.Response = cl.response(cl.lastAnswer, outcome.SourceResponse)
 		}
 		rec.LastStatusCode = e.LastStatusCode
 		rec.Reason = kindReason(e.Kind)
@@ -152,7 +153,7 @@ func (cl *call) finish(ctx context.Context) (*Result, error) {
 		// release), and fenced like it: another instance may reclaim the record once the
 		// hold ends (holdAfter), at once when there is none.
 		cl.c.releaseOrHold(cl.detached(), rec, cl.lease.fence, cl.c.holdAfter(cl.stop, rec.Attempts))
-	} else if cl.result != nil && cl.result.Source == SourceLookup {
+	} else if cl.result != nil && cl.result.Source == outcome.SourceLookup {
 		cl.c.onResolved(rec, true, true) // once the verdict is written, as businessLookup does
 	}
 	if cl.result != nil {
@@ -217,7 +218,7 @@ func (cl *call) finishLost(cause error) (*Result, error) {
 	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrLeaseLost,
 		Attempts: cl.attempts, LastStatusCode: cl.lastCode, Cause: cause,
 		Unknown:  cl.known == knownUnknown || (cl.stop != nil && cl.stop.Unknown),
-		Response: cl.response(cl.lastAnswer, SourceResponse)}
+		Response: cl.response(cl.lastAnswer, outcome.SourceResponse)}
 	cl.stop, cl.result = e, nil
 	cl.c.onGiveUp(cl, e)
 	return nil, e

@@ -16,10 +16,10 @@ import (
 // while it holds the record's lease, renews it while it runs, and stops for good once a
 // fenced write tells it that another instance took the record over.
 
-// DefaultLeaseTTL is the lease a call holds on its record when Config.LeaseTTL is 0: long
+// defaultLeaseTTL is the lease a call holds on its record when Config.LeaseTTL is 0: long
 // enough for an attempt (Policy.AttemptTimeout, 10 s by default) and a renewal round trip,
 // short enough that a dead instance's records are picked up by the others within a minute.
-const DefaultLeaseTTL = 30 * time.Second
+const defaultLeaseTTL = 30 * time.Second
 
 // ErrLeaseLost: the call stopped because it no longer holds the record's lease: another
 // instance claimed the record after this one's lease expired (Cause matches
@@ -28,14 +28,6 @@ const DefaultLeaseTTL = 30 * time.Second
 // new owner (or a later Do or Recover) finishes the record. OperationError.Unknown is set
 // when a request of this call may have executed. Stats.ClaimsLost counts the fenced case.
 var ErrLeaseLost = errors.New("idem: lease on the record lost to another instance")
-
-// ClaimLostEvent: a fenced write told the call that another instance holds the record now.
-type ClaimLostEvent struct {
-	Event
-	Fence   int64  // the token this call held
-	Current int64  // the stored token (0 if unknown)
-	Owner   string // the instance that holds the record now ("" if released or unknown)
-}
 
 // defaultOwner names this process and Client: host, pid and 8 random bytes, so that a
 // restarted process, or a second Client in one process, never shares an owner id.
@@ -56,7 +48,7 @@ func (c *Client) leaseDefaults() error {
 		return fmt.Errorf("%w: LeaseTTL and ReclaimInterval must not be negative", ErrInvalidConfig)
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
+		cfg.LeaseTTL = defaultLeaseTTL
 	}
 	if cfg.LeaseTTL <= c.policy.AttemptTimeout {
 		return fmt.Errorf("%w: LeaseTTL %s is not longer than Policy.AttemptTimeout %s: an attempt could outlive the lease and overlap another instance's",

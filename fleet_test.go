@@ -11,9 +11,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // countingStore counts the calls a client makes on its keystore, and what had happened when
@@ -99,7 +101,7 @@ func TestOneSyncWriteBeforeFirstByte(t *testing.T) {
 	op := payment(100, "ref-1")
 	res, err := e.c.Do(context.Background(), op)
 	require.NoError(t, err)
-	assert.Equal(t, SourceResponse, res.Source)
+	assert.Equal(t, outcome.SourceResponse, res.Source)
 	assert.Equal(t, map[string]int{"Create": 1}, atArrival, "one durable write before the first byte")
 	assert.Equal(t, map[string]int{"Create": 1, "UpdateDeferred": 1}, store.snapshot())
 	rec, err := store.Get(context.Background(), "", op.Key())
@@ -107,7 +109,7 @@ func TestOneSyncWriteBeforeFirstByte(t *testing.T) {
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
 	assert.Equal(t, "instance-1", rec.Owner)
 	assert.Equal(t, int64(1), rec.Fence)
-	assert.Equal(t, e.clock.Now().Add(DefaultLeaseTTL), rec.LeaseUntil)
+	assert.Equal(t, e.clock.Now().Add(defaultLeaseTTL), rec.LeaseUntil)
 }
 
 // TestLeaseConfig: LeaseTTL must be longer than the attempt timeout; Owner defaults to a
@@ -119,7 +121,7 @@ func TestLeaseConfig(t *testing.T) {
 		ok   bool
 	}{
 		{"defaults", Config{}, true},
-		{"equal to the attempt timeout", Config{LeaseTTL: DefaultAttemptTimeout}, false},
+		{"equal to the attempt timeout", Config{LeaseTTL: defaultAttemptTimeout}, false},
 		{"shorter than a custom attempt timeout", Config{LeaseTTL: time.Second, Policy: Policy{AttemptTimeout: 2 * time.Second}}, false},
 		{"longer than a custom attempt timeout", Config{LeaseTTL: 3 * time.Second, Policy: Policy{AttemptTimeout: 2 * time.Second}}, true},
 		{"negative", Config{LeaseTTL: -time.Second}, false},
@@ -236,7 +238,7 @@ func TestPendingEndHoldsTheLeaseForTheBackoff(t *testing.T) {
 	// Kept for the policy's backoff after two attempts (100 ms, then 200 ms), not released:
 	// another instance's reclaimer must not resend it at once.
 	assert.Equal(t, e.c.cfg.Owner, rec.Owner, "held")
-	assert.True(t, e.clock.Now().Add(2*DefaultInitialDelay).Equal(rec.LeaseUntil), "lease until %s", rec.LeaseUntil)
+	assert.True(t, e.clock.Now().Add(2*defaultInitialDelay).Equal(rec.LeaseUntil), "lease until %s", rec.LeaseUntil)
 	assert.Equal(t, int64(1), rec.Fence)
 	assert.True(t, rec.NotExecuted, "the deferred final write was committed before the hold")
 	assert.Equal(t, 2, rec.Attempts)
@@ -247,7 +249,7 @@ func TestPendingEndHoldsTheLeaseForTheBackoff(t *testing.T) {
 	// The caller canceled: released at once, another instance may go on.
 	e.srv.Script(idemtest.Fault503)
 	ctx, cancel := context.WithCancel(context.Background())
-	e.c.cfg.Hooks.OnRetry = func(RetryEvent) { cancel() }
+	e.c.cfg.Hooks.OnRetry = func(event.Retry) { cancel() }
 	op2 := payment(101, "ref-13")
 	_, err = e.c.Do(ctx, op2)
 	require.ErrorIs(t, err, ErrCanceled)
@@ -370,7 +372,7 @@ func TestBackgroundRenewalFenced(t *testing.T) {
 		}
 	}}, func(c *Config) {
 		c.Store = store
-		c.Hooks.OnClaimLost = func(ClaimLostEvent) { close(lost) }
+		c.Hooks.OnClaimLost = func(event.ClaimLost) { close(lost) }
 	})
 	e.c.renewer.every = time.Millisecond
 	op = payment(100, "ref-fenced")

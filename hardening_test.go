@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // Operations that can never be sent or stored are refused before a record exists.
@@ -29,7 +30,7 @@ func TestUnsendableOperationsAreRefusedBeforePersisting(t *testing.T) {
 		"bad header name":                payment(1, "x", WithHeader(http.Header{"X Note": {"a"}})),
 		"non-UTF-8 intent":               payment(1, "x", WithIntent("order-\xff")),
 		"intent over MaxIntentLength":    payment(1, "x", WithIntent(strings.Repeat("i", MaxIntentLength+1))),
-		"tenant over MaxTenantLength":    payment(1, "x", WithTenant(strings.Repeat("t", MaxTenantLength+1))),
+		"tenant over maxTenantLength":    payment(1, "x", WithTenant(strings.Repeat("t", maxTenantLength+1))),
 		"user info in URL":               NewOperation("POST", strings.Replace(e.srv.URL, "http://", "http://user:pass@", 1)+"/v1/payments", nil),
 		"user and password":              NewOperation("POST", "http://user:pass@127.0.0.1:1/v1/payments", nil),
 		"user only":                      NewOperation("POST", "https://sk_live_x@api.example.com/v1/payments", nil),
@@ -49,11 +50,11 @@ func TestUnsendableOperationsAreRefusedBeforePersisting(t *testing.T) {
 	assert.Equal(t, 0, e.srv.Stats().Requests)
 	// At the limits, both are persisted and sent.
 	_, err = e.c.Do(context.Background(), payment(1, "x", WithIntent(strings.Repeat("i", MaxIntentLength)),
-		WithTenant(strings.Repeat("t", MaxTenantLength))))
+		WithTenant(strings.Repeat("t", maxTenantLength))))
 	require.NoError(t, err)
 	_, err = NewClient(Config{BaseURL: e.srv.URL, HTTPClient: &http.Client{Transport: (*http.Transport)(nil)}})
 	require.ErrorIs(t, err, ErrInvalidConfig)
-	long, err := NewClient(Config{BaseURL: e.srv.URL, Store: e.store, Tenant: strings.Repeat("t", MaxTenantLength+1)})
+	long, err := NewClient(Config{BaseURL: e.srv.URL, Store: e.store, Tenant: strings.Repeat("t", maxTenantLength+1)})
 	require.NoError(t, err)
 	defer long.Close()
 	_, err = long.Do(context.Background(), payment(1, "x"))
@@ -63,7 +64,7 @@ func TestUnsendableOperationsAreRefusedBeforePersisting(t *testing.T) {
 	// and by key: refusing it would invite a new intent, a new key, a second charge.
 	ctx := context.Background()
 	for _, byIntent := range []bool{true, false} {
-		intent, tenant := "", strings.Repeat("t", MaxTenantLength+1)
+		intent, tenant := "", strings.Repeat("t", maxTenantLength+1)
 		if byIntent {
 			intent = strings.Repeat("i", MaxIntentLength+1)
 		}
@@ -85,21 +86,21 @@ func TestUnsendableOperationsAreRefusedBeforePersisting(t *testing.T) {
 // A classifier that calls a transport error a success, or answers an unknown class, cannot
 // crash the call or skip the status check.
 func TestMisbehavingClassifierFallsBackToUnknown(t *testing.T) {
-	for name, class := range map[string]Class{"success without response": ClassSuccess, "out of range": Class(42)} {
+	for name, class := range map[string]outcome.Class{"success without response": outcome.ClassSuccess, "out of range": outcome.Class(42)} {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, idemtest.Config{}, func(c *Config) {
-				c.Classifiers = Classifiers{ClassifierFunc(func(a *Attempt) Class {
+				c.Classifiers = outcome.Classifiers{outcome.ClassifierFunc(func(a *outcome.Attempt) outcome.Class {
 					if a.Err != nil || a.StatusCode() >= 500 {
 						return class
 					}
-					return ClassUndecided
-				}), ClassifierFunc(ClassifyStatusCode)}
+					return outcome.ClassUndecided
+				}), outcome.ClassifierFunc(outcome.ClassifyStatusCode)}
 			})
 			e.srv.Script(idemtest.FaultDropAfterCommit)
 			op := payment(1, "cls")
 			res, err := e.c.Do(context.Background(), op)
 			require.NoError(t, err)
-			assert.Equal(t, SourceKeyStatus, res.Source, "asked, not resent")
+			assert.Equal(t, outcome.SourceKeyStatus, res.Source, "asked, not resent")
 			assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()))
 		})
 	}
@@ -110,8 +111,8 @@ func TestStatusFuncGarbageIsUnknown(t *testing.T) {
 	e := newEnv(t, idemtest.Config{}, nil)
 	e.srv.Script(idemtest.FaultDropAfterCommit)
 	_, err := e.c.Do(context.Background(), payment(1, "g"), CallMaxKeyStatusChecks(2),
-		CallKeyStatusFunc(func(context.Context, KeyStatusRequest) (KeyStatus, error) {
-			return KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 0}, nil
+		CallKeyStatusFunc(func(context.Context, outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
+			return outcome.KeyStatus{State: outcome.KeyStatusCompleted, ResponseStatusCode: 0}, nil
 		}))
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	require.NotErrorIs(t, err, ErrPermanent)
@@ -128,9 +129,9 @@ func TestStatusCompletedNotFinalIsUnknown(t *testing.T) {
 			op := payment(1, fmt.Sprintf("nf-%d", code))
 			asked := 0
 			_, err := e.c.Do(context.Background(), op, CallMaxKeyStatusChecks(3),
-				CallKeyStatusFunc(func(context.Context, KeyStatusRequest) (KeyStatus, error) {
+				CallKeyStatusFunc(func(context.Context, outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
 					asked++
-					return KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: code}, nil
+					return outcome.KeyStatus{State: outcome.KeyStatusCompleted, ResponseStatusCode: code}, nil
 				}))
 			if code == 402 {
 				require.ErrorIs(t, err, ErrPermanent)
@@ -162,11 +163,11 @@ func TestKeyStatusFuncGetsAWritableHeader(t *testing.T) {
 			asked := 0
 			op := payment(1, "h-"+name, opts...)
 			_, err := e.c.Do(context.Background(), op, CallMaxKeyStatusChecks(1),
-				CallKeyStatusFunc(func(_ context.Context, req KeyStatusRequest) (KeyStatus, error) {
+				CallKeyStatusFunc(func(_ context.Context, req outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
 					asked++
 					require.NotNil(t, req.Header)
 					req.Header.Set("X-Trace", "1")
-					return KeyStatus{State: KeyStatusUnknown}, nil
+					return outcome.KeyStatus{State: outcome.KeyStatusUnknown}, nil
 				}))
 			require.ErrorIs(t, err, ErrOutcomeUnknown)
 			require.Equal(t, 1, asked)
@@ -260,7 +261,6 @@ func TestNilClientAndContextAreRefused(t *testing.T) {
 	var nc *Client
 	require.NotPanics(t, func() {
 		assert.Nil(t, nc.Store())
-		assert.Nil(t, nc.Budget())
 		assert.Equal(t, Stats{}, nc.Stats())
 		assert.NoError(t, nc.Close())
 		assert.NoError(t, (&Client{}).Close())

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/outcome"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -156,8 +157,8 @@ func TestKeyFirstSentPastKeyTTLAskedAboutIsResent(t *testing.T) {
 			})
 			c, op := sentLate(t, a, "order-late2", func(cfg *Config) {
 				if statusDown {
-					cfg.KeyStatusFunc = func(context.Context, KeyStatusRequest) (KeyStatus, error) {
-						return KeyStatus{}, errors.New("status endpoint 503")
+					cfg.KeyStatusFunc = func(context.Context, outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
+						return outcome.KeyStatus{}, errors.New("status endpoint 503")
 					}
 					cfg.KeyStatusURL = ""
 				}

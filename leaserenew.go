@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/keystore"
 )
 
@@ -261,7 +262,7 @@ func (cl *call) release(ctx context.Context) {
 func (c *Client) onClaimLost(cl *call, err error) {
 	c.stats.claimsLost.Add(1)
 	// Called from the renewal goroutine too: only the record's immutable fields are read.
-	ev := ClaimLostEvent{Event: Event{Key: cl.rec.Key, Scope: cl.rec.Scope, Intent: cl.rec.Intent, Time: c.cfg.Now()},
+	ev := event.ClaimLost{Event: event.Event{Key: cl.rec.Key, Scope: cl.rec.Scope, Intent: cl.rec.Intent, Time: c.cfg.Now()},
 		Fence: cl.lease.fence}
 	var fe *keystore.FencedError
 	if errors.As(err, &fe) {

@@ -23,8 +23,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // ledgerAPI is a payments API whose POST answers onPost scripts; its status endpoint
@@ -194,7 +196,7 @@ func TestCancelAfterRetryDecidedIsCanceled(t *testing.T) {
 						}
 					}
 				} else {
-					cfg.Hooks.OnRetry = func(RetryEvent) { cancel() }
+					cfg.Hooks.OnRetry = func(event.Retry) { cancel() }
 				}
 			})
 			_, err := c.Do(ctx, payment(1, "order-c"))
@@ -314,7 +316,7 @@ func TestCreateErrorWithdrawsTheRecord(t *testing.T) {
 			require.NoError(t, gerr)
 			assert.Equal(t, keystore.StateFailed, rec.State)
 			assert.True(t, rec.NotExecuted)
-			assert.Equal(t, ReasonWithdrawn, rec.Reason)
+			assert.Equal(t, keystore.ReasonWithdrawn, rec.Reason)
 			assert.Zero(t, rec.Attempts)
 			// The same key again: not executed, nothing sent.
 			_, err = c.Do(context.Background(), op)
@@ -322,7 +324,7 @@ func TestCreateErrorWithdrawsTheRecord(t *testing.T) {
 			// The caller pays again under a new key, and a later Recover sends nothing more.
 			_, err = c.Do(context.Background(), payment(1, "order-9"))
 			require.NoError(t, err)
-			clk.Advance(DefaultLeaseTTL + time.Second)
+			clk.Advance(defaultLeaseTTL + time.Second)
 			_, err = c.Recover(context.Background(), nil)
 			require.NoError(t, err)
 			assert.Equal(t, 1, a.charges("order-9"), "Recover sent a key Do reported as never sent")
@@ -346,7 +348,7 @@ func TestPanicInCallReleasesTheLease(t *testing.T) {
 	var panicked atomic.Bool
 	var c *Client
 	c, _ = ledgerClient(t, a, func(cfg *Config) {
-		cfg.KeyStatusFunc = func(ctx context.Context, req KeyStatusRequest) (KeyStatus, error) {
+		cfg.KeyStatusFunc = func(ctx context.Context, req outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
 			if panicked.CompareAndSwap(false, true) {
 				panic("status function bug")
 			}
@@ -367,7 +369,7 @@ func TestPanicInCallReleasesTheLease(t *testing.T) {
 	c.renewer.mu.Unlock()
 	res, err := c.Do(context.Background(), op)
 	require.NoError(t, err)
-	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Equal(t, outcome.SourceKeyStatus, res.Source)
 	assert.Equal(t, 1, a.charges("order-p"))
 	assert.EqualValues(t, 1, a.posts.Load())
 }
@@ -409,7 +411,7 @@ func TestStatusAnswerWithALargeBody(t *testing.T) {
 			}
 			res, err := c.Do(context.Background(), payment(1, "order-big"), opts...)
 			require.NoError(t, err)
-			assert.Equal(t, SourceKeyStatus, res.Source)
+			assert.Equal(t, outcome.SourceKeyStatus, res.Source)
 			assert.Len(t, res.Body, tc.wantBodyLength)
 			assert.EqualValues(t, 1, posts.Load())
 		})
@@ -493,7 +495,7 @@ func TestRecoverWorkerPanicReachesTheCaller(t *testing.T) {
 	var c *Client
 	var panicked atomic.Bool
 	c, clk := ledgerClient(t, a, func(cfg *Config) {
-		cfg.KeyStatusFunc = func(ctx context.Context, req KeyStatusRequest) (KeyStatus, error) {
+		cfg.KeyStatusFunc = func(ctx context.Context, req outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
 			if panicked.CompareAndSwap(false, true) {
 				panic("status function bug")
 			}
@@ -567,7 +569,7 @@ func TestReclaimWorkerSkipsARecordDoFinished(t *testing.T) {
 	var asksR atomic.Int32
 	c, clk := ledgerClient(t, a, func(cfg *Config) {
 		cfg.RecoverConcurrency, cfg.PurgeInterval = 1, -1
-		cfg.KeyStatusFunc = func(ctx context.Context, req KeyStatusRequest) (KeyStatus, error) {
+		cfg.KeyStatusFunc = func(ctx context.Context, req outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
 			switch req.Key {
 			case "k-b0":
 				<-hold // the one worker is busy with k-b0; k-r waits in the queue
@@ -709,7 +711,7 @@ func TestRefusalAfterNotFoundAcrossCalls(t *testing.T) {
 			land()
 			res, err := c.Do(context.Background(), op) // asked: completed
 			require.NoError(t, err)
-			assert.Equal(t, SourceKeyStatus, res.Source)
+			assert.Equal(t, outcome.SourceKeyStatus, res.Source)
 			assert.Equal(t, 1, a.charges("order-q"))
 		})
 	}

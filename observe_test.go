@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/outcome"
 )
 
 // Logs name keys, attempts and classes; never bodies or credentials.
@@ -60,13 +62,13 @@ func TestHooksReportEvents(t *testing.T) {
 		got = append(got, s)
 	}
 	e := newEnv(t, idemtest.Config{}, func(c *Config) {
-		c.Hooks = Hooks{
-			OnAttempt:        func(ev AttemptEvent) { add("attempt:" + ev.Class.String()) },
-			OnRetry:          func(ev RetryEvent) { add("retry:" + ev.Reason.String()) },
-			OnKeyStatusCheck: func(ev KeyStatusCheckEvent) { add("status:" + ev.State.String()) },
-			OnUnknown:        func(UnknownEvent) { add("unknown") },
-			OnReplay:         func(ReplayEvent) { add("replay") },
-			OnGiveUp:         func(ev GiveUpEvent) { add("giveup:" + ev.Err.Kind.Error()) },
+		c.Hooks = event.Hooks{
+			OnAttempt:        func(ev event.Attempt) { add("attempt:" + ev.Class.String()) },
+			OnRetry:          func(ev event.Retry) { add("retry:" + ev.Reason.String()) },
+			OnKeyStatusCheck: func(ev event.KeyStatusCheck) { add("status:" + ev.State.String()) },
+			OnUnknown:        func(event.Unknown) { add("unknown") },
+			OnReplay:         func(event.Replay) { add("replay") },
+			OnGiveUp:         func(ev event.GiveUp) { add("giveup:" + ev.Err.(*OperationError).Kind.Error()) },
 		}
 	})
 	e.srv.Script(idemtest.Fault502BeforeProcessing)
@@ -86,9 +88,9 @@ func TestCustomStatusFunc(t *testing.T) {
 	e := newEnv(t, idemtest.Config{}, nil)
 	e.srv.Script(idemtest.FaultDropAfterCommit)
 	op := payment(1, "custom")
-	res, err := e.c.Do(context.Background(), op, CallKeyStatusFunc(func(ctx context.Context, r KeyStatusRequest) (KeyStatus, error) {
+	res, err := e.c.Do(context.Background(), op, CallKeyStatusFunc(func(ctx context.Context, r outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
 		asked = append(asked, r.Key+" "+r.Method+" "+r.URL)
-		return KeyStatus{State: KeyStatusCompleted, ResponseStatusCode: 201, ResponseBody: []byte(`{"id":"from-status"}`)}, nil
+		return outcome.KeyStatus{State: outcome.KeyStatusCompleted, ResponseStatusCode: 201, ResponseBody: []byte(`{"id":"from-status"}`)}, nil
 	}))
 	require.NoError(t, err)
 	assert.Equal(t, []string{op.Key() + " POST /v1/payments"}, asked)

@@ -13,18 +13,18 @@ import (
 	"github.com/google/uuid"
 )
 
-// MaxKeyLength is the longest idempotency key accepted, in bytes (IETF Idempotency-Key
+// maxKeyLength is the longest idempotency key accepted, in bytes (IETF Idempotency-Key
 // draft; Stripe documents the same limit).
-const MaxKeyLength = 255
+const maxKeyLength = 255
 
-// MaxIntentLength and MaxTenantLength are the longest intent and tenant (Config.Tenant or
+// MaxIntentLength and maxTenantLength (255) are the longest intent and tenant (Config.Tenant or
 // WithTenant) of a new record, in bytes. Keystores index them (a bbolt key holds at most
 // 32 KiB, a PostgreSQL btree entry about 2.7 KiB), so a longer one might not be persisted:
 // Do refuses to create such a record, with ErrInvalidOperation, before anything is written.
 // A record persisted before these limits existed is still found and continued.
 const (
 	MaxIntentLength = 1024
-	MaxTenantLength = 255
+	maxTenantLength = 255
 )
 
 // Operation is one user intent: a request that must be executed at most once. It carries the
@@ -49,7 +49,7 @@ type Operation struct {
 // OperationOption configures an Operation in NewOperation.
 type OperationOption func(*Operation)
 
-// WithKey uses key instead of minting a new UUIDv7. The key must be 1 to MaxKeyLength
+// WithKey uses key instead of minting a new UUIDv7. The key must be 1 to 255
 // visible ASCII characters (0x21-0x7E); otherwise Do returns an error matching
 // ErrInvalidOperation. Reuse a key only for the same intent: never derive it from a payload
 // hash, since two identical payments are two intents.
@@ -76,7 +76,7 @@ func WithIntent(intent string) OperationOption {
 }
 
 // WithTenant scopes the key to a tenant, overriding Config.Tenant for this operation. At most
-// MaxTenantLength bytes of UTF-8 for a new record, else Do returns ErrInvalidOperation.
+// 255 bytes of UTF-8 for a new record, else Do returns ErrInvalidOperation.
 func WithTenant(tenant string) OperationOption {
 	return func(o *Operation) { o.tenant, o.hasTen = tenant, true }
 }
@@ -229,7 +229,7 @@ func isToken(s string) bool {
 	return s != ""
 }
 
-// ValidateKey reports whether key is usable as an idempotency key: 1 to MaxKeyLength bytes of
+// ValidateKey reports whether key is usable as an idempotency key: 1 to 255 bytes of
 // visible ASCII (0x21-0x7E), and not "." or ".." (in a status URL's path they are dot
 // segments, which no escaping keeps: the key could never be asked about). The error matches
 // ErrInvalidOperation.
@@ -240,8 +240,8 @@ func ValidateKey(key string) error {
 	if key == "." || key == ".." {
 		return fmt.Errorf("%w: idempotency key %q is a path dot segment", ErrInvalidOperation, key)
 	}
-	if len(key) > MaxKeyLength {
-		return fmt.Errorf("%w: idempotency key is %d bytes, at most %d allowed", ErrInvalidOperation, len(key), MaxKeyLength)
+	if len(key) > maxKeyLength {
+		return fmt.Errorf("%w: idempotency key is %d bytes, at most %d allowed", ErrInvalidOperation, len(key), maxKeyLength)
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x21 || c > 0x7e {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/outcome"
 )
 
 // opVisibleASCII returns n bytes cycling through every visible ASCII character 0x21..0x7e.
@@ -142,8 +143,8 @@ func TestOperationValidateOptionError(t *testing.T) {
 }
 
 func TestValidateKey(t *testing.T) {
-	require.NoError(t, ValidateKey(opVisibleASCII(MaxKeyLength)))
-	assert.Equal(t, 255, MaxKeyLength)
+	require.NoError(t, ValidateKey(opVisibleASCII(maxKeyLength)))
+	assert.Equal(t, 255, maxKeyLength)
 	for _, k := range []string{"", opVisibleASCII(256), " ", "\x20", "\x7f", "\x80", "ü", ".", ".."} { // dot segments: never in a status path
 		err := ValidateKey(k)
 		assert.ErrorIs(t, err, ErrInvalidOperation, "%q", k)
@@ -336,7 +337,7 @@ func TestFingerprintTargetDo(t *testing.T) {
 	again := NewOperation(http.MethodPost, e.srv.URL+"/v1/payments#x", body, WithKey("key-fp-1"))
 	res, err := e.c.Do(context.Background(), again)
 	require.NoError(t, err)
-	assert.Equal(t, SourceStore, res.Source)
+	assert.Equal(t, outcome.SourceStore, res.Source)
 	assert.Equal(t, 1, e.srv.ExecutionsFor("key-fp-1"))
 	other := NewOperation(http.MethodPost, e.srv.URL+"//v1/payments", body, WithKey("key-fp-1"))
 	_, err = e.c.Do(context.Background(), other)

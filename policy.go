@@ -3,20 +3,22 @@ package idem
 import (
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/outcome"
 )
 
 // Policy defaults. A zero field in Config.Policy means the default below.
 const (
-	DefaultMaxAttempts        = 5                      // requests sent per call, first one included
-	DefaultMaxElapsed         = 60 * time.Second       // wall time of one call, waits included
-	DefaultAttemptTimeout     = 10 * time.Second       // one request, headers and body read
-	DefaultInitialDelay       = 100 * time.Millisecond // first backoff delay before jitter
-	DefaultMaxDelay           = 10 * time.Second       // hard ceiling of one backoff delay, after jitter
-	DefaultMultiplier         = 2.0                    // growth of the backoff delay per retry
-	DefaultJitter             = 0.5                    // randomization factor: delay * [1-j, 1+j]
-	DefaultMaxRetryAfter      = 30 * time.Second       // longest Retry-After honoured
-	DefaultMaxKeyStatusChecks = 5                      // status-endpoint asks per unknown outcome
-	DefaultMaxResponseSize    = 16 << 20               // bytes of a response body read into memory
+	defaultMaxAttempts        = 5                      // requests sent per call, first one included
+	defaultMaxElapsed         = 60 * time.Second       // wall time of one call, waits included
+	defaultAttemptTimeout     = 10 * time.Second       // one request, headers and body read
+	defaultInitialDelay       = 100 * time.Millisecond // first backoff delay before jitter
+	defaultMaxDelay           = 10 * time.Second       // hard ceiling of one backoff delay, after jitter
+	defaultMultiplier         = 2.0                    // growth of the backoff delay per retry
+	defaultJitter             = 0.5                    // randomization factor: delay * [1-j, 1+j]
+	defaultMaxRetryAfter      = 30 * time.Second       // longest Retry-After honoured
+	defaultMaxKeyStatusChecks = 5                      // status-endpoint asks per unknown outcome
+	defaultMaxResponseSize    = 16 << 20               // bytes of a response body read into memory
 )
 
 // Upper bounds that Validate enforces, so that a typo cannot make a call run for days.
@@ -31,16 +33,16 @@ const (
 // options (CallMaxAttempts, ...) override single fields for one call only.
 type Policy struct {
 	// MaxAttempts is the most requests sent per call, the first included (1 = no retry).
-	// Default DefaultMaxAttempts (5); at most 100.
+	// Default 5; at most 100.
 	MaxAttempts int
 	// MaxElapsed bounds a call's total time, waits included. A retry or backoff wait that would
 	// end after it is not started (ErrExhausted; a Retry-After longer than the time left stops
 	// the call with ErrRetryAfterTooLong); an attempt or status check already under way runs
-	// to its own AttemptTimeout. Default DefaultMaxElapsed (60 s).
+	// to its own AttemptTimeout. Default 60 s.
 	MaxElapsed time.Duration
 	// AttemptTimeout bounds one request from send to the last body byte. A timeout after the
-	// request was written is an unknown outcome. Default DefaultAttemptTimeout (10 s). It must be
-	// shorter than Config.LeaseTTL (default DefaultLeaseTTL, 30s), whatever the store, so
+	// request was written is an unknown outcome. Default 10 s. It must be
+	// shorter than Config.LeaseTTL (default 30 s), whatever the store, so
 	// that no attempt outlives the record's lease: NewClient refuses a longer one
 	// (ErrInvalidConfig), as Do refuses a per-call one (ErrInvalidPolicy); raise LeaseTTL
 	// with it.
@@ -48,21 +50,21 @@ type Policy struct {
 	// InitialDelay, Multiplier, Jitter and MaxDelay shape the exponential backoff
 	// (cenkalti/backoff): delay n is InitialDelay*Multiplier^n randomized by ±Jitter, then
 	// capped at MaxDelay.
-	InitialDelay time.Duration // first delay before jitter; default DefaultInitialDelay (100ms)
-	Multiplier   float64       // growth per retry, 1..100; default DefaultMultiplier (2)
-	Jitter       float64       // randomization factor in (0, 1]; 0 means DefaultJitter (0.5); NoJitter (-1) none
-	MaxDelay     time.Duration // hard ceiling of one delay, after jitter; default DefaultMaxDelay (10s)
+	InitialDelay time.Duration // first delay before jitter; default 100ms
+	Multiplier   float64       // growth per retry, 1..100; default 2
+	Jitter       float64       // randomization factor in (0, 1]; 0 means 0.5; NoJitter (-1) none
+	MaxDelay     time.Duration // hard ceiling of one delay, after jitter; default 10s
 	// MaxRetryAfter is the longest server-requested wait (Retry-After) idem honours; a longer
-	// one stops the call with ErrRetryAfterTooLong. Default DefaultMaxRetryAfter (30 s).
+	// one stops the call with ErrRetryAfterTooLong. Default 30 s.
 	MaxRetryAfter time.Duration
 	// MaxKeyStatusChecks bounds the status-endpoint asks made to resolve one unknown outcome.
 	// When all of them say "processing", the key is resent (KeyStatusProcessing); otherwise
-	// the call ends with ErrOutcomeUnknown. Default DefaultMaxKeyStatusChecks (5).
+	// the call ends with ErrOutcomeUnknown. Default 5.
 	MaxKeyStatusChecks int
 	// MaxResponseSize bounds the bytes of one response body read into memory. A larger
 	// answer is not read past the bound: the attempt's outcome is unknown (the request may
 	// have executed), so the status endpoint is asked, and its report of the stored answer
-	// (read up to 4 MiB plus six times this bound) is the result. Default DefaultMaxResponseSize (16 MiB);
+	// (read up to 4 MiB plus six times this bound) is the result. Default 16 MiB;
 	// at most 1 GiB.
 	MaxResponseSize int64
 }
@@ -73,52 +75,52 @@ func DefaultPolicy() Policy {
 }
 
 // NoJitter as Policy.Jitter (or in CallBackoff) turns jitter off; a zero Jitter means
-// DefaultJitter, so that the zero Policy is the default one.
+// defaultJitter, so that the zero Policy is the default one.
 const NoJitter = -1.0
 
 // withDefaults fills zero fields.
 func (p Policy) withDefaults() Policy {
 	if p.MaxAttempts == 0 {
-		p.MaxAttempts = DefaultMaxAttempts
+		p.MaxAttempts = defaultMaxAttempts
 	}
 	if p.MaxElapsed == 0 {
-		p.MaxElapsed = DefaultMaxElapsed
+		p.MaxElapsed = defaultMaxElapsed
 	}
 	if p.AttemptTimeout == 0 {
-		p.AttemptTimeout = DefaultAttemptTimeout
+		p.AttemptTimeout = defaultAttemptTimeout
 	}
 	if p.InitialDelay == 0 {
-		p.InitialDelay = DefaultInitialDelay
+		p.InitialDelay = defaultInitialDelay
 	}
 	if p.MaxDelay == 0 {
-		p.MaxDelay = DefaultMaxDelay
+		p.MaxDelay = defaultMaxDelay
 	}
 	if p.Multiplier == 0 {
-		p.Multiplier = DefaultMultiplier
+		p.Multiplier = defaultMultiplier
 	}
 	switch p.Jitter {
 	case 0:
-		p.Jitter = DefaultJitter
+		p.Jitter = defaultJitter
 	case NoJitter:
 		p.Jitter = 0
 	}
 	if p.MaxRetryAfter == 0 {
-		p.MaxRetryAfter = DefaultMaxRetryAfter
+		p.MaxRetryAfter = defaultMaxRetryAfter
 	}
 	if p.MaxKeyStatusChecks == 0 {
-		p.MaxKeyStatusChecks = DefaultMaxKeyStatusChecks
+		p.MaxKeyStatusChecks = defaultMaxKeyStatusChecks
 	}
 	if p.MaxResponseSize == 0 {
-		p.MaxResponseSize = DefaultMaxResponseSize
+		p.MaxResponseSize = defaultMaxResponseSize
 	}
 	return p
 }
 
-// Validate reports the first out-of-range field of a resolved policy: one whose zero fields
+// validate reports the first out-of-range field of a resolved policy: one whose zero fields
 // were already replaced by defaults (as NewClient does, or DefaultPolicy gives), so a zero
 // Policy{} itself is invalid here. The error matches ErrInvalidPolicy and names the field
 // and value.
-func (p Policy) Validate() error {
+func (p Policy) validate() error {
 	bad := func(field string, v any, want string) error {
 		return fmt.Errorf("%w: %s = %v, want %s", ErrInvalidPolicy, field, v, want)
 	}
@@ -156,7 +158,7 @@ type CallOption func(*callSettings)
 type callSettings struct {
 	policy    Policy
 	statusURL string
-	status    KeyStatusFunc
+	status    outcome.KeyStatusFunc
 	noBudget  bool
 }
 
@@ -212,7 +214,7 @@ func CallKeyStatusURL(path string) CallOption {
 }
 
 // CallKeyStatusFunc asks f instead of the default status endpoint for this call.
-func CallKeyStatusFunc(f KeyStatusFunc) CallOption {
+func CallKeyStatusFunc(f outcome.KeyStatusFunc) CallOption {
 	return func(s *callSettings) { s.status = f }
 }
 

@@ -7,26 +7,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/outcome"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestDefaultPolicy(t *testing.T) {
 	want := Policy{
-		MaxAttempts:        DefaultMaxAttempts,
-		MaxElapsed:         DefaultMaxElapsed,
-		AttemptTimeout:     DefaultAttemptTimeout,
-		InitialDelay:       DefaultInitialDelay,
-		Multiplier:         DefaultMultiplier,
-		Jitter:             DefaultJitter,
-		MaxDelay:           DefaultMaxDelay,
-		MaxRetryAfter:      DefaultMaxRetryAfter,
-		MaxKeyStatusChecks: DefaultMaxKeyStatusChecks,
-		MaxResponseSize:    DefaultMaxResponseSize,
+		MaxAttempts:        defaultMaxAttempts,
+		MaxElapsed:         defaultMaxElapsed,
+		AttemptTimeout:     defaultAttemptTimeout,
+		InitialDelay:       defaultInitialDelay,
+		Multiplier:         defaultMultiplier,
+		Jitter:             defaultJitter,
+		MaxDelay:           defaultMaxDelay,
+		MaxRetryAfter:      defaultMaxRetryAfter,
+		MaxKeyStatusChecks: defaultMaxKeyStatusChecks,
+		MaxResponseSize:    defaultMaxResponseSize,
 	}
 	got := DefaultPolicy()
 	assert.Equal(t, want, got)
-	require.NoError(t, got.Validate())
+	require.NoError(t, got.validate())
 
 	// The documented values, so that a changed constant is a visible decision.
 	assert.Equal(t, 5, got.MaxAttempts)
@@ -47,7 +48,7 @@ func TestDefaultPolicy(t *testing.T) {
 	assert.Equal(t, 2, resolved.MaxAttempts)
 	assert.Equal(t, 0.25, resolved.Jitter)
 	assert.Equal(t, int64(1), resolved.MaxResponseSize)
-	assert.Equal(t, DefaultMaxElapsed, resolved.MaxElapsed)
+	assert.Equal(t, defaultMaxElapsed, resolved.MaxElapsed)
 }
 
 func TestPolicyValidate(t *testing.T) {
@@ -107,7 +108,7 @@ func TestPolicyValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := DefaultPolicy()
 			tt.mod(&p)
-			err := p.Validate()
+			err := p.validate()
 			if tt.field == "" {
 				require.NoError(t, err)
 				return
@@ -124,7 +125,7 @@ func TestPolicyValidateReportsFirstBadField(t *testing.T) {
 	p := DefaultPolicy()
 	p.MaxAttempts = 0
 	p.Jitter = 2
-	err := p.Validate()
+	err := p.validate()
 	require.ErrorIs(t, err, ErrInvalidPolicy)
 	assert.Equal(t, "idem: invalid policy: MaxAttempts = 0, want 1..100", err.Error())
 }
@@ -184,16 +185,16 @@ func TestCallOptionsOnNonDefaultSettings(t *testing.T) {
 }
 
 func TestStatusCallOptions(t *testing.T) {
-	f := func(context.Context, KeyStatusRequest) (KeyStatus, error) {
-		return KeyStatus{State: KeyStatusNotFound}, nil
+	f := func(context.Context, outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
+		return outcome.KeyStatus{State: outcome.KeyStatusNotFound}, nil
 	}
 
 	s := callSettings{policy: DefaultPolicy(), statusURL: "/s/{key}"}
 	CallKeyStatusFunc(f)(&s)
 	require.NotNil(t, s.status)
-	st, err := s.status(context.Background(), KeyStatusRequest{})
+	st, err := s.status(context.Background(), outcome.KeyStatusRequest{})
 	require.NoError(t, err)
-	assert.Equal(t, KeyStatusNotFound, st.State)
+	assert.Equal(t, outcome.KeyStatusNotFound, st.State)
 	assert.Equal(t, "/s/{key}", s.statusURL, "CallKeyStatusFunc leaves the URL")
 	assert.Equal(t, DefaultPolicy(), s.policy)
 	assert.False(t, s.noBudget)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // checkpointAPI is a payment API whose handler works in two phases: the first request of a key
@@ -113,12 +114,12 @@ func TestProcessingAtEveryCheckResendsTheKey(t *testing.T) {
 func TestStatusChecksPastKeyTTLGoManual(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		status func(a *checkpointAPI) KeyStatusFunc
+		status func(a *checkpointAPI) outcome.KeyStatusFunc
 	}{
 		{"processing at every check, the wait passes KeyTTL", nil},
-		{"no usable answer, past KeyTTL", func(*checkpointAPI) KeyStatusFunc {
-			return func(context.Context, KeyStatusRequest) (KeyStatus, error) {
-				return KeyStatus{State: KeyStatusUnknown}, nil
+		{"no usable answer, past KeyTTL", func(*checkpointAPI) outcome.KeyStatusFunc {
+			return func(context.Context, outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
+				return outcome.KeyStatus{State: outcome.KeyStatusUnknown}, nil
 			}
 		}},
 	} {

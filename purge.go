@@ -13,8 +13,8 @@ import (
 
 // Background retention purge defaults.
 const (
-	DefaultPurgeInterval = time.Minute // how often a running client purges old records
-	DefaultPurgeBatch    = 256         // records one purge step examines
+	defaultPurgeInterval = time.Minute // how often a running client purges old records
+	defaultPurgeBatch    = 256         // records one purge step examines
 )
 
 // purger runs at most one retention pass at a time, off the call path.
@@ -35,10 +35,10 @@ func (c *Client) purgeDefaults() error {
 		return fmt.Errorf("%w: PurgeBatch must not be negative", ErrInvalidConfig)
 	}
 	if c.cfg.PurgeBatch == 0 {
-		c.cfg.PurgeBatch = DefaultPurgeBatch
+		c.cfg.PurgeBatch = defaultPurgeBatch
 	}
 	if c.cfg.PurgeInterval == 0 {
-		c.cfg.PurgeInterval = DefaultPurgeInterval
+		c.cfg.PurgeInterval = defaultPurgeInterval
 	}
 	c.purger.ctx, c.purger.cancel = context.WithCancel(context.Background())
 	// The first pass is due one interval after start: a short-lived client never starts one.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/outcome"
 	"github.com/idemkit/idem/profile"
 )
 
@@ -16,16 +17,16 @@ import (
 // the classifiers: each row's class column is what DefaultClassifiers makes of an example of
 // the row, in order.
 func TestReadmeContractTable(t *testing.T) {
-	answer := func(code int, body string, header ...string) *Attempt {
+	answer := func(code int, body string, header ...string) *outcome.Attempt {
 		h := http.Header{}
 		for i := 0; i+1 < len(header); i += 2 {
 			h.Set(header[i], header[i+1])
 		}
-		return &Attempt{Response: &http.Response{StatusCode: code, Header: h}, Body: []byte(body), Written: true}
+		return &outcome.Attempt{Response: &http.Response{StatusCode: code, Header: h}, Body: []byte(body), Written: true}
 	}
-	examples := []*Attempt{
+	examples := []*outcome.Attempt{
 		answer(201, `{}`),
-		{Err: &notSentError{errors.New("dial tcp: connection refused")}},
+		{Err: outcome.NotSent(errors.New("dial tcp: connection refused"))},
 		{Err: errors.New("read: connection reset by peer"), Written: true},
 		answer(504, ``),
 		answer(500, `{}`, "Idempotent-Replayed", "true"),
@@ -54,7 +55,7 @@ func TestReadmeContractTable(t *testing.T) {
 				require.Equal(t, "—", got, "%s: row %d", page, i+1)
 				continue
 			}
-			require.Equal(t, DefaultClassifiers().Classify(examples[i]).String(), got, "%s: row %d: %s", page, i+1, cells[1])
+			require.Equal(t, outcome.DefaultClassifiers().Classify(examples[i]).String(), got, "%s: row %d: %s", page, i+1, cells[1])
 		}
 	}
 }

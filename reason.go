@@ -1,5 +1,7 @@
 package idem
 
+import "github.com/idemkit/idem/keystore"
+
 // Persisted stop reasons (keystore.Record.Reason), so that a later Do of a finished key
 // returns the same kind of error the first call did.
 const (
@@ -19,25 +21,6 @@ const (
 	reasonCancelRequested = "cancel_requested"
 )
 
-// Reasons of records that wait for, or went through, business reconciliation
-// (keystore.Record.Reason). Tools that list records (an admin page, a report) match on them.
-const (
-	// ReasonStoredServerError: the server stored a 5xx for the key (ErrStoredServerError);
-	// the record is manual, with the stored answer in Record.Response.
-	ReasonStoredServerError = "stored_server_error"
-	// ReasonExecuted: a manual record was resolved as executed (Config.Lookup or
-	// Client.Resolve); the record is succeeded with the answer found. Record.Note says who.
-	ReasonExecuted = "executed"
-	// ReasonNotExecuted: a manual record was resolved as not executed; the record is failed
-	// and Do returns ErrNotExecuted. Record.Note says who.
-	ReasonNotExecuted = "not_executed"
-	// ReasonWithdrawn: the keystore reported an error creating the record and nothing was
-	// sent; Do withdrew it (failed, Record.NotExecuted). Not a verdict on the payment: a
-	// later Do of its intent sends it under its key, so never start a new intent for it. A
-	// withdrawn record without an intent stays failed, and Do of it returns ErrNotExecuted.
-	ReasonWithdrawn = "withdrawn"
-)
-
 var reasonKinds = map[string]error{
 	reasonPermanent:   ErrPermanent,
 	reasonKeyConflict: ErrKeyConflict,
@@ -50,12 +33,12 @@ var reasonKinds = map[string]error{
 	reasonCanceled:    ErrCanceled,
 	reasonInvalid:     ErrInvalidOperation,
 
-	ReasonStoredServerError: ErrStoredServerError,
-	ReasonNotExecuted:       ErrNotExecuted,
+	keystore.ReasonStoredServerError: ErrStoredServerError,
+	keystore.ReasonNotExecuted:       ErrNotExecuted,
 }
 
 func reasonKind(reason string) error {
-	if reason == ReasonWithdrawn { // not in reasonKinds: kindReason(ErrNotExecuted) is ReasonNotExecuted
+	if reason == keystore.ReasonWithdrawn { // not in reasonKinds: kindReason(ErrNotExecuted) is ReasonNotExecuted
 		return ErrNotExecuted
 	}
 	if reason == reasonCancelRequested { // likewise for ErrStoredServerError

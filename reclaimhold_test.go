@@ -36,7 +36,7 @@ func TestReclaimerWaitsOutTheHold(t *testing.T) {
 	require.Eventually(t, func() bool { return passes() >= p0+20 }, 10*time.Second, time.Millisecond)
 	assert.EqualValues(t, 1, a.posts.Load(), "a reclaim pass resent it during the hold")
 
-	clk.Advance(DefaultLeaseTTL) // the hold (capped at LeaseTTL) is over: one reclaim sends it
+	clk.Advance(defaultLeaseTTL) // the hold (capped at LeaseTTL) is over: one reclaim sends it
 	require.Eventually(t, func() bool { return a.posts.Load() == 2 }, 10*time.Second, time.Millisecond)
 	p1 := passes()
 	require.Eventually(t, func() bool { return passes() >= p1+20 }, 10*time.Second, time.Millisecond)

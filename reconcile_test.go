@@ -14,8 +14,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 const searchPath = "/v1/payments?reference={reference}"
@@ -42,10 +44,10 @@ func TestLookupSettlesStoredServerError(t *testing.T) {
 			var stored, resolved []string
 			e := newEnv(t, idemtest.Config{}, func(c *Config) {
 				withReferenceLookup(t)(c)
-				c.Hooks.OnStoredServerError = func(ev StoredServerErrorEvent) {
+				c.Hooks.OnStoredServerError = func(ev event.StoredServerError) {
 					stored = append(stored, ev.Key+" "+string(ev.Source))
 				}
-				c.Hooks.OnResolved = func(ev ResolvedEvent) {
+				c.Hooks.OnResolved = func(ev event.Resolved) {
 					require.True(t, ev.ByLookup)
 					require.Equal(t, tc.executed, ev.Executed)
 					resolved = append(resolved, ev.Key)
@@ -74,16 +76,16 @@ func TestLookupSettlesStoredServerError(t *testing.T) {
 
 			if tc.executed {
 				require.NoError(t, err)
-				assert.Equal(t, SourceLookup, res.Source)
+				assert.Equal(t, outcome.SourceLookup, res.Source)
 				assert.Equal(t, 1, res.Attempts, "the stored 500's one attempt, as its error would say")
 				assert.Equal(t, "pay_1", jsonID(t, res.Body))
 				assert.Equal(t, keystore.StateSucceeded, rec.State)
-				assert.Equal(t, ReasonExecuted, rec.Reason)
+				assert.Equal(t, keystore.ReasonExecuted, rec.Reason)
 				assert.Equal(t, res.Body, rec.Response.Body)
 				// Do of the same intent answers from the record, nothing sent.
 				again, err := e.c.Do(ctx, payment(700, "order-1", WithIntent("order-1")))
 				require.NoError(t, err)
-				assert.Equal(t, SourceStore, again.Source)
+				assert.Equal(t, outcome.SourceStore, again.Source)
 				assert.Equal(t, res.Body, again.Body)
 				assert.Equal(t, 1, e.srv.Attempts())
 				assert.Equal(t, 1, e.srv.ExecutionsByReference("order-1"))
@@ -92,7 +94,7 @@ func TestLookupSettlesStoredServerError(t *testing.T) {
 			require.ErrorIs(t, err, ErrNotExecuted)
 			assert.NotErrorIs(t, err, ErrOutcomeUnknown, "the lookup answered")
 			assert.Equal(t, keystore.StateFailed, rec.State)
-			assert.Equal(t, ReasonNotExecuted, rec.Reason)
+			assert.Equal(t, keystore.ReasonNotExecuted, rec.Reason)
 			assert.Equal(t, http.StatusInternalServerError, rec.Response.StatusCode, "the stored answer is kept")
 			_, err = e.c.Do(ctx, payment(700, "order-1", WithIntent("order-1")))
 			require.ErrorIs(t, err, ErrNotExecuted)
@@ -100,7 +102,7 @@ func TestLookupSettlesStoredServerError(t *testing.T) {
 			// Only now does the application pay again, under a new intent (a new key).
 			res, err = e.c.Do(ctx, payment(700, "order-1", WithIntent("order-1#2")))
 			require.NoError(t, err)
-			assert.Equal(t, SourceResponse, res.Source)
+			assert.Equal(t, outcome.SourceResponse, res.Source)
 			assert.NotEqual(t, op.Key(), res.Key)
 			assert.Equal(t, 1, e.srv.ExecutionsByReference("order-1"), "charged exactly once per reference")
 		})
@@ -135,7 +137,7 @@ func TestLookupInconclusiveThenRecover(t *testing.T) {
 	assert.Equal(t, 0, rep.Pending)
 	require.Len(t, got, 1)
 	require.NoError(t, got[0].Err)
-	assert.Equal(t, SourceLookup, got[0].Result.Source)
+	assert.Equal(t, outcome.SourceLookup, got[0].Result.Source)
 	rec := e.record(op.Key())
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
 	assert.Equal(t, "ticket 42", rec.Note)
@@ -172,7 +174,7 @@ func TestLookupSettlesExpiredKey(t *testing.T) {
 	manual := e.record(op.Key())
 	assert.Equal(t, keystore.StateManual, manual.State)
 	require.True(t, manual.LeaseUntil.After(manual.UpdatedAt))
-	e.clock.Advance(manual.LeaseUntil.Add(ExpiredKeySettleDelay - time.Second).Sub(e.clock.Now()))
+	e.clock.Advance(manual.LeaseUntil.Add(expiredKeySettleDelay - time.Second).Sub(e.clock.Now()))
 	_, err = e.c.Do(ctx, payment(5, "order-exp", WithIntent("order-exp")))
 	require.ErrorIs(t, err, ErrKeyExpired)
 	e.clock.Advance(time.Second)
@@ -181,7 +183,7 @@ func TestLookupSettlesExpiredKey(t *testing.T) {
 	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()), "an expired key is never resent")
 	rec := e.record(op.Key())
 	assert.Equal(t, keystore.StateFailed, rec.State)
-	assert.Equal(t, ReasonNotExecuted, rec.Reason)
+	assert.Equal(t, keystore.ReasonNotExecuted, rec.Reason)
 	assert.Equal(t, `lookup: no payment with reference "order-exp"`, rec.Note)
 	assert.Equal(t, int64(1), e.c.Stats().KeyExpired)
 }
@@ -221,10 +223,10 @@ func TestResolve(t *testing.T) {
 	rec, err = e.c.Resolve(ctx, "", paid.Key(), Resolution{Verdict: VerdictExecuted, Note: "ops: pay_1",
 		Response: &keystore.Response{StatusCode: 201, Body: []byte(`{"id":"pay_1"}`)}})
 	require.NoError(t, err)
-	assert.Equal(t, ReasonExecuted, rec.Reason)
+	assert.Equal(t, keystore.ReasonExecuted, rec.Reason)
 	res, err := e.c.Do(ctx, paid)
 	require.NoError(t, err)
-	assert.Equal(t, SourceStore, res.Source)
+	assert.Equal(t, outcome.SourceStore, res.Source)
 	assert.Equal(t, 201, res.StatusCode)
 	assert.Equal(t, `{"id":"pay_1"}`, string(res.Body))
 	assert.Equal(t, int64(2), e.c.Stats().ResolvedByCaller)
@@ -366,7 +368,7 @@ func TestExecutedVerdictNeedsA2xxAnswer(t *testing.T) {
 			if tc.ok {
 				require.NoError(t, err)
 				assert.Equal(t, tc.status, res.StatusCode)
-				assert.Equal(t, SourceLookup, res.Source)
+				assert.Equal(t, outcome.SourceLookup, res.Source)
 				assert.Equal(t, keystore.StateSucceeded, e.record(viaLookup.Key()).State)
 			} else {
 				require.ErrorIs(t, err, ErrStoredServerError)

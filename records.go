@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // The keystore side of a call: find or persist the record, and answer from it when the
@@ -63,12 +64,12 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string, buf *key
 		if !errors.Is(err, keystore.ErrNotFound) {
 			return nil, false, fmt.Errorf("idem: reading keystore: %w", err)
 		}
-		if len(op.intent) > MaxIntentLength || len(scope) > MaxTenantLength {
+		if len(op.intent) > MaxIntentLength || len(scope) > maxTenantLength {
 			if try == 0 && op.intent == "" { // the key may be a record's from before the limits
 				continue
 			}
-			return nil, false, fmt.Errorf("%w: a new record's intent (%d bytes) or tenant (%d bytes) is over MaxIntentLength (%d) or MaxTenantLength (%d)",
-				ErrInvalidOperation, len(op.intent), len(scope), MaxIntentLength, MaxTenantLength)
+			return nil, false, fmt.Errorf("%w: a new record's intent (%d bytes) or tenant (%d bytes) is over MaxIntentLength (%d) or maxTenantLength (%d)",
+				ErrInvalidOperation, len(op.intent), len(scope), MaxIntentLength, maxTenantLength)
 		}
 		// The record carries this clock's times, which other instances judge with theirs
 		// (retention, KeyTTL, leases): refuse when it is off (cached; see clockRecheck).
@@ -133,7 +134,7 @@ func conflictAdvice(rec *keystore.Record) string {
 		// The server's 422: the key is bound there to another payload, whose request may
 		// well be paid. "Refused, not paid" led a newcomer to pay again under a new key.
 		return "the server refused that request because the key is bound there to another payload (ErrKeyConflict): that payload's request may be paid; never pay again under a new intent, find that payment (its intent, the status endpoint or a lookup)"
-	case rec.State == keystore.StateFailed && rec.Reason == ReasonNotExecuted:
+	case rec.State == keystore.StateFailed && rec.Reason == keystore.ReasonNotExecuted:
 		return fmt.Sprintf("that request was settled as not executed (%s): send this one as a new intent", cmp.Or(rec.Note, "a lookup or a person's verdict"))
 	case rec.State == keystore.StateFailed && rec.NotExecuted:
 		return "that request was not executed (ErrNotExecuted): send this one as a new intent"
@@ -164,7 +165,7 @@ func (c *Client) lookup(ctx context.Context, op *Operation, scope string) (*keys
 func (c *Client) storedOutcome(rec *keystore.Record) (*Result, error) {
 	switch rec.State {
 	case keystore.StateSucceeded:
-		res := &Result{Key: rec.Key, Source: SourceStore}
+		res := &Result{Key: rec.Key, Source: outcome.SourceStore}
 		if rec.Response != nil {
 			res.StatusCode, res.Header, res.Body = rec.Response.StatusCode, rec.Response.Header, rec.Response.Body
 		}
@@ -184,9 +185,9 @@ func (c *Client) storedOutcome(rec *keystore.Record) (*Result, error) {
 		e.Cause = errors.New(rec.Error)
 	}
 	switch rec.Reason {
-	case ReasonNotExecuted:
+	case keystore.ReasonNotExecuted:
 		e.Cause = fmt.Errorf("resolved as not executed: %s", rec.Note)
-	case ReasonWithdrawn:
+	case keystore.ReasonWithdrawn:
 		e.Cause = errors.New(rec.Note)
 	}
 	e.Response = storedResponse(rec)
@@ -199,7 +200,7 @@ func storedResponse(rec *keystore.Record) *Result {
 		return nil
 	}
 	return &Result{Key: rec.Key, StatusCode: rec.Response.StatusCode, Header: rec.Response.Header,
-		Body: rec.Response.Body, Source: SourceStore}
+		Body: rec.Response.Body, Source: outcome.SourceStore}
 }
 
 // withdrawTimeout bounds withdraw's keystore round trips (time.Duration).
@@ -257,7 +258,7 @@ func (c *Client) withdraw(ctx context.Context, rec *keystore.Record, createErr e
 
 // withdrawn marks rec failed, not executed: nothing of it was sent.
 func withdrawn(rec *keystore.Record, now time.Time) {
-	rec.State, rec.NotExecuted, rec.Reason = keystore.StateFailed, true, ReasonWithdrawn
+	rec.State, rec.NotExecuted, rec.Reason = keystore.StateFailed, true, keystore.ReasonWithdrawn
 	rec.Note = withdrawnNote
 	touch(rec, now)
 }
@@ -272,7 +273,7 @@ const withdrawnNote = "withdrawn: the keystore reported an error creating it, an
 // under a new key.
 func revivable(rec *keystore.Record) bool {
 	return rec.Intent != "" && rec.State == keystore.StateFailed && rec.NotExecuted && rec.Attempts == 0 &&
-		(rec.Reason == ReasonWithdrawn || rec.Reason == ReasonNotExecuted && rec.Note == withdrawnNote) // the latter: written before ReasonWithdrawn
+		(rec.Reason == keystore.ReasonWithdrawn || rec.Reason == keystore.ReasonNotExecuted && rec.Note == withdrawnNote) // the latter: written before ReasonWithdrawn
 }
 
 // revive makes a withdrawn record (revivable) pending again, not executed, so that the call

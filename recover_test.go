@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // pendingRecord persists a record as a process would right before sending, then "crashes".
@@ -59,7 +60,7 @@ func TestRecoverReconcilesPendingRecords(t *testing.T) {
 	assert.Equal(t, RecoverReport{Pending: 3, Succeeded: 2, Manual: 1}, rep)
 
 	require.NoError(t, got[sent.Key()].Err)
-	assert.Equal(t, SourceKeyStatus, got[sent.Key()].Result.Source)
+	assert.Equal(t, outcome.SourceKeyStatus, got[sent.Key()].Result.Source)
 	assert.Equal(t, 1, e.srv.AttemptsFor(sent.Key()), "resolved without a resend")
 
 	require.NoError(t, got[unsent.Key()].Err)
@@ -143,7 +144,7 @@ func TestIntentContinuesPersistedKey(t *testing.T) {
 	res, err := c2.Do(context.Background(), again) // no status endpoint: resend the persisted key
 	require.NoError(t, err)
 	assert.Equal(t, first.Key(), res.Key)
-	assert.Equal(t, SourceReplay, res.Source)
+	assert.Equal(t, outcome.SourceReplay, res.Source)
 	assert.Equal(t, 1, e.srv.ExecutionsByReference("order-9"))
 	assert.Equal(t, 0, e.srv.AttemptsFor(again.Key()))
 
@@ -157,7 +158,7 @@ func TestRecoverPurgesOldTerminalRecords(t *testing.T) {
 	op := payment(1, "p")
 	_, err := e.c.Do(context.Background(), op)
 	require.NoError(t, err)
-	e.clock.Advance(DefaultRetention + time.Minute)
+	e.clock.Advance(defaultRetention + time.Minute)
 	rep, err := e.c.Recover(context.Background(), nil)
 	require.NoError(t, err)
 	assert.Equal(t, 1, rep.Purged)

@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"net/http"
+
+	"github.com/idemkit/idem/outcome"
 )
 
 // askLookup asks Config.Lookup about a call that ended on a refusal of a resend
@@ -36,7 +38,7 @@ func (cl *call) askLookup(ctx context.Context) {
 		r.Note = "lookup: " + r.Verdict.String()
 	}
 	cl.rec.Note = r.Note
-	res := &Result{Key: cl.rec.Key, StatusCode: http.StatusOK, Source: SourceLookup}
+	res := &Result{Key: cl.rec.Key, StatusCode: http.StatusOK, Source: outcome.SourceLookup}
 	if r.Response != nil {
 		res.StatusCode, res.Header, res.Body = r.Response.StatusCode, r.Response.Header.Clone(), append([]byte(nil), r.Response.Body...)
 	}

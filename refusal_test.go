@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // ledgerLookup is a business lookup over the ledger API: a search by the payment's reference.
@@ -62,9 +64,9 @@ func TestBadRequestAfterNotFound(t *testing.T) {
 				w.WriteHeader(http.StatusBadRequest)
 				_, _ = w.Write([]byte(`{"error":"refused"}`))
 			})
-			var resolved []ResolvedEvent
+			var resolved []event.Resolved
 			c, _ := ledgerClient(t, a, func(cfg *Config) {
-				cfg.Hooks.OnResolved = func(e ResolvedEvent) { resolved = append(resolved, e) }
+				cfg.Hooks.OnResolved = func(e event.Resolved) { resolved = append(resolved, e) }
 				if tc.lookup {
 					cfg.Lookup = ledgerLookup(a)
 				}
@@ -78,9 +80,9 @@ func TestBadRequestAfterNotFound(t *testing.T) {
 			assert.EqualValues(t, 2, a.posts.Load())
 			if tc.want == nil {
 				require.NoError(t, err)
-				assert.Equal(t, SourceLookup, res.Source)
+				assert.Equal(t, outcome.SourceLookup, res.Source)
 				assert.Equal(t, http.StatusCreated, res.StatusCode)
-				assert.Equal(t, ReasonExecuted, rec.Reason)
+				assert.Equal(t, keystore.ReasonExecuted, rec.Reason)
 				assert.Equal(t, "search: found order-400", rec.Note)
 				require.Len(t, resolved, 1)
 				assert.True(t, resolved[0].Executed)
@@ -131,6 +133,6 @@ func TestRefusalWhileTheFirstRequestIsStillRunning(t *testing.T) {
 	require.Eventually(t, func() bool { return a.charges("order-stall") == 1 }, 5*time.Second, time.Millisecond)
 	res, err := c.Do(context.Background(), op)
 	require.NoError(t, err)
-	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Equal(t, outcome.SourceKeyStatus, res.Source)
 	assert.Equal(t, 1, a.charges("order-stall"))
 }

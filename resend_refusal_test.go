@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // chargeThenRefuse charges a key's first request and resets the connection instead of
@@ -96,7 +97,7 @@ func TestRefusalOfAResendIsNotAFailure(t *testing.T) {
 			res, err := c.Do(context.Background(), op)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusCreated, res.StatusCode)
-			require.Equal(t, SourceReplay, res.Source)
+			require.Equal(t, outcome.SourceReplay, res.Source)
 			require.Equal(t, 1, h.charged[op.Key()])
 			require.Equal(t, []string{op.Key(), op.Key(), op.Key()}, h.keys)
 		})
@@ -145,14 +146,14 @@ func TestPermanentWithoutAnswerAfterUnknownIsUnknown(t *testing.T) {
 		conn, _, _ := w.(http.Hijacker).Hijack()
 		_ = conn.Close()
 	})
-	transportErrorsArePermanent := ClassifierFunc(func(a *Attempt) Class {
+	transportErrorsArePermanent := outcome.ClassifierFunc(func(a *outcome.Attempt) outcome.Class {
 		if a.Response == nil {
-			return ClassPermanent
+			return outcome.ClassPermanent
 		}
-		return ClassUndecided
+		return outcome.ClassUndecided
 	})
 	c, _, store := scriptedClient(t, h, func(cfg *Config) {
-		cfg.Classifiers = append(Classifiers{transportErrorsArePermanent}, DefaultClassifiers()...)
+		cfg.Classifiers = append(outcome.Classifiers{transportErrorsArePermanent}, outcome.DefaultClassifiers()...)
 	})
 	op := payment(1, "answerless")
 	_, err := c.Do(context.Background(), op)

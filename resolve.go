@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // Business reconciliation. A key answers for one request; when it can tell no more (the
@@ -204,7 +205,7 @@ func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution,
 	next.Note, next.NotExecuted = r.Note, false
 	touch(next, c.cfg.Now())
 	if r.Verdict == VerdictExecuted {
-		next.State, next.Reason = keystore.StateSucceeded, ReasonExecuted
+		next.State, next.Reason = keystore.StateSucceeded, keystore.ReasonExecuted
 		next.Response = &keystore.Response{StatusCode: http.StatusOK}
 		if r.Response != nil {
 			// Never persisted: credentials, Set-Cookie, Config.SecretHeaders (as a call's answer).
@@ -213,7 +214,7 @@ func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution,
 				Body: append([]byte(nil), body...)}
 		}
 	} else {
-		next.State, next.Reason = keystore.StateFailed, ReasonNotExecuted
+		next.State, next.Reason = keystore.StateFailed, keystore.ReasonNotExecuted
 	}
 	// Two verdicts given at once must not both be reported as persisted: a store that can
 	// make the write conditional on the record still being manual does so atomically.
@@ -251,7 +252,7 @@ func (c *Client) settle(ctx context.Context, rec *keystore.Record, r Resolution,
 // could not be persisted: the record stays manual and the caller keeps its own error.
 func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, header http.Header, stop error) (*Result, error, bool) {
 	if c.cfg.Lookup == nil || rec.State != keystore.StateManual ||
-		(rec.Reason != ReasonStoredServerError && rec.Reason != reasonKeyExpired) {
+		(rec.Reason != keystore.ReasonStoredServerError && rec.Reason != reasonKeyExpired) {
 		return nil, nil, false
 	}
 	seen := rec.Clone() // the record as found: its last send and any earlier cancel's claim
@@ -311,7 +312,7 @@ func (c *Client) businessLookup(ctx context.Context, rec *keystore.Record, heade
 func (c *Client) resolvedOutcome(rec *keystore.Record, stop error) (*Result, error, bool) {
 	if rec.State == keystore.StateSucceeded {
 		return &Result{Key: rec.Key, StatusCode: rec.Response.StatusCode, Header: rec.Response.Header,
-			Body: rec.Response.Body, Source: SourceLookup}, nil, true
+			Body: rec.Response.Body, Source: outcome.SourceLookup}, nil, true
 	}
 	e := &OperationError{Key: rec.Key, Scope: rec.Scope, Intent: rec.Intent, Kind: ErrNotExecuted,
 		LastStatusCode: rec.LastStatusCode, Cause: fmt.Errorf("resolved as not executed: %s", rec.Note)}
@@ -325,7 +326,7 @@ func (c *Client) resolvedOutcome(rec *keystore.Record, stop error) (*Result, err
 // tooSoonForNotExecuted refuses a lookup's "not executed" for an expired key whose last
 // request may still land. The server may have forgotten such a key, so nothing stops a
 // request sent under it from executing after a search that found nothing; the verdict
-// counts only once ExpiredKeySettleDelay has passed since the latest time a request of the
+// counts only once expiredKeySettleDelay has passed since the latest time a request of the
 // key can have been sent: the record's UpdatedAt (it is written manual after the call that
 // sent last, and never moves back: touch) or, after a crash mid-call, its LeaseUntil (no
 // attempt outlives the lease it was sent under), and never before its CreatedAt. A clock
@@ -339,7 +340,7 @@ func (c *Client) resolvedOutcome(rec *keystore.Record, stop error) (*Result, err
 func (c *Client) tooSoonForNotExecuted(rec *keystore.Record) error {
 	wait := max(c.dialect.lookupLag, c.dialect.actLanding)
 	if rec.Reason == reasonKeyExpired {
-		wait = max(wait, ExpiredKeySettleDelay)
+		wait = max(wait, expiredKeySettleDelay)
 	}
 	if wait == 0 {
 		return nil

@@ -1,19 +1,12 @@
 package idem
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/idemkit/idem/outcome"
+)
 
 // Result: the final answer of an operation, and where it came from.
-
-// Source says where a Result came from.
-type Source string
-
-const (
-	SourceResponse  Source = "response" // the server's answer to an attempt of this call
-	SourceReplay    Source = "replay"   // the server replayed a stored answer (Idempotent-Replayed)
-	SourceKeyStatus Source = "status"   // the status endpoint reported the stored answer
-	SourceStore     Source = "store"    // the keystore already held the final answer
-	SourceLookup    Source = "lookup"   // Config.Lookup found the payment after the key could tell no more
-)
 
 // SourceHeader is the response header the Transport sets on every answer it returns for an
 // operation, to the Result's Source ("response", "replay", "status", "store", "lookup"), so
@@ -28,17 +21,17 @@ const KeyResponseHeader = "Idem-Key"
 
 // Result is the final, successful answer for an operation.
 type Result struct {
-	Key             string      // the idempotency key used
-	StatusCode      int         // HTTP status of the operation's answer (2xx)
-	Header          http.Header // response headers (nil when the answer came from the status endpoint, or from the keystore and had none worth keeping)
-	Body            []byte      // the response body, byte for byte
-	Attempts        int         // requests sent in this call (0 when answered from the store)
-	KeyStatusChecks int         // status-endpoint asks made in this call
-	Source          Source      // where the answer came from
+	Key             string         // the idempotency key used
+	StatusCode      int            // HTTP status of the operation's answer (2xx)
+	Header          http.Header    // response headers (nil when the answer came from the status endpoint, or from the keystore and had none worth keeping)
+	Body            []byte         // the response body, byte for byte
+	Attempts        int            // requests sent in this call (0 when answered from the store)
+	KeyStatusChecks int            // status-endpoint asks made in this call
+	Source          outcome.Source // where the answer came from
 }
 
 // Replayed reports whether the answer was not produced by this call's own request: a
 // server replay (SourceReplay), a status-endpoint answer (SourceKeyStatus), the keystore
 // (SourceStore) or the business lookup (SourceLookup). Stats.Replays counts only the first
 // kind, answers marked Idempotent-Replayed.
-func (r *Result) Replayed() bool { return r.Source != SourceResponse }
+func (r *Result) Replayed() bool { return r.Source != outcome.SourceResponse }

@@ -12,11 +12,12 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-retryablehttp"
+	"github.com/idemkit/idem/outcome"
 )
 
-// DefaultMaxBodySize is the largest request body, in bytes (1 MiB), that a Transport buffers
+// defaultMaxBodySize is the largest request body, in bytes (1 MiB), that a Transport buffers
 // for an unsafe method when Transport.MaxBodySize is 0.
-const DefaultMaxBodySize int64 = 1 << 20
+const defaultMaxBodySize int64 = 1 << 20
 
 // ErrBodyTooLarge: a request body sent through a Transport is larger than its MaxBodySize.
 // Nothing was persisted or sent. The error also matches ErrInvalidOperation.
@@ -82,7 +83,7 @@ type Transport struct {
 	// only exactly GET, HEAD, OPTIONS, TRACE, PUT and DELETE can be resent blindly.
 	UnsafeMethods []string
 	// MaxBodySize is the largest request body buffered, in bytes. Zero means
-	// DefaultMaxBodySize (1 MiB); a larger body gives ErrBodyTooLarge.
+	// 1 MiB; a larger body gives ErrBodyTooLarge.
 	MaxBodySize int64
 	// CallOptions apply to every request, before those from ContextWithCallOptions; a safe
 	// request uses only their Policy.
@@ -202,7 +203,7 @@ func (t *Transport) readBody(req *http.Request) ([]byte, error) {
 	defer req.Body.Close()
 	limit := t.MaxBodySize
 	if limit <= 0 {
-		limit = DefaultMaxBodySize
+		limit = defaultMaxBodySize
 	}
 	if req.ContentLength > limit {
 		return nil, fmt.Errorf("%w: %w: Content-Length %d, limit %d bytes", ErrInvalidOperation, ErrBodyTooLarge, req.ContentLength, limit)
@@ -248,7 +249,7 @@ func response(req *http.Request, r *Result) (*http.Response, error) {
 		h = http.Header{}
 	}
 	// The status endpoint reports the body only; its default convention carries it as JSON.
-	if h.Get("Content-Type") == "" && len(r.Body) > 0 && r.Source == SourceKeyStatus {
+	if h.Get("Content-Type") == "" && len(r.Body) > 0 && r.Source == outcome.SourceKeyStatus {
 		h.Set("Content-Type", "application/json")
 	}
 	h.Set(SourceHeader, string(r.Source))

@@ -63,7 +63,7 @@ func TestTransportUnknownMethodsAreOperations(t *testing.T) {
 			var keys []string
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				mu.Lock()
-				keys = append(keys, r.Method+" "+r.Header.Get(DefaultKeyHeader))
+				keys = append(keys, r.Method+" "+r.Header.Get(defaultKeyHeader))
 				mu.Unlock()
 				if n.Add(1) == 1 {
 					w.WriteHeader(http.StatusServiceUnavailable) // not executed: resent with the same key
@@ -80,7 +80,7 @@ func TestTransportUnknownMethodsAreOperations(t *testing.T) {
 			req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/payments", strings.NewReader(`{"amount":1}`))
 			require.NoError(t, err)
 			req.Method = method
-			req.Header.Set(DefaultKeyHeader, "key-"+method)
+			req.Header.Set(defaultKeyHeader, "key-"+method)
 			resp, err := (&Transport{Client: c}).RoundTrip(req)
 			require.NoError(t, err)
 			resp.Body.Close()

@@ -30,7 +30,7 @@ type keyLog struct {
 func (l *keyLog) hook(r *http.Request) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.keys = append(l.keys, r.Header.Get(DefaultKeyHeader))
+	l.keys = append(l.keys, r.Header.Get(defaultKeyHeader))
 }
 
 func (l *keyLog) all() []string {
@@ -131,12 +131,12 @@ func TestTransportAdoptsKeyHeader(t *testing.T) {
 	rec := e.record("order-2-attempt-1")
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
 	for name := range rec.Request.Header {
-		assert.False(t, strings.EqualFold(name, DefaultKeyHeader), "the key header is not persisted as a plain header")
+		assert.False(t, strings.EqualFold(name, defaultKeyHeader), "the key header is not persisted as a plain header")
 	}
 
-	for _, bad := range [][]string{{"has space"}, {"a", "b"}, {strings.Repeat("k", MaxKeyLength+1)}} {
+	for _, bad := range [][]string{{"has space"}, {"a", "b"}, {strings.Repeat("k", maxKeyLength+1)}} {
 		_, _, err := postPayment(t, context.Background(), hc, e.srv.URL, paymentBody(700, "ord-3"),
-			http.Header{DefaultKeyHeader: bad})
+			http.Header{defaultKeyHeader: bad})
 		require.ErrorIs(t, err, ErrInvalidOperation, "key %q", bad)
 	}
 	assert.Len(t, log.all(), 1, "nothing sent for a bad key header")
@@ -149,14 +149,14 @@ func TestTransportSFStringKeyHeader(t *testing.T) {
 	var log keyLog
 	e, hc := newTransportEnv(t, &log, func(c *Config) { c.KeyAsSFString = true })
 	resp, _, err := postPayment(t, context.Background(), hc, e.srv.URL, paymentBody(5, "r"),
-		http.Header{DefaultKeyHeader: {`"k-\"1"`}})
+		http.Header{defaultKeyHeader: {`"k-\"1"`}})
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusCreated, resp.StatusCode)
 	assert.Equal(t, []string{`"k-\"1"`}, log.all())
 	assert.Equal(t, keystore.StateSucceeded, e.record(`k-"1`).State)
 
 	_, _, err = postPayment(t, context.Background(), hc, e.srv.URL, paymentBody(5, "r"),
-		http.Header{DefaultKeyHeader: {`unquoted`}})
+		http.Header{defaultKeyHeader: {`unquoted`}})
 	require.ErrorIs(t, err, ErrInvalidOperation)
 }
 
@@ -178,7 +178,7 @@ func TestTransportIntentAndTenantFromContext(t *testing.T) {
 	assert.Equal(t, keys[0], rec.Key)
 	assert.Equal(t, "acme", rec.Scope)
 
-	_, _, err = postPayment(t, ctx, hc, e.srv.URL, paymentBody(900, "ord-9"), http.Header{DefaultKeyHeader: {"other-key"}})
+	_, _, err = postPayment(t, ctx, hc, e.srv.URL, paymentBody(900, "ord-9"), http.Header{defaultKeyHeader: {"other-key"}})
 	require.ErrorIs(t, err, ErrKeyConflict)
 	assert.Len(t, log.all(), 1)
 
@@ -195,7 +195,7 @@ func TestTransportOutcomes(t *testing.T) {
 	t.Run("validation failure is a response, and a repeat comes from the keystore", func(t *testing.T) {
 		var log keyLog
 		e, hc := newTransportEnv(t, &log, nil)
-		h := http.Header{DefaultKeyHeader: {"bad-amount-1"}}
+		h := http.Header{defaultKeyHeader: {"bad-amount-1"}}
 		for range 2 {
 			resp, body, err := postPayment(t, context.Background(), hc, e.srv.URL, []byte(`{"amount":0,"currency":"EUR","customer":"c"}`), h)
 			require.NoError(t, err)
@@ -306,7 +306,7 @@ func TestTransportSafeMethods(t *testing.T) {
 	var keys []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		keys = append(keys, r.Header.Get(DefaultKeyHeader))
+		keys = append(keys, r.Header.Get(defaultKeyHeader))
 		mu.Unlock()
 		if n.Add(1) <= 2 {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -358,7 +358,7 @@ func TestTransportIntentKeyRaceRefusesOne(t *testing.T) {
 		var wg sync.WaitGroup
 		for i, key := range keys {
 			wg.Go(func() {
-				resp, _, err := postPayment(t, ctx, hc, e.srv.URL, paymentBody(700, "ord-race"), http.Header{DefaultKeyHeader: {key}})
+				resp, _, err := postPayment(t, ctx, hc, e.srv.URL, paymentBody(700, "ord-race"), http.Header{defaultKeyHeader: {key}})
 				errs[i] = err
 				if resp != nil {
 					codes[i] = resp.StatusCode

@@ -57,7 +57,7 @@ func TestConcurrentLookupsFirstVerdictStands(t *testing.T) {
 
 	rec := e.record(op.Key())
 	assert.Equal(t, keystore.StateFailed, rec.State, "the first verdict stands")
-	assert.Equal(t, ReasonNotExecuted, rec.Reason)
+	assert.Equal(t, keystore.ReasonNotExecuted, rec.Reason)
 	assert.Equal(t, "first: no charge for order-1", rec.Note)
 	require.Len(t, lateOut, 1)
 	assert.ErrorIs(t, lateOut[0].Err, ErrNotExecuted, "the late instance reports the stored verdict")

@@ -21,10 +21,13 @@ type Stats struct {
 	UnknownOutcomes    int64 // attempts whose outcome was unknown (timeout, reset, 5xx), plus pending records resumed by Do or Recover
 	UnknownResolved    int64 // unknown outcomes the status endpoint resolved
 	StillUnknown       int64 // calls that ended with the outcome still unknown
-	FinalFailures      int64 // calls that gave up without a result, for any reason (see GiveUpEvent)
+	FinalFailures      int64 // calls that gave up without a result, for any reason (see event.GiveUp)
 	BudgetDenied       int64 // retries refused by the retry budget
-	ThrottledWaits     int64 // waits that honoured a server's Retry-After
-	Recovered          int64 // records Recover brought to a final state
+	// BudgetAvailable is the tokens left in the client-wide retry budget (Config.Budget) when
+	// the snapshot was taken: a gauge, not a counter. -1 when the budget is disabled.
+	BudgetAvailable int64
+	ThrottledWaits  int64 // waits that honoured a server's Retry-After
+	Recovered       int64 // records Recover brought to a final state
 	// StoredServerErrors counts calls that ended on a 5xx the server stored for the key
 	// (ErrStoredServerError): execution began, effect unknown, record manual.
 	StoredServerErrors int64
@@ -63,7 +66,7 @@ func (c *Client) Stats() Stats {
 		return Stats{}
 	}
 	s := &c.stats
-	return Stats{
+	out := Stats{
 		Calls: s.calls.Load(), Succeeded: s.succeeded.Load(), Failed: s.failed.Load(),
 		Attempts: s.attempts.Load(), Retries: s.retries.Load(), KeyStatusChecks: s.statusChecks.Load(),
 		Replays: s.replays.Load(), KeyConflicts: s.keyConflicts.Load(), SameKeyConcurrency: s.sameKey.Load(),
@@ -74,5 +77,10 @@ func (c *Client) Stats() Stats {
 		ResolvedByLookup: s.resolvedByLookup.Load(), ResolvedByCaller: s.resolvedByCaller.Load(),
 		DamagedRecords: s.damaged.Load(), ClaimsLost: s.claimsLost.Load(), OrphansReclaimed: s.orphans.Load(),
 		LeaseWaits: s.leaseWaits.Load(), ClockSkewRefusals: s.clockSkew.Load(),
+		BudgetAvailable: -1,
 	}
+	if c.budget != nil {
+		out.BudgetAvailable = int64(c.budget.tokens())
+	}
+	return out
 }

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/outcome"
 )
 
 // resolve asks the status endpoint what happened to the key, waiting between asks as the
@@ -45,7 +47,7 @@ func (cl *call) resolveStatus(ctx context.Context) bool {
 	if header == nil {
 		header = http.Header{}
 	}
-	req := KeyStatusRequest{Key: cl.rec.Key, Scope: cl.rec.Scope, Method: cl.rec.Request.Method,
+	req := outcome.KeyStatusRequest{Key: cl.rec.Key, Scope: cl.rec.Scope, Method: cl.rec.Request.Method,
 		URL: cl.rec.Request.URL, Header: header}
 	var wait time.Duration
 	var fromRA bool
@@ -58,8 +60,8 @@ func (cl *call) resolveStatus(ctx context.Context) bool {
 		st, err := cl.s.status(sctx, req)
 		cancel()
 		cl.statusChecks++
-		if err != nil || st.State == KeyStatusCompleted && (st.ResponseStatusCode < 200 || st.ResponseStatusCode > 599 || notFinal(st.ResponseStatusCode)) {
-			st = KeyStatus{State: KeyStatusUnknown} // garbage, a 1xx, or a "come back later": proves nothing
+		if err != nil || st.State == outcome.KeyStatusCompleted && (st.ResponseStatusCode < 200 || st.ResponseStatusCode > 599 || outcome.NotFinal(st.ResponseStatusCode)) {
+			st = outcome.KeyStatus{State: outcome.KeyStatusUnknown} // garbage, a 1xx, or a "come back later": proves nothing
 		}
 		cl.c.onStatusCheck(cl, st, err)
 		if ctx.Err() != nil {
@@ -67,11 +69,11 @@ func (cl *call) resolveStatus(ctx context.Context) bool {
 			return false
 		}
 		switch st.State {
-		case KeyStatusCompleted:
+		case outcome.KeyStatusCompleted:
 			if st.ResponseStatusCode/100 == 2 || st.ResponseStatusCode/100 == 4 { // a stored 5xx or 3xx resolves nothing
 				cl.c.stats.unknownResolved.Add(1)
 			}
-			res := &Result{Key: cl.rec.Key, StatusCode: st.ResponseStatusCode, Body: st.ResponseBody, Source: SourceKeyStatus}
+			res := &Result{Key: cl.rec.Key, StatusCode: st.ResponseStatusCode, Body: st.ResponseBody, Source: outcome.SourceKeyStatus}
 			switch {
 			case st.ResponseStatusCode >= 200 && st.ResponseStatusCode < 300:
 				cl.known = knownClean
@@ -84,7 +86,7 @@ func (cl *call) resolveStatus(ctx context.Context) bool {
 				cl.fail(ErrPermanent, st.ResponseStatusCode, res, fmt.Errorf("status endpoint reports the key ended with HTTP %d", st.ResponseStatusCode))
 			}
 			return false
-		case KeyStatusNotFound:
+		case outcome.KeyStatusNotFound:
 			if cl.resendExpired() { // the server may have forgotten the key: not found proves nothing
 				cl.expire()
 				return false
@@ -102,7 +104,7 @@ func (cl *call) resolveStatus(ctx context.Context) bool {
 			}
 			return true
 		}
-		if st.State == KeyStatusProcessing {
+		if st.State == outcome.KeyStatusProcessing {
 			processing++
 		}
 		// Processing, or no usable answer: back off, or wait longer if the server asks.
@@ -136,18 +138,6 @@ func (cl *call) resolveStatus(ctx context.Context) bool {
 	return false
 }
 
-// notFinal reports the statuses that never end an operation, even reported as its stored
-// answer: 409 in progress, 408 and 425 (outcome unknown), 429 (come back later). A status
-// endpoint that says "completed with 409" while the first request still runs must not turn
-// into a failure, after which the application would pay again.
-func notFinal(code int) bool {
-	switch code {
-	case http.StatusConflict, http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
-		return true
-	}
-	return false
-}
-
 // maxStatusBody bounds a status answer (or a lookup's) read into memory, in bytes, beyond
 // six times the call's Policy.MaxResponseSize: the answer carries the stored response whole,
 // possibly as a JSON string where a byte such as "<" takes six ("\u003c"), and one the API
@@ -169,19 +159,19 @@ func (c *Client) statusBodyLimit(ctx context.Context) int64 {
 
 // defaultStatus asks GET BaseURL+path (with "{key}" replaced by the escaped key) in the
 // default JSON convention, with the key header, the operation's headers and credentials.
-func (c *Client) defaultStatus(path string) KeyStatusFunc {
-	return func(ctx context.Context, r KeyStatusRequest) (KeyStatus, error) {
+func (c *Client) defaultStatus(path string) outcome.KeyStatusFunc {
+	return func(ctx context.Context, r outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
 		filled, err := fillPlaceholder(path, "{key}", r.Key)
 		if err != nil {
-			return KeyStatus{}, err
+			return outcome.KeyStatus{}, err
 		}
 		target, err := c.resolveURL(filled)
 		if err != nil {
-			return KeyStatus{}, err
+			return outcome.KeyStatus{}, err
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 		if err != nil {
-			return KeyStatus{}, err
+			return outcome.KeyStatus{}, err
 		}
 		for k, vs := range r.Header {
 			if !strings.EqualFold(k, "Content-Type") && !strings.EqualFold(k, "Content-Length") &&
@@ -197,21 +187,21 @@ func (c *Client) defaultStatus(path string) KeyStatusFunc {
 		req.Header.Set("Accept", "application/json")
 		if c.cfg.Credentials != nil {
 			if err := c.cfg.Credentials(req); err != nil {
-				return KeyStatus{}, fmt.Errorf("idem: credentials: %w", err)
+				return outcome.KeyStatus{}, fmt.Errorf("idem: credentials: %w", err)
 			}
 		}
 		resp, err := c.statusHTTP.Do(req)
 		if err != nil {
-			return KeyStatus{}, err
+			return outcome.KeyStatus{}, err
 		}
 		if err := refuseSwitch(resp); err != nil {
-			return KeyStatus{}, err
+			return outcome.KeyStatus{}, err
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(io.LimitReader(resp.Body, c.statusBodyLimit(ctx)))
 		if err != nil {
-			return KeyStatus{}, err
+			return outcome.KeyStatus{}, err
 		}
-		return DecodeKeyStatus(resp.StatusCode, resp.Header, body, c.cfg.Now()), nil
+		return outcome.DecodeKeyStatus(resp.StatusCode, resp.Header, body, c.cfg.Now()), nil
 	}
 }

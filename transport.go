@@ -9,6 +9,8 @@ import (
 	"net/http/httptrace"
 	"reflect"
 	"sync"
+
+	"github.com/idemkit/idem/outcome"
 )
 
 // attemptTransport wraps the caller's transport; the client has one, and each request
@@ -24,10 +26,10 @@ type attemptTransport struct {
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	cl := callFrom(req.Context())
 	if cl == nil {
-		return nil, &notSentError{errNoCall}
+		return nil, outcome.NotSent(errNoCall)
 	}
 	if err := cl.guardSend(req.Context()); err != nil { // never send without the lease
-		cl.last = &Attempt{Number: cl.attempts + 1, Err: &notSentError{err}}
+		cl.last = &outcome.Attempt{Number: cl.attempts + 1, Err: outcome.NotSent(err)}
 		return nil, cl.last.Err
 	}
 	ctx, cancel := cl.interruptible(req.Context(), cl.s.policy.AttemptTimeout)
@@ -62,7 +64,7 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if cl.c.cfg.Credentials != nil {
 		if err := cl.c.cfg.Credentials(out); err != nil {
 			cl.credErr = fmt.Errorf("idem: credentials: %w", err)
-			cl.last = &Attempt{Number: cl.attempts + 1, Err: &notSentError{cl.credErr}}
+			cl.last = &outcome.Attempt{Number: cl.attempts + 1, Err: outcome.NotSent(cl.credErr)}
 			return nil, cl.last.Err
 		}
 	}
@@ -72,14 +74,14 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	cl.lastSend = sentAt
 	a := &cl.own.attempt
 	if cl.attempts > 1 { // hooks may keep an Attempt: each has its own
-		a = new(Attempt)
+		a = new(outcome.Attempt)
 	}
-	*a = Attempt{Number: cl.attempts}
+	*a = outcome.Attempt{Number: cl.attempts}
 	// Reset here, after Credentials: a request it made with out's context fired the hooks too.
 	cl.written.Store(false)
 	cl.pooled.Store(false)
 	if err := ctx.Err(); err != nil { // timed out before it reached the transport (a starved host): unsent
-		a.Err = &notSentError{err}
+		a.Err = outcome.NotSent(err)
 		cl.last = a
 		return nil, a.Err
 	}
@@ -107,7 +109,7 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	a.Written = cl.written.Load() || a.Response != nil ||
 		(err != nil && !(cl.pooled.Load() && provesUnsent(t.base)))
 	if err != nil && !a.Written {
-		a.Err = &notSentError{err}
+		a.Err = outcome.NotSent(err)
 	}
 	if a.Written && (a.Response == nil || a.Response.StatusCode == http.StatusBadGateway || a.Response.StatusCode == http.StatusGatewayTimeout) {
 		cl.lastUnanswered = sentAt // the server may still be executing it

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/outcome"
 )
 
 // untracedTransport sends through net/http without the request's httptrace, as a transport
@@ -38,7 +39,7 @@ func TestUntracedTransportErrorIsUnknown(t *testing.T) {
 	e.srv.Script(idemtest.FaultDropAfterCommit) // executed, stored, the connection dropped
 	res, err := e.c.Do(context.Background(), payment(4200, "untraced"), CallMaxAttempts(3))
 	require.NoError(t, err)
-	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Equal(t, outcome.SourceKeyStatus, res.Source)
 	assert.Equal(t, 1, res.Attempts)
 	assert.Equal(t, 1, e.srv.Stats().KeyStatusChecks)
 	assert.Equal(t, 1, e.srv.ExecutionsByReference("untraced"))
@@ -83,7 +84,7 @@ func TestRegisteredProtocolErrorIsUnknown(t *testing.T) {
 	e.srv.Script(idemtest.FaultDropAfterCommit)
 	res, err := e.c.Do(context.Background(), payment(4200, "alt"), CallMaxAttempts(1))
 	require.NoError(t, err)
-	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Equal(t, outcome.SourceKeyStatus, res.Source)
 	assert.Equal(t, 1, e.srv.ExecutionsByReference("alt"))
 }
 
@@ -154,7 +155,7 @@ func TestCustomNextProtoErrorIsUnknown(t *testing.T) {
 		assert.ErrorIs(t, err, ErrOutcomeUnknown)
 		assert.False(t, e.record(op.Key()).NotExecuted)
 	} else {
-		assert.Equal(t, SourceKeyStatus, res.Source)
+		assert.Equal(t, outcome.SourceKeyStatus, res.Source)
 	}
 	assert.Equal(t, 1, h.Stats().Requests)
 	assert.Equal(t, 1, h.ExecutionsByReference("alpn"))
@@ -185,6 +186,6 @@ func TestCredentialsRequestDoesNotMarkUnsent(t *testing.T) {
 	e.srv.Script(idemtest.FaultDropAfterCommit)
 	res, err := e.c.Do(context.Background(), payment(4200, "cred"), CallMaxAttempts(1))
 	require.NoError(t, err)
-	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Equal(t, outcome.SourceKeyStatus, res.Source)
 	assert.Equal(t, 1, e.srv.ExecutionsByReference("cred"))
 }

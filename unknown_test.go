@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // Unknown outcomes are resolved through the status endpoint before any resend. Each row is
@@ -24,18 +25,18 @@ func TestDoResolvesUnknownOutcomes(t *testing.T) {
 		status       bool // status endpoint configured
 		wantAttempts int  // requests the server saw for the key
 		wantChecks   int
-		wantSource   Source
+		wantSource   outcome.Source
 		wantErr      error
 		wantExecuted int
 	}{
-		{"drop after commit, status says completed", idemtest.FaultDropAfterCommit, true, 1, 1, SourceKeyStatus, nil, 1},
-		{"reset before processing, status says not found", idemtest.FaultResetBeforeProcessing, true, 2, 1, SourceResponse, nil, 1},
-		{"502 before processing", idemtest.Fault502BeforeProcessing, true, 2, 1, SourceResponse, nil, 1},
-		{"500 after commit", idemtest.Fault500AfterCommit, true, 1, 1, SourceKeyStatus, nil, 1},
+		{"drop after commit, status says completed", idemtest.FaultDropAfterCommit, true, 1, 1, outcome.SourceKeyStatus, nil, 1},
+		{"reset before processing, status says not found", idemtest.FaultResetBeforeProcessing, true, 2, 1, outcome.SourceResponse, nil, 1},
+		{"502 before processing", idemtest.Fault502BeforeProcessing, true, 2, 1, outcome.SourceResponse, nil, 1},
+		{"500 after commit", idemtest.Fault500AfterCommit, true, 1, 1, outcome.SourceKeyStatus, nil, 1},
 		{"stored 500: outcome unknown, manual", idemtest.FaultStored500, true, 1, 1, "", ErrStoredServerError, 0},
 		{"charged then stored 500: outcome unknown, manual", idemtest.FaultStored500AfterCharge, true, 1, 1, "", ErrStoredServerError, 1},
-		{"no status endpoint: drop after commit is replayed", idemtest.FaultDropAfterCommit, false, 2, 0, SourceReplay, nil, 1},
-		{"no status endpoint: reset before processing", idemtest.FaultResetBeforeProcessing, false, 2, 0, SourceResponse, nil, 1},
+		{"no status endpoint: drop after commit is replayed", idemtest.FaultDropAfterCommit, false, 2, 0, outcome.SourceReplay, nil, 1},
+		{"no status endpoint: reset before processing", idemtest.FaultResetBeforeProcessing, false, 2, 0, outcome.SourceResponse, nil, 1},
 		{"no status endpoint: stored 500 replayed", idemtest.FaultStored500, false, 2, 0, "", ErrStoredServerError, 0},
 		{"no status endpoint: charged then stored 500 replayed", idemtest.FaultStored500AfterCharge, false, 2, 0, "", ErrStoredServerError, 1},
 	} {
@@ -62,7 +63,7 @@ func TestDoResolvesUnknownOutcomes(t *testing.T) {
 				assert.Equal(t, http.StatusInternalServerError, oe.Response.StatusCode)
 				assert.Contains(t, string(oe.Response.Body), `"error":"internal"`)
 				assert.Equal(t, keystore.StateManual, rec.State)
-				assert.Equal(t, ReasonStoredServerError, rec.Reason)
+				assert.Equal(t, keystore.ReasonStoredServerError, rec.Reason)
 				require.NotNil(t, rec.Response)
 				assert.Equal(t, oe.Response.Body, rec.Response.Body)
 				assert.Equal(t, int64(1), e.c.Stats().StoredServerErrors)
@@ -102,7 +103,7 @@ func TestDoWaitsWhileProcessing(t *testing.T) {
 	res, err := e.c.Do(context.Background(), op, CallAttemptTimeout(30*time.Millisecond),
 		CallBackoff(20*time.Millisecond, 1, 0, 20*time.Millisecond), CallMaxKeyStatusChecks(50))
 	require.NoError(t, err)
-	assert.Equal(t, SourceKeyStatus, res.Source)
+	assert.Equal(t, outcome.SourceKeyStatus, res.Source)
 	assert.Equal(t, 1, res.Attempts)
 	assert.Greater(t, res.KeyStatusChecks, 1)
 	assert.Equal(t, 1, e.srv.AttemptsFor(op.Key()))
@@ -132,7 +133,7 @@ func TestDoInProgressConflictWaits(t *testing.T) {
 	res, err := e.c.Do(context.Background(), op, CallMaxAttempts(50), CallBackoff(10*time.Millisecond, 1, 0, 10*time.Millisecond))
 	<-done
 	require.NoError(t, err)
-	assert.Equal(t, SourceReplay, res.Source)
+	assert.Equal(t, outcome.SourceReplay, res.Source)
 	assert.GreaterOrEqual(t, e.c.Stats().InProgress, int64(1))
 	assert.Equal(t, 1, e.srv.ExecutionsFor(op.Key()))
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/idemkit/idem/outcome"
 )
 
 // nextDelay is the wait before the next attempt or status check: the next jittered backoff
@@ -14,7 +16,7 @@ func (cl *call) nextDelay(resp *http.Response) (d time.Duration, fromRetryAfter 
 	var ra time.Duration
 	var ok bool
 	if resp != nil {
-		ra, ok = ParseRetryAfter(resp.Header.Get("Retry-After"), cl.c.cfg.Now())
+		ra, ok = outcome.ParseRetryAfter(resp.Header.Get("Retry-After"), cl.c.cfg.Now())
 	}
 	return cl.floorDelay(ra, ok)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // A Create that reported an error withdraws the record (TestCreateErrorWithdrawsTheRecord),
@@ -34,7 +35,7 @@ func TestWithdrawnIntentIsSentWhenRetried(t *testing.T) {
 			// paid a new intent while the intent's retry sent this one: adversarial run).
 			w, err := store.Memory.Get(context.Background(), "", op.Key())
 			require.NoError(t, err)
-			assert.Equal(t, ReasonWithdrawn, w.Reason)
+			assert.Equal(t, keystore.ReasonWithdrawn, w.Reason)
 
 			// Retried as told, with a new Operation of the same intent (a restarted process).
 			res, err := c.Do(context.Background(), payment(1, "order-w", WithIntent("order-w")))
@@ -51,8 +52,8 @@ func TestWithdrawnIntentIsSentWhenRetried(t *testing.T) {
 			// Again: the stored outcome; and Recover past the lease sends nothing.
 			res, err = c.Do(context.Background(), op)
 			require.NoError(t, err)
-			assert.Equal(t, SourceStore, res.Source)
-			clk.Advance(DefaultLeaseTTL + time.Second)
+			assert.Equal(t, outcome.SourceStore, res.Source)
+			clk.Advance(defaultLeaseTTL + time.Second)
 			_, err = c.Recover(context.Background(), nil)
 			require.NoError(t, err)
 			assert.EqualValues(t, 1, a.posts.Load())
@@ -124,7 +125,7 @@ func TestWithdrawnWhileAnotherInstanceWaits(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, b.res.StatusCode)
 	res, err := ca.Do(context.Background(), payment(1, "order-x", WithIntent("order-x")))
 	require.NoError(t, err)
-	assert.Equal(t, SourceStore, res.Source)
+	assert.Equal(t, outcome.SourceStore, res.Source)
 	assert.Equal(t, 1, a.charges("order-x"))
 	assert.EqualValues(t, 1, a.posts.Load())
 }
@@ -180,7 +181,7 @@ func TestStaleRevivalReadsTheRecordAgain(t *testing.T) {
 	}
 	res, err := cb.Do(context.Background(), payment(1, "order-st", WithIntent("order-st")))
 	require.NoError(t, err)
-	assert.Equal(t, SourceStore, res.Source)
+	assert.Equal(t, outcome.SourceStore, res.Source)
 	assert.Equal(t, 1, a.charges("order-st"))
 	assert.EqualValues(t, 1, a.posts.Load())
 }

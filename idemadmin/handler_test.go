@@ -49,7 +49,7 @@ func adminEnv(t *testing.T) *env {
 				Header: http.Header{"Content-Type": {"application/json"}}, Body: body},
 			Response: resp, CreatedAt: at, UpdatedAt: at}))
 	}
-	add("", "k-manual", "order-2", keystore.StateManual, 30*time.Hour, idem.ReasonStoredServerError, &keystore.Response{StatusCode: 500, Body: []byte(`{"error":"boom"}`)})
+	add("", "k-manual", "order-2", keystore.StateManual, 30*time.Hour, keystore.ReasonStoredServerError, &keystore.Response{StatusCode: 500, Body: []byte(`{"error":"boom"}`)})
 	add("", "k-pending", "order-1", keystore.StatePending, 2*time.Hour, "", nil)
 	add("", "k-ok", "order-3", keystore.StateSucceeded, 100*time.Hour, "", &keystore.Response{StatusCode: 201, Body: []byte(`{"id":"pay_1"}`)})
 	add("acme", "k-acme", "order-1", keystore.StatePending, 5*time.Minute, "", nil)
@@ -127,7 +127,7 @@ func TestAdminList(t *testing.T) {
 		}
 		return s + "}"
 	}
-	manual := row("", "k-manual", "order-2", "manual", 1, 500, idem.ReasonStoredServerError, 30*time.Hour)
+	manual := row("", "k-manual", "order-2", "manual", 1, 500, keystore.ReasonStoredServerError, 30*time.Hour)
 	pending := row("", "k-pending", "order-1", "pending", 1, 0, "", 2*time.Hour)
 	acme := row("acme", "k-acme", "order-1", "pending", 1, 0, "", 5*time.Minute)
 	ok := row("", "k-ok", "order-3", "succeeded", 1, 0, "", 100*time.Hour)
@@ -287,7 +287,7 @@ func TestAdminResolve(t *testing.T) {
 	require.Equal(t, 200, code, body)
 	rec := e.record("k-manual")
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
-	assert.Equal(t, idem.ReasonExecuted, rec.Reason)
+	assert.Equal(t, keystore.ReasonExecuted, rec.Reason)
 	assert.Equal(t, "ops: charge ch_9 found, ticket 7", rec.Note)
 	assert.Equal(t, &keystore.Response{StatusCode: 201, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: []byte(`{"id":"ch_9"}`)}, rec.Response)
@@ -379,7 +379,7 @@ func TestAdminResolveNotExecuted(t *testing.T) {
 	require.Equal(t, 200, code, body)
 	rec := e.record("k-manual")
 	assert.Equal(t, keystore.StateFailed, rec.State)
-	assert.Equal(t, idem.ReasonNotExecuted, rec.Reason)
+	assert.Equal(t, keystore.ReasonNotExecuted, rec.Reason)
 	assert.Equal(t, "no charge in the dashboard", rec.Note)
 	_, err := e.c.Do(context.Background(), idem.NewOperation(http.MethodPost, "/v1/payments", rec.Request.Body, idem.WithIntent("order-2")))
 	assert.ErrorIs(t, err, idem.ErrNotExecuted)

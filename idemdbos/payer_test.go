@@ -113,7 +113,7 @@ func TestStoredServerErrorWaitsForResolve(t *testing.T) {
 				rec = r
 				return err == nil && r.State == keystore.StateManual
 			}, 10*time.Second, 5*time.Millisecond)
-			assert.Equal(t, idem.ReasonStoredServerError, rec.Reason)
+			assert.Equal(t, keystore.ReasonStoredServerError, rec.Reason)
 			assert.Equal(t, h.steps[0].Intent(), rec.Intent)
 			r := idem.Resolution{Verdict: verdict, Note: "ticket 42"}
 			if verdict == idem.VerdictExecuted {

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemotel"
 	"github.com/idemkit/idem/idemtest"
 )
@@ -28,7 +29,7 @@ func ExampleTracer() {
 	if err != nil {
 		panic(err)
 	}
-	c, err := idem.NewClient(idem.Config{BaseURL: api.URL, Hooks: tr.Hooks(idem.Hooks{})})
+	c, err := idem.NewClient(idem.Config{BaseURL: api.URL, Hooks: tr.Hooks(event.Hooks{})})
 	if err != nil {
 		panic(err)
 	}

@@ -163,8 +163,8 @@ func Register(meter metric.Meter, c *idem.Client) (metric.Registration, error) {
 		all = append(all, inst)
 	}
 	var budget metric.Int64ObservableGauge
-	b := c.Budget()
-	if b != nil {
+	if c.Stats().BudgetAvailable >= 0 { // -1: the budget is disabled
+
 		var err error
 		budget, err = meter.Int64ObservableGauge("idem.retry_budget.available", metric.WithUnit("{token}"),
 			metric.WithDescription("Tokens left in the client-wide retry budget. At zero, calls get their first attempt only: an outage, or a client retrying more than its successes pay for."))
@@ -179,7 +179,7 @@ func Register(meter metric.Meter, c *idem.Client) (metric.Registration, error) {
 			o.ObserveInt64(insts[i], ct.value(&s))
 		}
 		if budget != nil {
-			o.ObserveInt64(budget, int64(b.Available()))
+			o.ObserveInt64(budget, s.BudgetAvailable)
 		}
 		return nil
 	}, all...)

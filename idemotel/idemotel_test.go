@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemotel"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // server scripts one answer per path:
@@ -122,7 +123,7 @@ func TestRegisterExportsStats(t *testing.T) {
 	for name, v := range before {
 		want := int64(0)
 		if name == "idem.retry_budget.available" {
-			want = idem.DefaultBudgetCapacity
+			want = 500 // the retry budget's default capacity
 		}
 		if v != want {
 			t.Errorf("before any call: %s = %d, want %d", name, v, want)
@@ -143,11 +144,11 @@ func TestRegisterExportsStats(t *testing.T) {
 		t.Fatalf("/conflict: %v, want ErrKeyConflict", err)
 	}
 	// A replayed 201: a success and a replay.
-	if res, err := do("/replay"); err != nil || res.Source != idem.SourceReplay {
+	if res, err := do("/replay"); err != nil || res.Source != outcome.SourceReplay {
 		t.Fatalf("/replay: %+v, %v", res, err)
 	}
 	// 502 resolved by the status endpoint: an unknown outcome, a status check, resolved.
-	if res, err := do("/unknown", idem.CallKeyStatusURL("/status/{key}")); err != nil || res.Source != idem.SourceKeyStatus {
+	if res, err := do("/unknown", idem.CallKeyStatusURL("/status/{key}")); err != nil || res.Source != outcome.SourceKeyStatus {
 		t.Fatalf("/unknown: %+v, %v", res, err)
 	}
 	// Down, two attempts allowed: one retry whose 5 tokens are not refunded.
@@ -195,7 +196,7 @@ func TestRegisterExportsStats(t *testing.T) {
 		"idem.orphans_reclaimed":      0,
 		"idem.lease_waits":            0,
 		"idem.clock_skew_refusals":    0,
-		"idem.retry_budget.available": idem.DefaultBudgetCapacity - idem.DefaultBudgetRetryCost,
+		"idem.retry_budget.available": 500 - 5, // default capacity less one retry
 	}
 	if !maps.Equal(got, want) {
 		for _, name := range slices.Sorted(maps.Keys(want)) {

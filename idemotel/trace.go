@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/event"
 )
 
 // ScopeName is the instrumentation scope of the spans a Tracer records (the tracer name
@@ -161,7 +162,7 @@ func (ct *callTrace) event(name string, attempts int, attrs ...attribute.KeyValu
 }
 
 // attempt records the classified attempt as a child span.
-func (ct *callTrace) attempt(ev idem.AttemptEvent) {
+func (ct *callTrace) attempt(ev event.Attempt) {
 	ct.mu.Lock()
 	start := ct.reqStart
 	if start.IsZero() {

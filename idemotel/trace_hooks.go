@@ -2,10 +2,12 @@ package idemotel
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/event"
 )
 
 // Event attribute names (on the events of a call span).
@@ -72,26 +74,26 @@ func (t *Tracer) find(key, intent string) *callTrace {
 	return nil
 }
 
-func (t *Tracer) findEvent(e idem.Event) *callTrace { return t.find(e.Key, e.Intent) }
+func (t *Tracer) findEvent(e event.Event) *callTrace { return t.find(e.Key, e.Intent) }
 
 // Hooks returns hooks that record the call's attempts and events, then call next's hook of
 // the same name (nil fields of next are skipped). Put the result in idem.Config.Hooks.
-func (t *Tracer) Hooks(next idem.Hooks) idem.Hooks {
+func (t *Tracer) Hooks(next event.Hooks) event.Hooks {
 	h := next
-	h.OnAttempt = func(ev idem.AttemptEvent) {
+	h.OnAttempt = func(ev event.Attempt) {
 		if ct := t.findEvent(ev.Event); ct != nil {
 			ct.attempt(ev)
 		}
 		call(next.OnAttempt, ev)
 	}
-	h.OnRetry = func(ev idem.RetryEvent) {
+	h.OnRetry = func(ev event.Retry) {
 		if ct := t.findEvent(ev.Event); ct != nil {
 			ct.event(EventWait, ev.Attempt, AttrWaitSeconds.Float64(ev.Delay.Seconds()),
 				AttrWaitReason.String(ev.Reason.String()), AttrWaitRetryAfter.Bool(ev.RetryAfter))
 		}
 		call(next.OnRetry, ev)
 	}
-	h.OnKeyStatusCheck = func(ev idem.KeyStatusCheckEvent) {
+	h.OnKeyStatusCheck = func(ev event.KeyStatusCheck) {
 		if ct := t.findEvent(ev.Event); ct != nil {
 			attrs := []attribute.KeyValue{AttrKeyStatus.String(ev.State.String())}
 			if ev.Err != nil {
@@ -104,31 +106,31 @@ func (t *Tracer) Hooks(next idem.Hooks) idem.Hooks {
 		}
 		call(next.OnKeyStatusCheck, ev)
 	}
-	h.OnReplay = func(ev idem.ReplayEvent) {
+	h.OnReplay = func(ev event.Replay) {
 		if ct := t.findEvent(ev.Event); ct != nil {
 			ct.event(EventReplay, ev.Attempt, AttrStatusCode.Int(ev.StatusCode))
 		}
 		call(next.OnReplay, ev)
 	}
-	h.OnKeyConflict = func(ev idem.KeyConflictEvent) {
+	h.OnKeyConflict = func(ev event.KeyConflict) {
 		if ct := t.findEvent(ev.Event); ct != nil {
 			ct.event(EventKeyConflict, ev.Attempt, AttrStatusCode.Int(ev.StatusCode))
 		}
 		call(next.OnKeyConflict, ev)
 	}
-	h.OnInProgress = func(ev idem.InProgressEvent) {
+	h.OnInProgress = func(ev event.InProgress) {
 		if ct := t.findEvent(ev.Event); ct != nil {
 			ct.event(EventInProgress, ev.Attempt, AttrWaitSeconds.Float64(ev.Wait.Seconds()))
 		}
 		call(next.OnInProgress, ev)
 	}
-	h.OnKeyExpired = func(ev idem.KeyExpiredEvent) {
+	h.OnKeyExpired = func(ev event.KeyExpired) {
 		if ct := t.findEvent(ev.Event); ct != nil {
 			ct.event(EventKeyExpired, ev.Attempt, attribute.Float64("idem.key.age_seconds", ev.Age.Seconds()))
 		}
 		call(next.OnKeyExpired, ev)
 	}
-	h.OnUnknown = func(ev idem.UnknownEvent) {
+	h.OnUnknown = func(ev event.Unknown) {
 		if ct := t.findEvent(ev.Event); ct != nil {
 			attrs := []attribute.KeyValue{AttrStatusCode.Int(ev.StatusCode)}
 			if ev.Err != nil {
@@ -138,25 +140,26 @@ func (t *Tracer) Hooks(next idem.Hooks) idem.Hooks {
 		}
 		call(next.OnUnknown, ev)
 	}
-	h.OnBudgetDenied = func(ev idem.BudgetDeniedEvent) {
+	h.OnBudgetDenied = func(ev event.BudgetDenied) {
 		if ct := t.findEvent(ev.Event); ct != nil {
 			ct.event(EventBudgetDenied, ev.Attempt, attribute.Int("idem.retry_budget.available", ev.Available))
 		}
 		call(next.OnBudgetDenied, ev)
 	}
-	h.OnGiveUp = func(ev idem.GiveUpEvent) {
-		if ct := t.findEvent(ev.Event); ct != nil && ev.Err != nil && ev.Err.Kind != nil {
-			ct.event(EventGiveUp, ev.Attempt, AttrErrorKind.String(ev.Err.Kind.Error()))
+	h.OnGiveUp = func(ev event.GiveUp) {
+		var oe *idem.OperationError
+		if ct := t.findEvent(ev.Event); ct != nil && errors.As(ev.Err, &oe) && oe.Kind != nil {
+			ct.event(EventGiveUp, ev.Attempt, AttrErrorKind.String(oe.Kind.Error()))
 		}
 		call(next.OnGiveUp, ev)
 	}
-	h.OnStoredServerError = func(ev idem.StoredServerErrorEvent) {
+	h.OnStoredServerError = func(ev event.StoredServerError) {
 		if ct := t.findEvent(ev.Event); ct != nil {
 			ct.event(EventStoredServerError, ev.Attempt, AttrStatusCode.Int(ev.StatusCode), AttrSource.String(string(ev.Source)))
 		}
 		call(next.OnStoredServerError, ev)
 	}
-	h.OnResolved = func(ev idem.ResolvedEvent) {
+	h.OnResolved = func(ev event.Resolved) {
 		if ct := t.findEvent(ev.Event); ct != nil {
 			ct.event(EventResolved, ev.Attempt, AttrExecuted.Bool(ev.Executed), AttrByLookup.Bool(ev.ByLookup))
 		}

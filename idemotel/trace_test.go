@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemotel"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
@@ -62,7 +63,7 @@ func (s *sleeps) sleep(ctx context.Context, d time.Duration) error {
 func tracedClient(t *testing.T, baseURL string, tr *idemotel.Tracer, mod func(*idem.Config)) *idem.Client {
 	t.Helper()
 	cfg := idem.Config{BaseURL: baseURL, Store: keystore.NewMemory(), KeyStatusURL: idemtest.KeyStatusPathPattern,
-		Policy: idem.Policy{AttemptTimeout: 200 * time.Millisecond}, Hooks: tr.Hooks(idem.Hooks{})}
+		Policy: idem.Policy{AttemptTimeout: 200 * time.Millisecond}, Hooks: tr.Hooks(event.Hooks{})}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -205,9 +206,9 @@ func TestTraceRetryAfterWait(t *testing.T) {
 	var retries, attemptsSeen atomic.Int64 // the application's own hooks still run
 	c := tracedClient(t, api.URL, tr, func(cfg *idem.Config) {
 		cfg.Sleep = sl.sleep
-		cfg.Hooks = tr.Hooks(idem.Hooks{
-			OnRetry:   func(idem.RetryEvent) { retries.Add(1) },
-			OnAttempt: func(idem.AttemptEvent) { attemptsSeen.Add(1) },
+		cfg.Hooks = tr.Hooks(event.Hooks{
+			OnRetry:   func(event.Retry) { retries.Add(1) },
+			OnAttempt: func(event.Attempt) { attemptsSeen.Add(1) },
 		})
 	})
 	if _, err := tr.Do(context.Background(), c, payment("trace-2")); err != nil {

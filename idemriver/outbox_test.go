@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem/idemriver"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 var finished = []river.EventKind{river.EventKindJobCompleted, river.EventKindJobCancelled, river.EventKindJobFailed}
@@ -99,7 +100,7 @@ func TestOutboxFailureAfterTheSendNeverResends(t *testing.T) {
 	c, _ := idemClient(t, pool, api.URL, "w1", nil)
 	var calls atomic.Int64
 	var mu sync.Mutex
-	var sources []idem.Source
+	var sources []outcome.Source
 	var keys []string // the key of each run's operation (through Worker.Send)
 	w := &idemriver.Worker{Client: c, Send: func(ctx context.Context, op *idem.Operation) (*idem.Result, error) {
 		mu.Lock()
@@ -126,7 +127,7 @@ func TestOutboxFailureAfterTheSendNeverResends(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(sources) != 2 || sources[0] != idem.SourceResponse || sources[1] != idem.SourceStore {
+	if len(sources) != 2 || sources[0] != outcome.SourceResponse || sources[1] != outcome.SourceStore {
 		t.Errorf("answers %v, want [response store]", sources)
 	}
 	if len(keys) != 2 || keys[0] != args.Key || keys[1] != args.Key {

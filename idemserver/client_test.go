@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemserver"
+	"github.com/idemkit/idem/outcome"
 )
 
 // TestIdemClient: idem's client against the middleware. The first answer is stored and the
@@ -64,7 +65,7 @@ func TestIdemClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
-	if res.StatusCode != 201 || string(res.Body) != `{"id":"ch_1","request":{"amount":1999}}` || res.Source != idem.SourceKeyStatus || res.Attempts != 1 {
+	if res.StatusCode != 201 || string(res.Body) != `{"id":"ch_1","request":{"amount":1999}}` || res.Source != outcome.SourceKeyStatus || res.Attempts != 1 {
 		t.Fatalf("result %d %s source %s attempts %d", res.StatusCode, res.Body, res.Source, res.Attempts)
 	}
 	other := idem.NewOperation(http.MethodPost, "/v1/payments", []byte(`{"amount":2000}`), idem.WithKey("order-1"))

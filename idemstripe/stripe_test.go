@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 const testSecret = "sk_test_idemstripe"
@@ -68,7 +69,7 @@ func TestCreatePaymentIntent(t *testing.T) {
 	key := onlyKey(t, p)
 	assert.Equal(t, 1, p.count(key))
 	assert.Equal(t, key, pi.LastResponse.Header.Get(idem.KeyResponseHeader), "the key on the wire is idem's")
-	assert.Equal(t, string(idem.SourceResponse), pi.LastResponse.Header.Get(idem.SourceHeader))
+	assert.Equal(t, string(outcome.SourceResponse), pi.LastResponse.Header.Get(idem.SourceHeader))
 	_, auth := p.sent()
 	assert.Equal(t, "Bearer "+testSecret, auth[0])
 
@@ -139,7 +140,7 @@ func TestPersistentFaultSendsMaxAttempts(t *testing.T) {
 		c := newTestClient(t, p2, keystore.NewMemory(), 0)
 		_, err = c.V1PaymentIntents.Create(context.Background(), piParams())
 		require.Error(t, err)
-		assert.Equal(t, idem.DefaultMaxAttempts, p2.count(onlyKey(t, p2)))
+		assert.Equal(t, idem.DefaultPolicy().MaxAttempts, p2.count(onlyKey(t, p2)))
 	})
 }
 
@@ -156,7 +157,7 @@ func TestIntentCalledTwiceSendsOneKey(t *testing.T) {
 	key := onlyKey(t, p)
 	assert.Equal(t, 1, p.count(key), "the second call sends nothing")
 	assert.Equal(t, first.ID, second.ID)
-	assert.Equal(t, string(idem.SourceStore), second.LastResponse.Header.Get(idem.SourceHeader))
+	assert.Equal(t, string(outcome.SourceStore), second.LastResponse.Header.Get(idem.SourceHeader))
 	assert.Equal(t, key, second.LastResponse.Header.Get(idem.KeyResponseHeader))
 
 	t.Run("baseline: stripe-go over idem.NewHTTPClient conflicts", func(t *testing.T) {

@@ -154,7 +154,7 @@ func TestStoredServerErrorWaitsForResolve(t *testing.T) {
 
 			require.NotNil(t, manual)
 			assert.Equal(t, keystore.StateManual, manual.State)
-			assert.Equal(t, idem.ReasonStoredServerError, manual.Reason)
+			assert.Equal(t, keystore.ReasonStoredServerError, manual.Reason)
 			posts, attempts, _ := h.snapshot()
 			assert.Len(t, posts, 1, "the stored 5xx was never resent")
 			assert.Equal(t, 2, attempts, "one attempt before the verdict, one after")

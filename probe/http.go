@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/outcome"
 )
 
 // maxAnswerBytes bounds a body the probe reads.
@@ -161,7 +161,7 @@ func (s *sender) get(ctx context.Context, path string) answer {
 
 // pause waits a's Retry-After (or 200 ms without one); false if it is too long or ctx ended.
 func (s *sender) pause(ctx context.Context, a answer) bool {
-	d, ok := idem.ParseRetryAfter(a.header.Get("Retry-After"), s.cfg.Now())
+	d, ok := outcome.ParseRetryAfter(a.header.Get("Retry-After"), s.cfg.Now())
 	if !ok {
 		d = 200 * time.Millisecond
 	}

@@ -5,7 +5,7 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/outcome"
 	"github.com/idemkit/idem/profile"
 )
 
@@ -19,7 +19,7 @@ func (p *prober) keyReuse(ctx context.Context, key, ref string) {
 	case transient(a): // every transport error included
 		p.notObservedTransient(CheckKeyReuse, a, met)
 	case (a.status == http.StatusUnprocessableEntity || a.status == http.StatusBadRequest) &&
-		idem.ClassifyStatusCode(&idem.Attempt{Response: &http.Response{StatusCode: a.status}, Body: a.body}) == idem.ClassKeyConflict:
+		outcome.ClassifyStatusCode(&outcome.Attempt{Response: &http.Response{StatusCode: a.status}, Body: a.body}) == outcome.ClassKeyConflict:
 		// The client's own rule: a 422 naming key reuse, or Stripe's 400 idempotency_error.
 		p.set(CheckKeyReuse, Honoured, "HTTP %d %s", a.status, short(a.body))
 	case a.status == http.StatusUnprocessableEntity:

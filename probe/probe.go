@@ -10,8 +10,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
-
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/outcome"
 )
 
 // Run sends the contract's checks to cfg.BaseURL and returns one Row per check (in the
@@ -259,7 +258,7 @@ func (p *prober) retryAfter() {
 	}
 	forms := map[string]bool{}
 	for _, ra := range seen {
-		if _, ok := idem.ParseRetryAfter(ra.value, p.s.cfg.Now()); !ok {
+		if _, ok := outcome.ParseRetryAfter(ra.value, p.s.cfg.Now()); !ok {
 			p.set(CheckRetryAfter, Broken, "HTTP %d Retry-After %q is neither delay-seconds nor an HTTP-date", ra.status, ra.value)
 			return
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/outcome"
 	"github.com/idemkit/idem/probe"
 )
 
@@ -188,8 +189,8 @@ func TestKeyConflictCodeSuggested(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &idem.Attempt{Response: &http.Response{StatusCode: 422}, Body: []byte(`{"code":"key_in_use"}`)}
-	if got := cfg.Classifiers.Classify(a); got != idem.ClassKeyConflict {
+	a := &outcome.Attempt{Response: &http.Response{StatusCode: 422}, Body: []byte(`{"code":"key_in_use"}`)}
+	if got := cfg.Classifiers.Classify(a); got != outcome.ClassKeyConflict {
 		t.Errorf("suggested classifiers give %v, want ClassKeyConflict", got)
 	}
 }

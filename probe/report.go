@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/outcome"
 )
 
 // Result is a check's verdict.
@@ -102,7 +103,7 @@ type Suggestion struct {
 func (s Suggestion) Config() (idem.Config, error) {
 	c := idem.Config{BaseURL: s.BaseURL, KeyHeader: s.KeyHeader, KeyStatusURL: s.KeyStatusURL}
 	if len(s.KeyConflictCodes) > 0 {
-		c.Classifiers = append(idem.Classifiers{idem.KeyConflictCodes(s.KeyConflictCodes...)}, idem.DefaultClassifiers()...)
+		c.Classifiers = append(outcome.Classifiers{outcome.KeyConflictCodes(s.KeyConflictCodes...)}, outcome.DefaultClassifiers()...)
 	}
 	if s.LookupPath != "" {
 		l, err := idem.LookupByReference(s.LookupPath, "")

@@ -5,8 +5,7 @@ import (
 	"net/http"
 
 	"github.com/google/uuid"
-
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/outcome"
 )
 
 // statusNotFound asks the status endpoint about a key never sent.
@@ -18,9 +17,9 @@ func (p *prober) statusNotFound(ctx context.Context) {
 	a := p.s.get(ctx, p.s.statusPath(uuid.NewString()))
 	st := decode(a, p.s.cfg)
 	switch st.State {
-	case idem.KeyStatusNotFound:
+	case outcome.KeyStatusNotFound:
 		p.set(CheckKeyStatusNotFound, Honoured, "HTTP 404 %s", short(a.body))
-	case idem.KeyStatusCompleted, idem.KeyStatusProcessing:
+	case outcome.KeyStatusCompleted, outcome.KeyStatusProcessing:
 		p.set(CheckKeyStatusNotFound, Broken, "a key never sent is %s (%s)", st.State, a)
 	default:
 		if unauthorized(a) {
@@ -51,22 +50,22 @@ func (p *prober) statusCompleted(ctx context.Context, key string, want int) {
 	a := p.s.get(ctx, p.s.statusPath(key))
 	st := decode(a, p.s.cfg)
 	switch {
-	case st.State == idem.KeyStatusCompleted && st.ResponseStatusCode == want:
+	case st.State == outcome.KeyStatusCompleted && st.ResponseStatusCode == want:
 		p.set(CheckKeyStatusCompleted, Honoured, "HTTP 200 completed, response_status %d", st.ResponseStatusCode)
-	case st.State == idem.KeyStatusCompleted:
+	case st.State == outcome.KeyStatusCompleted:
 		p.set(CheckKeyStatusCompleted, Broken, "completed with response_status %d, but the answer was %d", st.ResponseStatusCode, want)
-	case st.State == idem.KeyStatusNotFound:
+	case st.State == outcome.KeyStatusNotFound:
 		p.set(CheckKeyStatusCompleted, Broken, "reports not_found for an executed key: a client would resend it")
-	case st.State == idem.KeyStatusProcessing:
+	case st.State == outcome.KeyStatusProcessing:
 		p.set(CheckKeyStatusCompleted, Broken, "still processing after the operation answered")
 	default:
 		p.set(CheckKeyStatusCompleted, NotObserved, "%s at %s: no status endpoint in the default convention", a, p.s.cfg.KeyStatusPath)
 	}
 }
 
-func decode(a answer, cfg Config) idem.KeyStatus {
+func decode(a answer, cfg Config) outcome.KeyStatus {
 	if a.err != nil {
-		return idem.KeyStatus{}
+		return outcome.KeyStatus{}
 	}
-	return idem.DecodeKeyStatus(a.status, a.header, a.body, cfg.Now())
+	return outcome.DecodeKeyStatus(a.status, a.header, a.body, cfg.Now())
 }

@@ -49,7 +49,7 @@ func TestResolveFile(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	rec := readRecord(t, db, "", "k-manual")
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
-	assert.Equal(t, idem.ReasonExecuted, rec.Reason)
+	assert.Equal(t, keystore.ReasonExecuted, rec.Reason)
 	assert.Equal(t, "ops: charge ch_9 in the dashboard, ticket 7", rec.Note)
 	assert.Equal(t, &keystore.Response{StatusCode: 201, Body: []byte(`{"id":"ch_9"}`)}, rec.Response)
 	assert.Equal(t, testNow, rec.UpdatedAt)

@@ -13,7 +13,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 )
@@ -214,7 +213,7 @@ func writeRecord(w io.Writer, r *keystore.Record, now time.Time) error {
 // resolved reports whether r was settled by a verdict (idemctl resolve, Client.Resolve or
 // Config.Lookup).
 func resolved(r *keystore.Record) bool {
-	return r.Reason == idem.ReasonExecuted || r.Reason == idem.ReasonNotExecuted
+	return r.Reason == keystore.ReasonExecuted || r.Reason == keystore.ReasonNotExecuted
 }
 
 // oldest is the age of the oldest record of a state, "-" when there is none (nil).

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 )
@@ -18,7 +17,7 @@ import (
 // history; the internal not-executed flag appears only when set, for what it means.
 func TestShowResolvedAndFlag(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	resolvedRec := &keystore.Record{Key: "k1", State: keystore.StateFailed, Reason: idem.ReasonNotExecuted,
+	resolvedRec := &keystore.Record{Key: "k1", State: keystore.StateFailed, Reason: keystore.ReasonNotExecuted,
 		Error: "execution began, effect unknown", Note: "no charge found, ticket 8", CreatedAt: at, UpdatedAt: at}
 	pending := &keystore.Record{Key: "k2", State: keystore.StatePending, NotExecuted: true,
 		Error: "503 Service Unavailable", CreatedAt: at, UpdatedAt: at}

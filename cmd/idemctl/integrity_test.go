@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/bbolt"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
@@ -30,7 +29,7 @@ func (s *settledMeanwhile) Get(ctx context.Context, scope, key string) (*keystor
 	rec, err := s.Store.Get(ctx, scope, key)
 	if err == nil && s.first.CompareAndSwap(false, true) {
 		other := rec.Clone()
-		other.State, other.Reason, other.Response = keystore.StateSucceeded, idem.ReasonExecuted, &keystore.Response{StatusCode: 200}
+		other.State, other.Reason, other.Response = keystore.StateSucceeded, keystore.ReasonExecuted, &keystore.Response{StatusCode: 200}
 		if err := s.Store.Update(ctx, other); err != nil {
 			return nil, err
 		}

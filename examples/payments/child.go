@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // childEnv carries the child's configuration (JSON) from the parent. Its presence is what
@@ -258,7 +259,7 @@ func refusedErr(err error) bool {
 // fromStore reports whether Do answered from the keystore without any network work.
 func fromStore(res *idem.Result, err error) bool {
 	if err == nil {
-		return res.Source == idem.SourceStore
+		return res.Source == outcome.SourceStore
 	}
 	var oe *idem.OperationError
 	return errors.As(err, &oe) && oe.Stored

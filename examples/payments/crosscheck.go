@@ -125,7 +125,7 @@ func unpaidAfterLookup(payments []payment, recs []*keystore.Record) []payment {
 		if p.Invalid || len(rs) == 0 || len(rs) >= maxTries {
 			continue
 		}
-		if last := rs[len(rs)-1]; last.State == keystore.StateFailed && last.Reason == idem.ReasonNotExecuted {
+		if last := rs[len(rs)-1]; last.State == keystore.StateFailed && last.Reason == keystore.ReasonNotExecuted {
 			out = append(out, p)
 		}
 	}
@@ -211,9 +211,9 @@ func invalidNote(r *keystore.Record) string {
 // storedError reports a key that ended in a 5xx the server stored, settled or not.
 func storedError(r *keystore.Record) bool {
 	switch r.Reason {
-	case idem.ReasonStoredServerError:
+	case keystore.ReasonStoredServerError:
 		return true
-	case idem.ReasonExecuted, idem.ReasonNotExecuted:
+	case keystore.ReasonExecuted, keystore.ReasonNotExecuted:
 		return r.LastStatusCode >= 500
 	}
 	return false

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
 )
@@ -56,7 +55,7 @@ func TestCheckLedgerCatchesDuplicatesAndLosses(t *testing.T) {
 	// pay-4: a stored 5xx on the first key settled as not executed by the lookup, then
 	// succeeded with a new key: fine.
 	k4 := rec(payments[4], 1, "k4", keystore.StateFailed, nil)
-	k4.Reason, k4.LastStatusCode, k4.Note = idem.ReasonNotExecuted, 500, "lookup: no payment"
+	k4.Reason, k4.LastStatusCode, k4.Note = keystore.ReasonNotExecuted, 500, "lookup: no payment"
 	recs = append(recs, k4, rec(payments[4], 2, "k4b", keystore.StateSucceeded, post(payments[4], "k4b")))
 	// pay-5: executed, but recorded failed.
 	post(payments[5], "k5")
@@ -65,7 +64,7 @@ func TestCheckLedgerCatchesDuplicatesAndLosses(t *testing.T) {
 	// execution is not a loss and nothing was paid again.
 	post(payments[6], "k6")
 	k6 := rec(payments[6], 1, "k6", keystore.StateManual, nil)
-	k6.Reason, k6.LastStatusCode = idem.ReasonStoredServerError, 500
+	k6.Reason, k6.LastStatusCode = keystore.ReasonStoredServerError, 500
 	recs = append(recs, k6)
 
 	v := checkLedger(payments, recs, srv)

@@ -45,7 +45,7 @@ func TestFinalStateAsksTheLookupAboutManualRecords(t *testing.T) {
 	now := time.Now()
 	require.NoError(t, st.Create(ctx, &keystore.Record{Scope: tenant, Key: op.Key(), Intent: "pay-1",
 		Fingerprint: idem.Fingerprint(http.MethodPost, srv.URL+paymentsPath, body), State: keystore.StateManual,
-		Reason: idem.ReasonStoredServerError, LastStatusCode: 500, CreatedAt: now, UpdatedAt: now,
+		Reason: keystore.ReasonStoredServerError, LastStatusCode: 500, CreatedAt: now, UpdatedAt: now,
 		Request: keystore.Request{Method: http.MethodPost, URL: paymentsPath, Body: body}}))
 	closeStore()
 
@@ -81,7 +81,7 @@ func TestFinalStatePaysWhatTheLookupFoundUnpaid(t *testing.T) {
 	require.NoError(t, err)
 	rs := byPayment(recs)[p.Index]
 	require.Len(t, rs, 2, "a new intent")
-	assert.Equal(t, idem.ReasonNotExecuted, rs[0].Reason)
+	assert.Equal(t, keystore.ReasonNotExecuted, rs[0].Reason)
 	assert.Equal(t, keystore.StateSucceeded, rs[1].State)
 	assert.Equal(t, 1, srv.Handler.ExecutionsByReference(p.ref()))
 }

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // checkTarget judges every payment without a ledger, from what the API itself says: the
@@ -74,7 +74,7 @@ func checkTarget(ctx context.Context, payments []payment, recs []*keystore.Recor
 			if err != nil && notExecuted(r) {
 				continue
 			}
-			ok2xx := err == nil && st.State == idem.KeyStatusCompleted && st.ResponseStatusCode/100 == 2
+			ok2xx := err == nil && st.State == outcome.KeyStatusCompleted && st.ResponseStatusCode/100 == 2
 			if ok2xx {
 				completed++
 				ids[paymentID(st.ResponseBody)] = true
@@ -172,7 +172,7 @@ func (c *statusClient) fetch(req *http.Request) (resp *http.Response, body []byt
 	return resp, body, err
 }
 
-func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.KeyStatus, error) {
+func (c *statusClient) ask(ctx context.Context, key string, tries int) (outcome.KeyStatus, error) {
 	if c.http.Timeout == 0 {
 		c.http.Timeout = 10 * time.Second // a black-holed API must not hold the report for minutes
 	}
@@ -182,7 +182,7 @@ func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.Key
 	target := c.base + strings.ReplaceAll(c.path, "{key}", url.PathEscape(key))
 	req, err := newGet(ctx, target)
 	if err != nil {
-		return idem.KeyStatus{}, err
+		return outcome.KeyStatus{}, err
 	}
 	var last error
 	transportOnly := true
@@ -198,8 +198,8 @@ func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.Key
 			last = err
 			continue
 		}
-		st := idem.DecodeKeyStatus(resp.StatusCode, resp.Header, body, time.Now())
-		if st.State != idem.KeyStatusUnknown && st.State != idem.KeyStatusProcessing {
+		st := outcome.DecodeKeyStatus(resp.StatusCode, resp.Header, body, time.Now())
+		if st.State != outcome.KeyStatusUnknown && st.State != outcome.KeyStatusProcessing {
 			return st, nil
 		}
 		last = fmt.Errorf("HTTP %d, state %s", resp.StatusCode, st.State)
@@ -207,5 +207,5 @@ func (c *statusClient) ask(ctx context.Context, key string, tries int) (idem.Key
 	if transportOnly && tries > 1 {
 		c.down = true
 	}
-	return idem.KeyStatus{}, last
+	return outcome.KeyStatus{}, last
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -48,22 +49,22 @@ func run(w io.Writer) error {
 
 	// Hooks run synchronously on the calling goroutine, and the calls run one after the
 	// other, so printing from them keeps the story in order.
-	hooks := idem.Hooks{
-		OnAttempt: func(e idem.AttemptEvent) {
+	hooks := event.Hooks{
+		OnAttempt: func(e event.Attempt) {
 			what := fmt.Sprintf("HTTP %d", e.StatusCode)
 			if e.Err != nil {
 				what = "transport error after the request was written"
 			}
 			fmt.Fprintf(w, "     attempt %d: %s (class %s)\n", e.Attempt, what, e.Class)
 		},
-		OnRetry: func(e idem.RetryEvent) {
+		OnRetry: func(e event.Retry) {
 			why := "backoff"
 			if e.RetryAfter {
 				why = "the server's Retry-After"
 			}
 			fmt.Fprintf(w, "     wait %s (%s), same key\n", e.Delay, why)
 		},
-		OnKeyStatusCheck: func(e idem.KeyStatusCheckEvent) {
+		OnKeyStatusCheck: func(e event.KeyStatusCheck) {
 			fmt.Fprintf(w, "     status endpoint: %s\n", e.State)
 		},
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/keystore/boltstore"
 )
 
@@ -32,8 +33,8 @@ func child(raw string, w io.Writer) error {
 			r.Header.Set("Authorization", "Bearer sk_demo")
 			return nil
 		},
-		Hooks: idem.Hooks{
-			OnKeyStatusCheck: func(e idem.KeyStatusCheckEvent) {
+		Hooks: event.Hooks{
+			OnKeyStatusCheck: func(e event.KeyStatusCheck) {
 				fmt.Fprintf(w, "status endpoint, key %s: %s\n", e.Key, e.State)
 			},
 		},

@@ -18,9 +18,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/wait"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // Stores returns the keystores of two instances: one shared store twice (Memory, bbolt) or
@@ -137,9 +139,9 @@ func SameIntentAtOnce(t *testing.T, stores Stores) {
 	assert.Equal(t, 1, srv.ExecutionsByReference("order-42"), "charged once")
 	waits := a.Stats().LeaseWaits + b.Stats().LeaseWaits
 	assert.Equal(t, int64(1), waits, "exactly one instance waited for the other's lease")
-	sources := map[idem.Source]int{results[0].Source: 1}
+	sources := map[outcome.Source]int{results[0].Source: 1}
 	sources[results[1].Source]++
-	assert.Equal(t, map[idem.Source]int{idem.SourceResponse: 1, idem.SourceStore: 1}, sources)
+	assert.Equal(t, map[outcome.Source]int{outcome.SourceResponse: 1, outcome.SourceStore: 1}, sources)
 	rec, err := sa.GetByIntent(ctx, "", "order-42")
 	require.NoError(t, err)
 	assert.Equal(t, keystore.StateSucceeded, rec.State)
@@ -160,9 +162,9 @@ func StaleOwnerWakes(t *testing.T, stores Stores) {
 	b := Instance(t, srv, sb, clock, "instance-b", func(c *idem.Config) { c.MaxClockSkew = -1 })
 	var recovered idem.RecoverReport
 	var recoverErr error
-	var lost []idem.ClaimLostEvent
+	var lost []event.ClaimLost
 	a := Instance(t, srv, sa, clock, "instance-a", func(c *idem.Config) {
-		c.Hooks.OnClaimLost = func(ev idem.ClaimLostEvent) { lost = append(lost, ev) }
+		c.Hooks.OnClaimLost = func(ev event.ClaimLost) { lost = append(lost, ev) }
 		slept := false
 		c.Sleep = func(ctx context.Context, d time.Duration) error {
 			if !slept { // A stalls (a GC pause, a frozen VM) past its lease; B takes over

@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // Now is the database's clock: close to this host's (same machine), ErrClosed after Close.
@@ -94,7 +95,7 @@ func TestClientClockAheadRecoverPurgesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatalf("second Do %s: %v", ref, err)
 		}
-		if res.Key != key || res.Source != idem.SourceStore {
+		if res.Key != key || res.Source != outcome.SourceStore {
 			t.Errorf("second Do %s: key %s source %s, want the stored answer under %s", ref, res.Key, res.Source, key)
 		}
 		if n := srv.ExecutionsByReference(ref); n != 1 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore"
 )
@@ -43,9 +44,9 @@ func TestRecoverSkipsDamagedRow(t *testing.T) {
 	if _, err := p.Exec(ctx, `UPDATE idem_records SET request_header = '`+garbage+`'::bytea WHERE key = 'k-0'`); err != nil {
 		t.Fatal(err)
 	}
-	var events []idem.DamagedRecordEvent
+	var events []event.DamagedRecord
 	c, err := idem.NewClient(idem.Config{BaseURL: srv.URL, Store: s, KeyStatusURL: idemtest.KeyStatusPathPattern,
-		PurgeInterval: -1, Owner: "inst-a", Hooks: idem.Hooks{OnDamagedRecord: func(e idem.DamagedRecordEvent) { events = append(events, e) }}})
+		PurgeInterval: -1, Owner: "inst-a", Hooks: event.Hooks{OnDamagedRecord: func(e event.DamagedRecord) { events = append(events, e) }}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,13 @@
-package idem
+package outcome
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
-	"strings"
 	"time"
+
+	"github.com/idemkit/idem/internal/jsonx"
 )
 
 // KeyStatusState is what a status endpoint says about a key.
@@ -80,7 +81,7 @@ func DecodeKeyStatus(code int, header http.Header, body []byte, now time.Time) K
 		st.RetryAfter, st.HasRetryAfter = ParseRetryAfter(header.Get("Retry-After"), now)
 	}
 	var b statusBody
-	if err := json.Unmarshal(body, &b); err != nil || duplicateMember(body) {
+	if err := json.Unmarshal(body, &b); err != nil || jsonx.DuplicateMember(body) {
 		return st
 	}
 	switch {
@@ -98,33 +99,4 @@ func DecodeKeyStatus(code int, header http.Header, body []byte, now time.Time) K
 		st.State = KeyStatusNotFound
 	}
 	return st
-}
-
-// duplicateMember reports whether body's top-level object names a member twice, letter case
-// aside (encoding/json matches names that way and keeps the last): {"status":"processing",
-// "status":"not_found"} must not be read as either, since parsers disagree on which counts.
-// Called on a body json.Unmarshal accepted.
-func duplicateMember(body []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return false
-	}
-	seen := make(map[string]bool, 4)
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return false
-		}
-		name, _ := t.(string)
-		name = strings.ToLower(strings.ToUpper(name)) // folds "ſ" with "s", as encoding/json does
-		if seen[name] {
-			return true
-		}
-		seen[name] = true
-		var skip json.RawMessage
-		if dec.Decode(&skip) != nil {
-			return false
-		}
-	}
-	return false
 }

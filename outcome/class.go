@@ -1,4 +1,4 @@
-package idem
+package outcome
 
 import (
 	"errors"
@@ -220,7 +220,7 @@ func doNotRetry(code int) Class {
 
 // replayed reports whether the server marked a's answer as the key's stored one
 // (Idempotent-Replayed: true, any letter case); false without an answer.
-func (a *Attempt) replayed() bool {
+func (a *Attempt) Replayed() bool {
 	return a.Response != nil && strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true")
 }
 
@@ -233,7 +233,7 @@ func (a *Attempt) replayed() bool {
 // they speak of the request in flight ("in progress", "too many"), never of the operation's
 // end, and a first request still running behind a 409 may yet charge.
 func ClassifyReplay(a *Attempt) Class {
-	if !a.replayed() || a.Response.StatusCode < 300 || notFinal(a.Response.StatusCode) {
+	if !a.Replayed() || a.Response.StatusCode < 300 || NotFinal(a.Response.StatusCode) {
 		return ClassUndecided
 	}
 	if c := a.Response.StatusCode; c >= 500 || c < 400 {
@@ -296,3 +296,20 @@ type notSentError struct{ err error }
 
 func (e *notSentError) Error() string { return "request not sent: " + e.err.Error() }
 func (e *notSentError) Unwrap() error { return e.err }
+
+// NotFinal reports whether code is one of the statuses that never end an operation, even reported as its stored
+// answer: 409 in progress, 408 and 425 (outcome unknown), 429 (come back later). A status
+// endpoint that says "completed with 409" while the first request still runs must not turn
+// into a failure, after which the application would pay again.
+func NotFinal(code int) bool {
+	switch code {
+	case http.StatusConflict, http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return false
+}
+
+// NotSent wraps err, a transport failure that happened before any byte of the request was
+// written: ClassifyTransport then reads the attempt as ClassRetry even when Attempt.Written
+// is true. errors.Is and errors.As see err through it.
+func NotSent(err error) error { return &notSentError{err} }

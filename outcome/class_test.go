@@ -1,4 +1,4 @@
-package idem
+package outcome
 
 import (
 	"errors"
@@ -47,8 +47,8 @@ func TestDefaultClassifiersTable(t *testing.T) {
 		{"reset after write", rcErr(syscall.ECONNRESET, true), ClassUnknown},
 		{"EOF after write", rcErr(io.ErrUnexpectedEOF, true), ClassUnknown},
 		{"timeout after write", rcErr(fmt.Errorf("attempt: %w", errors.New("timeout awaiting headers")), true), ClassUnknown},
-		{"notSentError even if Written", rcErr(&notSentError{err: dialRefused}, true), ClassRetry},
-		{"wrapped notSentError", rcErr(fmt.Errorf("send: %w", &notSentError{err: io.EOF}), true), ClassRetry},
+		{"notSentError even if Written", rcErr(NotSent(dialRefused), true), ClassRetry},
+		{"wrapped notSentError", rcErr(fmt.Errorf("send: %w", NotSent(io.EOF)), true), ClassRetry},
 
 		// may have executed
 		{"408", rcResp(408), ClassUnknown},
@@ -234,7 +234,7 @@ func TestClassString(t *testing.T) {
 }
 
 func TestNotSentError(t *testing.T) {
-	err := &notSentError{err: io.EOF}
+	err := NotSent(io.EOF)
 	assert.Equal(t, "request not sent: EOF", err.Error())
 	assert.ErrorIs(t, err, io.EOF)
 }
