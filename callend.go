@@ -76,8 +76,8 @@ func (cl *call) resendExpired() bool {
 // counts as unknown: twice MaxClockSkew, since two instances each within it of the store
 // may be that far apart (twice DefaultMaxClockSkew when the check is off).
 func (c *Client) clockBackTolerance() time.Duration {
-	if c.cfg.MaxClockSkew > 0 {
-		return 2 * c.cfg.MaxClockSkew
+	if c.cfg.Fleet.MaxClockSkew > 0 {
+		return 2 * c.cfg.Fleet.MaxClockSkew
 	}
 	return 2 * DefaultMaxClockSkew
 }

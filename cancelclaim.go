@@ -26,7 +26,7 @@ import (
 const cancelOwnerSuffix = "/cancel"
 
 // cancelOwner is the Owner of this client's claims for a cancel.
-func (c *Client) cancelOwner() string { return c.cfg.Owner + cancelOwnerSuffix }
+func (c *Client) cancelOwner() string { return c.cfg.Fleet.Owner + cancelOwnerSuffix }
 
 // cancelClaimed reports whether rec carries a cancel's claim, live or ended.
 func cancelClaimed(rec *keystore.Record) bool {

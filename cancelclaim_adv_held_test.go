@@ -66,7 +66,7 @@ func TestAdvCancelAnswered5xxThenRetried(t *testing.T) {
 	clk := &testClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 	store := keystore.NewMemory()
 	mk := func(owner string) *Client {
-		c, err := NewClient(Config{BaseURL: api.URL, Store: store, Profile: syncAdyen, Now: clk.Now, Owner: owner,
+		c, err := NewClient(Config{BaseURL: api.URL, Store: store, Profile: syncAdyen, Now: clk.Now, Fleet: FleetConfig{Owner: owner},
 			Policy: Policy{MaxAttempts: 1}, Budget: BudgetConfig{Disabled: true}})
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
@@ -120,7 +120,7 @@ func TestAdvExpiredKeyCancelWaits(t *testing.T) {
 	defer api.Close()
 	clk := &testClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 	store := keystore.NewMemory()
-	c, err := NewClient(Config{BaseURL: api.URL, Store: store, Profile: syncAdyen, Now: clk.Now, Owner: "a",
+	c, err := NewClient(Config{BaseURL: api.URL, Store: store, Profile: syncAdyen, Now: clk.Now, Fleet: FleetConfig{Owner: "a"},
 		Policy: Policy{MaxAttempts: 1, AttemptTimeout: 100 * time.Millisecond}, Budget: BudgetConfig{Disabled: true}})
 	require.NoError(t, err)
 	defer c.Close()

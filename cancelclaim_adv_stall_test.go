@@ -65,7 +65,7 @@ func advSetup(t *testing.T) (*advLedger, *hookStore, *testClock, func(owner stri
 	store := &hookStore{Memory: keystore.NewMemory()}
 	clk := &testClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 	mk := func(owner string) *Client {
-		c, err := NewClient(Config{BaseURL: api.URL, Store: store, Profile: syncAdyen, Now: clk.Now, Owner: owner,
+		c, err := NewClient(Config{BaseURL: api.URL, Store: store, Profile: syncAdyen, Now: clk.Now, Fleet: FleetConfig{Owner: owner},
 			Policy: Policy{MaxAttempts: 1}, Budget: BudgetConfig{Disabled: true}})
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })

@@ -47,7 +47,7 @@ func TestDeadCancelsClaimHoldsEveryVerdictUntilItCanLand(t *testing.T) {
 	nowf := func() time.Time { return time.Unix(0, clk.Load()).UTC() }
 	advance := func(d time.Duration) { clk.Add(int64(d)) }
 	store := keystore.NewMemory()
-	c, err := NewClient(Config{BaseURL: api.URL, Store: store, Profile: syncAdyen, Now: nowf, Owner: "inst-1",
+	c, err := NewClient(Config{BaseURL: api.URL, Store: store, Profile: syncAdyen, Now: nowf, Fleet: FleetConfig{Owner: "inst-1"},
 		Policy: Policy{MaxAttempts: 1}, Budget: BudgetConfig{Disabled: true}})
 	require.NoError(t, err)
 	defer c.Close()

@@ -206,9 +206,9 @@ func (c *Client) settings(opts []CallOption) (callSettings, error) {
 		return s, err
 	}
 	// As NewClient checks the client-wide policy: an attempt must not outlive its lease.
-	if s.policy.AttemptTimeout >= c.cfg.LeaseTTL {
-		return s, fmt.Errorf("%w: AttemptTimeout %s for this call is not shorter than Config.LeaseTTL %s: an attempt could outlive the lease and overlap another instance's (shorten the call's attempt timeout or raise Config.LeaseTTL)",
-			ErrInvalidPolicy, s.policy.AttemptTimeout, c.cfg.LeaseTTL)
+	if s.policy.AttemptTimeout >= c.cfg.Fleet.LeaseTTL {
+		return s, fmt.Errorf("%w: AttemptTimeout %s for this call is not shorter than Config.Fleet.LeaseTTL %s: an attempt could outlive the lease and overlap another instance's (shorten the call's attempt timeout or raise Config.Fleet.LeaseTTL)",
+			ErrInvalidPolicy, s.policy.AttemptTimeout, c.cfg.Fleet.LeaseTTL)
 	}
 	if s.status == nil && s.statusURL != "" {
 		if !strings.Contains(s.statusURL, "{key}") {

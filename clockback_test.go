@@ -96,9 +96,8 @@ func TestFleetSkewWithinTheBoundIsNoClockStep(t *testing.T) {
 			clkA, clkB := newFakeClock(), newFakeClock()
 			clkA.now, clkB.now = base.Add(tc.ahead), base.Add(-tc.behind)
 			mk := func(clk *fakeClock, owner string) *Client {
-				c, err := NewClient(Config{BaseURL: a.srv.URL, KeyStatusURL: statusPath, Store: store, Owner: owner,
-					Now: clk.Now, Sleep: clk.Sleep, MaxClockSkew: tc.maxSkew,
-					Policy: Policy{MaxAttempts: 1}, Budget: BudgetConfig{Disabled: true}})
+				c, err := NewClient(Config{BaseURL: a.srv.URL, KeyStatusURL: statusPath, Store: store, Fleet: FleetConfig{Owner: owner, MaxClockSkew: tc.maxSkew},
+					Now: clk.Now, Sleep: clk.Sleep, Policy: Policy{MaxAttempts: 1}, Budget: BudgetConfig{Disabled: true}})
 				require.NoError(t, err)
 				t.Cleanup(func() { c.Close() })
 				return c

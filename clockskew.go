@@ -17,18 +17,18 @@ import (
 // (a later Do of the same intent would mint a new key: a double charge) and take over their
 // live leases. When the store has an authoritative clock (keystore.Clock), the client checks
 // its own against it before every operation that acts on other instances' records on the
-// strength of its clock, and refuses beyond Config.MaxClockSkew. Do checks too before it
+// strength of its clock, and refuses beyond Config.Fleet.MaxClockSkew. Do checks too before it
 // writes a record with its clock's times (creating or resuming one), but at most once a
 // minute per Client (clockRecheck): renewing its own lease never checks.
 
-// DefaultMaxClockSkew is Config.MaxClockSkew when it is 0 (capped at LeaseTTL/3). NTP keeps
+// DefaultMaxClockSkew is Config.Fleet.MaxClockSkew when it is 0 (capped at LeaseTTL/3). NTP keeps
 // hosts within milliseconds of each other, so 5 s never refuses a healthy fleet, even with a
 // slow database round trip; and it is small beside what it protects: the default lease
 // (30 s, renewed every 10 s, so a live lease always has 20 s left) and the retention (days).
 const DefaultMaxClockSkew = 5 * time.Second
 
 // ErrClockSkew: this client's clock (Config.Now) and the keystore's (keystore.Clock) differ by
-// more than Config.MaxClockSkew, so the client refused an operation that would act on other
+// more than Config.Fleet.MaxClockSkew, so the client refused an operation that would act on other
 // instances' records on the strength of its own clock: a retention purge, a claim of orphans
 // (Recover, the background reclaimer), or a Do taking over a record whose lease another
 // instance held. Nothing was done; the error is a *ClockSkewError (inside an *OperationError
@@ -41,7 +41,7 @@ type ClockSkewError struct {
 	Local time.Time     // this client's clock (Config.Now) when the store's was read
 	Store time.Time     // the keystore's clock
 	Skew  time.Duration // Local - Store: positive when this client is ahead
-	Max   time.Duration // Config.MaxClockSkew
+	Max   time.Duration // Config.Fleet.MaxClockSkew
 }
 
 // Error names the operation, both clocks and the skew.
@@ -111,10 +111,10 @@ func (w *writeClock) fresh(now time.Time, maxStep time.Duration) *clockCheck {
 // checkWriteClock is checkClock for Do's own writes, cached for clockRecheck. rec is the
 // record about to be resumed, for the event; nil before a create.
 func (c *Client) checkWriteClock(ctx context.Context, rec *keystore.Record) error {
-	if _, ok := c.store.(keystore.Clock); !ok || c.cfg.MaxClockSkew < 0 {
+	if _, ok := c.store.(keystore.Clock); !ok || c.cfg.Fleet.MaxClockSkew < 0 {
 		return nil
 	}
-	w, maxStep := &c.writeClock, maxClockStep(c.cfg.MaxClockSkew)
+	w, maxStep := &c.writeClock, maxClockStep(c.cfg.Fleet.MaxClockSkew)
 	if l := w.fresh(c.cfg.Now(), maxStep); l != nil {
 		return l.err
 	}
@@ -135,13 +135,13 @@ func (c *Client) checkWriteClock(ctx context.Context, rec *keystore.Record) erro
 // skewDefaults fills and checks MaxClockSkew; LeaseTTL is already set.
 func (c *Client) skewDefaults() error {
 	cfg := &c.cfg
-	limit := cfg.LeaseTTL / 3
+	limit := cfg.Fleet.LeaseTTL / 3
 	switch {
-	case cfg.MaxClockSkew == 0:
-		cfg.MaxClockSkew = min(DefaultMaxClockSkew, limit)
-	case cfg.MaxClockSkew > limit:
+	case cfg.Fleet.MaxClockSkew == 0:
+		cfg.Fleet.MaxClockSkew = min(DefaultMaxClockSkew, limit)
+	case cfg.Fleet.MaxClockSkew > limit:
 		return fmt.Errorf("%w: MaxClockSkew %s is longer than LeaseTTL/3 (%s): an instance that far ahead could take over leases its holder is still renewing",
-			ErrInvalidConfig, cfg.MaxClockSkew, limit)
+			ErrInvalidConfig, cfg.Fleet.MaxClockSkew, limit)
 	}
 	return nil
 }
@@ -160,7 +160,7 @@ func (c *Client) checkClock(ctx context.Context, op string, rec *keystore.Record
 // Without a store clock (or with the check off), they are read at once and err is nil.
 func (c *Client) checkClockAt(ctx context.Context, op string, rec *keystore.Record) (now, mono time.Time, err error) {
 	sc, ok := c.store.(keystore.Clock)
-	if !ok || c.cfg.MaxClockSkew < 0 {
+	if !ok || c.cfg.Fleet.MaxClockSkew < 0 {
 		return c.cfg.Now(), time.Now(), nil
 	}
 	start := time.Now()
@@ -178,7 +178,7 @@ func (c *Client) checkClockAt(ctx context.Context, op string, rec *keystore.Reco
 	// The clock in force now, after, is what is judged.
 	local, skew := before, time.Duration(0)
 	step := after.Round(0).Sub(before.Round(0)) - mono.Sub(start)
-	stepped := step > maxClockStep(c.cfg.MaxClockSkew) || step < -maxClockStep(c.cfg.MaxClockSkew)
+	stepped := step > maxClockStep(c.cfg.Fleet.MaxClockSkew) || step < -maxClockStep(c.cfg.Fleet.MaxClockSkew)
 	switch {
 	case stepped:
 		local, skew = after, after.Sub(store)
@@ -187,10 +187,10 @@ func (c *Client) checkClockAt(ctx context.Context, op string, rec *keystore.Reco
 	case store.After(after):
 		local, skew = after, after.Sub(store)
 	}
-	if skew <= c.cfg.MaxClockSkew && skew >= -c.cfg.MaxClockSkew {
+	if skew <= c.cfg.Fleet.MaxClockSkew && skew >= -c.cfg.Fleet.MaxClockSkew {
 		return after, mono, nil
 	}
-	e := &ClockSkewError{Op: op, Local: local, Store: store, Skew: skew, Max: c.cfg.MaxClockSkew}
+	e := &ClockSkewError{Op: op, Local: local, Store: store, Skew: skew, Max: c.cfg.Fleet.MaxClockSkew}
 	c.stats.clockSkew.Add(1)
 	ev := event.ClockSkew{Event: event.Event{Time: local}, Err: e}
 	if rec != nil {
@@ -198,7 +198,7 @@ func (c *Client) checkClockAt(ctx context.Context, op string, rec *keystore.Reco
 	}
 	if l := c.cfg.Logger; l != nil {
 		l.Error("idem clock differs from the keystore's; operation refused", "op", op, "key", ev.Key,
-			"local", local, "store", store, "skew", skew, "max", c.cfg.MaxClockSkew)
+			"local", local, "store", store, "skew", skew, "max", c.cfg.Fleet.MaxClockSkew)
 	}
 	if h := c.cfg.Hooks.OnClockSkew; h != nil {
 		h(ev)
@@ -212,5 +212,5 @@ func (c *Client) checkClockAt(ctx context.Context, op string, rec *keystore.Reco
 // behind would resend a key the server may have forgotten). Our own records, and a dead
 // owner's on an exclusive store (one process, one clock), are claimed without a check.
 func (c *Client) takesOver(rec *keystore.Record) bool {
-	return rec.Owner != c.cfg.Owner && !c.deadOwner(rec)
+	return rec.Owner != c.cfg.Fleet.Owner && !c.deadOwner(rec)
 }

@@ -58,7 +58,7 @@ func newSkewEnv(t *testing.T, ahead time.Duration, mod func(*Config)) *skewEnv {
 	se := &skewEnv{store: &clockStore{Memory: keystore.NewMemory()}}
 	se.env = newEnv(t, idemtest.Config{RetryAfter: -1}, func(c *Config) {
 		c.Store = se.store
-		c.Owner = "instance-a"
+		c.Fleet.Owner = "instance-a"
 		c.PurgeInterval = -1
 		c.Hooks.OnClockSkew = func(ev event.ClockSkew) {
 			se.mu.Lock()
@@ -476,7 +476,7 @@ func TestSettleRefusedWhenClockOff(t *testing.T) {
 // A negative MaxClockSkew turns the check off (tests with injected clocks); a store whose
 // clock cannot be read refuses the operation with the store's error.
 func TestClockCheckOffAndStoreError(t *testing.T) {
-	se := newSkewEnv(t, 80*time.Hour, func(c *Config) { c.MaxClockSkew = -1 })
+	se := newSkewEnv(t, 80*time.Hour, func(c *Config) { c.Fleet.MaxClockSkew = -1 })
 	old, _, _ := se.seed(t)
 	rep, err := se.c.Recover(context.Background(), nil)
 	require.NoError(t, err)
@@ -505,11 +505,11 @@ func TestMaxClockSkewConfig(t *testing.T) {
 		valid bool
 	}{
 		{"default", Config{}, DefaultMaxClockSkew, true},
-		{"capped by a short lease", Config{LeaseTTL: 12 * time.Second, Policy: Policy{AttemptTimeout: time.Second}}, 4 * time.Second, true},
-		{"explicit", Config{MaxClockSkew: time.Second}, time.Second, true},
-		{"LeaseTTL/3", Config{MaxClockSkew: 10 * time.Second}, 10 * time.Second, true},
-		{"off", Config{MaxClockSkew: -1}, -1, true},
-		{"beyond LeaseTTL/3", Config{MaxClockSkew: 10*time.Second + 1}, 0, false},
+		{"capped by a short lease", Config{Fleet: FleetConfig{LeaseTTL: 12 * time.Second}, Policy: Policy{AttemptTimeout: time.Second}}, 4 * time.Second, true},
+		{"explicit", Config{Fleet: FleetConfig{MaxClockSkew: time.Second}}, time.Second, true},
+		{"LeaseTTL/3", Config{Fleet: FleetConfig{MaxClockSkew: 10 * time.Second}}, 10 * time.Second, true},
+		{"off", Config{Fleet: FleetConfig{MaxClockSkew: -1}}, -1, true},
+		{"beyond LeaseTTL/3", Config{Fleet: FleetConfig{MaxClockSkew: 10*time.Second + 1}}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.BaseURL = "http://127.0.0.1:1"
@@ -521,7 +521,7 @@ func TestMaxClockSkewConfig(t *testing.T) {
 			}
 			require.NoError(t, err)
 			defer c.Close()
-			assert.Equal(t, tc.want, c.cfg.MaxClockSkew)
+			assert.Equal(t, tc.want, c.cfg.Fleet.MaxClockSkew)
 		})
 	}
 }

@@ -410,8 +410,8 @@ func TestNewClientRefusesUnworkableConfig(t *testing.T) {
 		{"SecretHeaders names the default key header", Config{SecretHeaders: []string{"idempotency-key"}}, "SecretHeaders"},
 		{"SecretHeaders without the key header", Config{SecretHeaders: []string{"X-Api-Key"}}, ""},
 		{"custom KeyHeader", Config{KeyHeader: "X-Op-Key"}, ""},
-		{"Owner not UTF-8", Config{Owner: "node-\xff"}, "Owner"},
-		{"Owner in UTF-8", Config{Owner: "nœud-1"}, ""},
+		{"Owner not UTF-8", Config{Fleet: FleetConfig{Owner: "node-\xff"}}, "Owner"},
+		{"Owner in UTF-8", Config{Fleet: FleetConfig{Owner: "nœud-1"}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewClient(tc.cfg)

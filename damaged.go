@@ -30,15 +30,6 @@ func (e *DamagedRecordsError) Error() string {
 	return b.String()
 }
 
-// Keys returns the keys of the skipped records.
-func (e *DamagedRecordsError) Keys() []string {
-	keys := make([]string, len(e.Records))
-	for i, r := range e.Records {
-		keys[i] = r.Key
-	}
-	return keys
-}
-
 // onDamaged counts, logs and reports the damaged records of a page and returns them.
 func (c *Client) onDamaged(recs []keystore.DamagedRecord) []keystore.DamagedRecord {
 	for _, r := range recs {

@@ -50,7 +50,7 @@ func TestDialectAdversarial2CheckoutResendAfterAFailedPreSendWriteNeverChargesTw
 		_, derr := c1.Do(context.Background(), payment(100, "ord-1"), CallMaxRetryAfter(300e9), CallMaxElapsed(600e9))
 		t.Logf("Do: %v (updates %d)", derr, store.calls.Load())
 	}()
-	cfg.Owner = "second"
+	cfg.Fleet.Owner = "second"
 	c2, err := NewClient(cfg)
 	require.NoError(t, err)
 	defer c2.Close()

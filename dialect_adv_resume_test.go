@@ -131,7 +131,7 @@ func advResumed(t *testing.T, ra string, opts ...CallOption) {
 		_, _ = c1.Do(context.Background(), payment(100, "ord-1"), opts...)
 	}()
 	// The process is gone; its successor recovers the pending record right away.
-	cfg.Owner = "second"
+	cfg.Fleet.Owner = "second"
 	c2, err := NewClient(cfg)
 	require.NoError(t, err)
 	defer c2.Close()

@@ -35,13 +35,13 @@ import (
 // finishes it. A second Do of
 // the same key (or intent) waits for the first and returns its outcome, never sending
 // concurrently; across the instances of a fleet sharing the Store the same holds through
-// the record's lease (Config.LeaseTTL): a Do that finds the record claimed by another
+// the record's lease (Config.Fleet.LeaseTTL): a Do that finds the record claimed by another
 // instance waits, bounded by ctx (ErrCanceled, outcome unknown), until the record is final
 // (its stored outcome is returned) or the lease expired (the owner died: Do claims the record
 // and continues the same key, status endpoint first; a record created later than this
 // clock's now by more than twice MaxClockSkew, a clock stepped back, is past KeyTTL as far as Do can
 // tell: ErrKeyExpired, never resent; when the store has a clock and this
-// client's differs from it by more than Config.MaxClockSkew, Do does not take over another
+// client's differs from it by more than Config.Fleet.MaxClockSkew, Do does not take over another
 // instance's record and returns ErrClockSkew, outcome unknown, without sending or writing). A call whose record another
 // instance took over stops at once and returns ErrLeaseLost, without sending again or writing.
 func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {

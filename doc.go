@@ -22,8 +22,8 @@
 // Real providers (Stripe, Adyen, PayPal, Checkout.com, GoCardless, Square, Increase):
 // Config.Profile, package profile and docs/PROVIDERS.md; package webhook settles a record
 // from a provider's event. Under a generated client or an SDK: NewHTTPClient, Transport. A
-// fleet on one PostgreSQL keystore (keystore/pgstore): Config.Owner, Config.LeaseTTL,
-// Config.ReclaimInterval. The operator's view: package idemadmin and cmd/idemctl.
+// fleet on one PostgreSQL keystore (keystore/pgstore): Config.Fleet.Owner, Config.Fleet.LeaseTTL,
+// Config.Fleet.ReclaimInterval. The operator's view: package idemadmin and cmd/idemctl.
 //
 // What idem cannot know: it relies on the server honouring the key for at least
 // Config.KeyTTL (a key older than that whose outcome is unknown is never resent:

@@ -98,7 +98,7 @@ var (
 	ErrBudgetExhausted = errors.New("idem: retry budget exhausted")
 	// ErrKeyExpired: the outcome is unknown and the key is older than Config.KeyTTL (the
 	// server's retention window), or created later than this clock's now by more than twice
-	// Config.MaxClockSkew (a clock stepped back: its age is unknown), so resending could
+	// Config.Fleet.MaxClockSkew (a clock stepped back: its age is unknown), so resending could
 	// execute the intent twice. The record is marked for manual reconciliation and never
 	// resent: Config.Lookup settles it (a payment found at once; "not executed" only
 	// one minute after the key's last request), or Client.Resolve.

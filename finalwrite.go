@@ -36,10 +36,10 @@ func (c *Client) updateFinal(ctx context.Context, rec *keystore.Record) error {
 	if err := c.store.Update(ctx, rec); err != nil {
 		return err
 	}
-	if rec.State == keystore.StateManual && c.dialect.lookupActs && rec.Owner == c.cfg.Owner {
+	if rec.State == keystore.StateManual && c.dialect.lookupActs && rec.Owner == c.cfg.Fleet.Owner {
 		// Fenced: a record claimed since is left as it is. A failed release only makes the
 		// cancel wait for the lease to expire.
-		if err := c.store.Release(ctx, rec.Scope, rec.Key, c.cfg.Owner, rec.Fence); err != nil && !errors.Is(err, keystore.ErrFenced) {
+		if err := c.store.Release(ctx, rec.Scope, rec.Key, c.cfg.Fleet.Owner, rec.Fence); err != nil && !errors.Is(err, keystore.ErrFenced) {
 			c.warn("releasing the lease of a manual record", rec, err)
 		}
 	}

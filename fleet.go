@@ -16,7 +16,8 @@ import (
 // while it holds the record's lease, renews it while it runs, and stops for good once a
 // fenced write tells it that another instance took the record over.
 
-// defaultLeaseTTL is the lease a call holds on its record when Config.LeaseTTL is 0: long
+// defaultLeaseTTL is the lease a call holds on its record when FleetConfig.LeaseTTL is 0 (and
+// Policy.AttemptTimeout at most a third of it): long
 // enough for an attempt (Policy.AttemptTimeout, 10 s by default) and a renewal round trip,
 // short enough that a dead instance's records are picked up by the others within a minute.
 const defaultLeaseTTL = 30 * time.Second
@@ -44,36 +45,36 @@ func defaultOwner() string {
 // leaseDefaults fills and checks Owner, LeaseTTL and ReclaimInterval.
 func (c *Client) leaseDefaults() error {
 	cfg := &c.cfg
-	if cfg.LeaseTTL < 0 || cfg.ReclaimInterval < 0 {
+	if cfg.Fleet.LeaseTTL < 0 || cfg.Fleet.ReclaimInterval < 0 {
 		return fmt.Errorf("%w: LeaseTTL and ReclaimInterval must not be negative", ErrInvalidConfig)
 	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = defaultLeaseTTL
+	if cfg.Fleet.LeaseTTL == 0 {
+		cfg.Fleet.LeaseTTL = max(defaultLeaseTTL, 3*c.policy.AttemptTimeout)
 	}
-	if cfg.LeaseTTL <= c.policy.AttemptTimeout {
+	if cfg.Fleet.LeaseTTL <= c.policy.AttemptTimeout {
 		return fmt.Errorf("%w: LeaseTTL %s is not longer than Policy.AttemptTimeout %s: an attempt could outlive the lease and overlap another instance's",
-			ErrInvalidConfig, cfg.LeaseTTL, c.policy.AttemptTimeout)
+			ErrInvalidConfig, cfg.Fleet.LeaseTTL, c.policy.AttemptTimeout)
 	}
-	if cfg.Owner == "" {
-		cfg.Owner = defaultOwner()
+	if cfg.Fleet.Owner == "" {
+		cfg.Fleet.Owner = defaultOwner()
 	}
-	if !utf8.ValidString(cfg.Owner) { // a keystore could not store it unchanged
+	if !utf8.ValidString(cfg.Fleet.Owner) { // a keystore could not store it unchanged
 		return fmt.Errorf("%w: Owner is not valid UTF-8", ErrInvalidConfig)
 	}
 	return nil
 }
 
-// Owner returns the owner id this client claims records under (Config.Owner or its default;
+// Owner returns the owner id this client claims records under (Config.Fleet.Owner or its default;
 // "" for a nil Client).
 func (c *Client) Owner() string {
 	if c == nil {
 		return ""
 	}
-	return c.cfg.Owner
+	return c.cfg.Fleet.Owner
 }
 
 // lease is the lease a claim made now asks for.
 func (c *Client) lease() keystore.Lease {
 	now := c.cfg.Now()
-	return keystore.Lease{Owner: c.cfg.Owner, Now: now, Until: now.Add(c.cfg.LeaseTTL)}
+	return keystore.Lease{Owner: c.cfg.Fleet.Owner, Now: now, Until: now.Add(c.cfg.Fleet.LeaseTTL)}
 }

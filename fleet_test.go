@@ -96,7 +96,7 @@ func TestOneSyncWriteBeforeFirstByte(t *testing.T) {
 	var atArrival map[string]int
 	e := newEnv(t, idemtest.Config{OnPayment: func(*http.Request) { atArrival = store.snapshot() }}, func(c *Config) {
 		c.Store = store
-		c.Owner = "instance-1"
+		c.Fleet.Owner = "instance-1"
 	})
 	op := payment(100, "ref-1")
 	res, err := e.c.Do(context.Background(), op)
@@ -121,11 +121,11 @@ func TestLeaseConfig(t *testing.T) {
 		ok   bool
 	}{
 		{"defaults", Config{}, true},
-		{"equal to the attempt timeout", Config{LeaseTTL: defaultAttemptTimeout}, false},
-		{"shorter than a custom attempt timeout", Config{LeaseTTL: time.Second, Policy: Policy{AttemptTimeout: 2 * time.Second}}, false},
-		{"longer than a custom attempt timeout", Config{LeaseTTL: 3 * time.Second, Policy: Policy{AttemptTimeout: 2 * time.Second}}, true},
-		{"negative", Config{LeaseTTL: -time.Second}, false},
-		{"negative reclaim interval", Config{ReclaimInterval: -time.Second}, false},
+		{"equal to the attempt timeout", Config{Fleet: FleetConfig{LeaseTTL: defaultAttemptTimeout}}, false},
+		{"shorter than a custom attempt timeout", Config{Fleet: FleetConfig{LeaseTTL: time.Second}, Policy: Policy{AttemptTimeout: 2 * time.Second}}, false},
+		{"longer than a custom attempt timeout", Config{Fleet: FleetConfig{LeaseTTL: 3 * time.Second}, Policy: Policy{AttemptTimeout: 2 * time.Second}}, true},
+		{"negative", Config{Fleet: FleetConfig{LeaseTTL: -time.Second}}, false},
+		{"negative reclaim interval", Config{Fleet: FleetConfig{ReclaimInterval: -time.Second}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.BaseURL = "http://127.0.0.1:1"
@@ -143,7 +143,7 @@ func TestLeaseConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, c1.Owner(), c2.Owner())
 	assert.NotEmpty(t, c1.Owner())
-	_, err = NewClient(Config{LeaseTTL: time.Second})
+	_, err = NewClient(Config{Fleet: FleetConfig{LeaseTTL: time.Second}})
 	assert.ErrorContains(t, err, "LeaseTTL")
 }
 
@@ -151,7 +151,7 @@ func TestLeaseConfig(t *testing.T) {
 // (injected clock) until the lease expires, claims the record with the next fence and
 // continues the same key: the status endpoint first, then one send.
 func TestDoWaitsForDeadOwnersLease(t *testing.T) {
-	e := newEnv(t, idemtest.Config{}, func(c *Config) { c.Owner = "instance-2" })
+	e := newEnv(t, idemtest.Config{}, func(c *Config) { c.Fleet.Owner = "instance-2" })
 	ctx := context.Background()
 	op := payment(100, "ref-9", WithIntent("order-9"))
 	created := e.clock.Now()
@@ -237,7 +237,7 @@ func TestPendingEndHoldsTheLeaseForTheBackoff(t *testing.T) {
 	assert.Equal(t, keystore.StatePending, rec.State)
 	// Kept for the policy's backoff after two attempts (100 ms, then 200 ms), not released:
 	// another instance's reclaimer must not resend it at once.
-	assert.Equal(t, e.c.cfg.Owner, rec.Owner, "held")
+	assert.Equal(t, e.c.cfg.Fleet.Owner, rec.Owner, "held")
 	assert.True(t, e.clock.Now().Add(2*defaultInitialDelay).Equal(rec.LeaseUntil), "lease until %s", rec.LeaseUntil)
 	assert.Equal(t, int64(1), rec.Fence)
 	assert.True(t, rec.NotExecuted, "the deferred final write was committed before the hold")
@@ -262,7 +262,7 @@ func TestPendingEndHoldsTheLeaseForTheBackoff(t *testing.T) {
 // TestReclaimer: with ReclaimInterval set, a running client takes over a dead instance's
 // records without Recover being called; Close stops it.
 func TestReclaimer(t *testing.T) {
-	e := newEnv(t, idemtest.Config{}, func(c *Config) { c.ReclaimInterval = 5 * time.Millisecond })
+	e := newEnv(t, idemtest.Config{}, func(c *Config) { c.Fleet.ReclaimInterval = 5 * time.Millisecond })
 	ctx := context.Background()
 	created := e.clock.Now().Add(-time.Minute)
 	var keys []string

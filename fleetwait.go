@@ -31,7 +31,7 @@ func (c *Client) acquire(ctx context.Context, s callSettings, rec *keystore.Reco
 			return rec, nil
 		}
 		now := c.cfg.Now()
-		if !rec.Live(now) || rec.Owner == c.cfg.Owner || c.deadOwner(rec) {
+		if !rec.Live(now) || rec.Owner == c.cfg.Fleet.Owner || c.deadOwner(rec) {
 			if c.takesOver(rec) { // judged by our clock only: check it against the store's
 				if err := c.checkClock(ctx, opTakeover, rec); err != nil {
 					return nil, c.takeoverRefused(ctx, rec, err)
@@ -40,7 +40,7 @@ func (c *Client) acquire(ctx context.Context, s callSettings, rec *keystore.Reco
 			claimed, err := c.store.Claim(ctx, rec.Scope, rec.Key, c.leaseFor(rec))
 			switch {
 			case err == nil:
-				if rec.Owner != "" && rec.Owner != c.cfg.Owner { // its owner died (or stalled)
+				if rec.Owner != "" && rec.Owner != c.cfg.Fleet.Owner { // its owner died (or stalled)
 					c.stats.orphans.Add(1)
 				}
 				return claimed, nil

@@ -17,7 +17,7 @@ import (
 // deadOwner reports whether rec's lease, live or not, belongs to an instance that has ended:
 // the store is exclusive to this process and no Client of this process has that owner id.
 func (c *Client) deadOwner(rec *keystore.Record) bool {
-	if rec.Owner == "" || rec.Owner == c.cfg.Owner {
+	if rec.Owner == "" || rec.Owner == c.cfg.Fleet.Owner {
 		return false
 	}
 	x, ok := c.store.(keystore.Exclusive)
@@ -34,7 +34,7 @@ func (c *Client) leaseFor(rec *keystore.Record) keystore.Lease {
 	if c.deadOwner(rec) && !l.Now.After(rec.LeaseUntil) {
 		l.Now = rec.LeaseUntil.Add(time.Nanosecond)
 		if !l.Until.After(l.Now) {
-			l.Until = l.Now.Add(c.cfg.LeaseTTL)
+			l.Until = l.Now.Add(c.cfg.Fleet.LeaseTTL)
 		}
 	}
 	return l
@@ -70,7 +70,7 @@ func (c *Client) holdAfter(stop error, attempts int) time.Duration {
 			d = b.NextBackOff()
 		}
 	}
-	return min(d, c.cfg.LeaseTTL)
+	return min(d, c.cfg.Fleet.LeaseTTL)
 }
 
 // releaseOrHold ends this client's lease on rec (at fence) after a call left it pending:
@@ -80,12 +80,12 @@ func (c *Client) releaseOrHold(ctx context.Context, rec *keystore.Record, fence 
 	var err error
 	if hold > 0 {
 		until := c.cfg.Now().Add(hold)
-		err = c.store.Renew(ctx, rec.Scope, rec.Key, c.cfg.Owner, fence, until)
+		err = c.store.Renew(ctx, rec.Scope, rec.Key, c.cfg.Fleet.Owner, fence, until)
 		if err == nil {
 			c.holds.add(scopedKey{rec.Scope, rec.Key}, fence, until, c.cfg.Now())
 		}
 	} else {
-		err = c.store.Release(ctx, rec.Scope, rec.Key, c.cfg.Owner, fence)
+		err = c.store.Release(ctx, rec.Scope, rec.Key, c.cfg.Fleet.Owner, fence)
 	}
 	if err != nil && !errors.Is(err, keystore.ErrFenced) {
 		c.warn("ending the lease of a pending record", rec, err)
@@ -139,7 +139,7 @@ func (c *Client) releaseHolds() {
 		if !v.until.After(now) {
 			continue
 		}
-		err := c.store.Release(context.Background(), k.scope, k.key, c.cfg.Owner, v.fence)
+		err := c.store.Release(context.Background(), k.scope, k.key, c.cfg.Fleet.Owner, v.fence)
 		if err != nil && !errors.Is(err, keystore.ErrFenced) && !errors.Is(err, keystore.ErrNotPending) {
 			c.warnf("releasing a held lease at Close", fmt.Errorf("key %q: %w", k.key, err))
 		}

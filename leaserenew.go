@@ -57,7 +57,7 @@ func (cl *call) startLease(ctx context.Context) {
 		r.done.L = &r.mu
 	}
 	if r.every == 0 { // preset only by tests
-		r.every = cl.c.cfg.LeaseTTL / 3
+		r.every = cl.c.cfg.Fleet.LeaseTTL / 3
 	}
 	r.calls[cl] = time.Now().Add(r.every)
 	if !r.armed {
@@ -193,8 +193,8 @@ func (cl *call) renew(ctx context.Context) error {
 	if err := cl.leaseLost(); err != nil {
 		return err
 	}
-	until := cl.c.cfg.Now().Add(cl.c.cfg.LeaseTTL)
-	err := cl.c.store.Renew(ctx, cl.rec.Scope, cl.rec.Key, cl.c.cfg.Owner, cl.lease.fence, until)
+	until := cl.c.cfg.Now().Add(cl.c.cfg.Fleet.LeaseTTL)
+	err := cl.c.store.Renew(ctx, cl.rec.Scope, cl.rec.Key, cl.c.cfg.Fleet.Owner, cl.lease.fence, until)
 	if err == nil {
 		cl.lease.until.Store(until.UnixNano())
 		return nil

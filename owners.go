@@ -40,7 +40,7 @@ func (c *Client) holdOwner() {
 	if liveOwners.n == nil {
 		liveOwners.n = map[string]int{}
 	}
-	liveOwners.n[c.cfg.Owner]++
+	liveOwners.n[c.cfg.Fleet.Owner]++
 	liveOwners.Unlock()
 }
 
@@ -52,8 +52,8 @@ func (c *Client) releaseOwner() {
 	}
 	h.held = false
 	liveOwners.Lock()
-	if liveOwners.n[c.cfg.Owner]--; liveOwners.n[c.cfg.Owner] <= 0 {
-		delete(liveOwners.n, c.cfg.Owner)
+	if liveOwners.n[c.cfg.Fleet.Owner]--; liveOwners.n[c.cfg.Fleet.Owner] <= 0 {
+		delete(liveOwners.n, c.cfg.Fleet.Owner)
 	}
 	liveOwners.Unlock()
 }

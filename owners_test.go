@@ -20,8 +20,8 @@ import (
 // waiting LeaseTTL. Two Clients sharing an owner id keep it live until both are done.
 func TestClosedClientOwnerIsForgottenWhenIdle(t *testing.T) {
 	store := openBolt(t)
-	e := newEnv(t, idemtest.Config{}, func(c *Config) { c.Store, c.Owner = store, "owner-a" })
-	b, err := NewClient(Config{BaseURL: e.srv.URL, Store: store, KeyStatusURL: statusPath, Owner: "owner-b",
+	e := newEnv(t, idemtest.Config{}, func(c *Config) { c.Store, c.Fleet.Owner = store, "owner-a" })
+	b, err := NewClient(Config{BaseURL: e.srv.URL, Store: store, KeyStatusURL: statusPath, Fleet: FleetConfig{Owner: "owner-b"},
 		Now: e.clock.Now, Sleep: e.clock.Sleep, Budget: BudgetConfig{Disabled: true}})
 	require.NoError(t, err)
 	defer b.Close()
@@ -40,7 +40,7 @@ func TestClosedClientOwnerIsForgottenWhenIdle(t *testing.T) {
 	require.NoError(t, e.c.Close()) // twice: no effect
 	assert.True(t, b.deadOwner(left))
 
-	twin, err := NewClient(Config{BaseURL: e.srv.URL, Store: store, Owner: "owner-b"})
+	twin, err := NewClient(Config{BaseURL: e.srv.URL, Store: store, Fleet: FleetConfig{Owner: "owner-b"}})
 	require.NoError(t, err)
 	require.NoError(t, twin.Close())
 	assert.False(t, b.deadOwner(&keystore.Record{Owner: "owner-b"}), "b itself is still open")
@@ -63,7 +63,7 @@ func TestClosedClientOwnerIsForgottenWhenIdle(t *testing.T) {
 // and once all are done and the client is closed, it is not.
 func TestOwnerHoldUnderConcurrentClose(t *testing.T) {
 	for round := range 50 {
-		c, err := NewClient(Config{BaseURL: "http://127.0.0.1:1", Owner: "owner-race"})
+		c, err := NewClient(Config{BaseURL: "http://127.0.0.1:1", Fleet: FleetConfig{Owner: "owner-race"}})
 		require.NoError(t, err)
 		var wg sync.WaitGroup
 		var notLive atomic.Int64

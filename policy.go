@@ -42,7 +42,7 @@ type Policy struct {
 	MaxElapsed time.Duration
 	// AttemptTimeout bounds one request from send to the last body byte. A timeout after the
 	// request was written is an unknown outcome. Default 10 s. It must be
-	// shorter than Config.LeaseTTL (default 30 s), whatever the store, so
+	// shorter than Config.Fleet.LeaseTTL (default 30 s), whatever the store, so
 	// that no attempt outlives the record's lease: NewClient refuses a longer one
 	// (ErrInvalidConfig), as Do refuses a per-call one (ErrInvalidPolicy); raise LeaseTTL
 	// with it.
@@ -176,7 +176,7 @@ func CallMaxElapsed(d time.Duration) CallOption {
 }
 
 // CallAttemptTimeout sets Policy.AttemptTimeout for this call (> 0). It must be shorter than
-// Config.LeaseTTL, as the client-wide value must: otherwise Do returns ErrInvalidPolicy and
+// Config.Fleet.LeaseTTL, as the client-wide value must: otherwise Do returns ErrInvalidPolicy and
 // sends nothing.
 func CallAttemptTimeout(d time.Duration) CallOption {
 	return func(s *callSettings) { s.policy.AttemptTimeout = d }

@@ -113,9 +113,9 @@ func (c *Client) purgeOld(ctx context.Context, cutoff time.Time) (int, error) {
 }
 
 // Close stops the background retention purge and the background reclaimer
-// (Config.ReclaimInterval), and waits for a pass under way to stop after its current step.
+// (Config.Fleet.ReclaimInterval), and waits for a pass under way to stop after its current step.
 // It releases the leases it still keeps on records its calls left pending (see
-// Config.LeaseTTL), so that the next process's Recover takes them at once. It does not close
+// Config.Fleet.LeaseTTL), so that the next process's Recover takes them at once. It does not close
 // the Store, which the caller owns. Do and Recover still work after Close;
 // they only no longer start background passes. Close always returns nil.
 func (c *Client) Close() error {

@@ -13,7 +13,7 @@ import (
 // Orphan reclaim: pending records that no instance holds a live lease on (their owner died,
 // or a call gave up and released them) are taken with keystore.Store.ClaimExpired, which hands
 // each record to one caller only, so that N instances reclaiming at once never send one key
-// twice. Recover runs a pass first; Config.ReclaimInterval runs passes in the background.
+// twice. Recover runs a pass first; Config.Fleet.ReclaimInterval runs passes in the background.
 
 type scopedKey struct{ scope, key string }
 
@@ -178,21 +178,21 @@ func (c *Client) reconcileClaimed(ctx context.Context, s callSettings, rec *keys
 	return Reconciled{Record: cl.rec.Clone(), Result: res, Err: err}, true, pending
 }
 
-// reclaimer runs background reclaim passes every Config.ReclaimInterval until Close.
+// reclaimer runs background reclaim passes every Config.Fleet.ReclaimInterval until Close.
 type reclaimer struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 func (c *Client) startReclaimer() {
-	if c.cfg.ReclaimInterval <= 0 {
+	if c.cfg.Fleet.ReclaimInterval <= 0 {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.reclaimer = reclaimer{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(c.reclaimer.done)
-		t := time.NewTicker(c.cfg.ReclaimInterval)
+		t := time.NewTicker(c.cfg.Fleet.ReclaimInterval)
 		defer t.Stop()
 		for {
 			select {

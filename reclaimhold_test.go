@@ -25,7 +25,7 @@ func TestReclaimerWaitsOutTheHold(t *testing.T) {
 	store := &countingStore{Store: keystore.NewMemory()}
 	c, clk := ledgerClient(t, a, func(cfg *Config) {
 		cfg.Store = store
-		cfg.ReclaimInterval = time.Millisecond
+		cfg.Fleet.ReclaimInterval = time.Millisecond
 	})
 	_, err := c.Do(context.Background(), payment(1, "order-wait", WithIntent("order-wait")))
 	require.ErrorIs(t, err, ErrRetryAfterTooLong)
@@ -57,7 +57,7 @@ func TestCloseReleasesTheHolds(t *testing.T) {
 		a.charge(w, key, ref)
 	})
 	store := keystore.NewMemory()
-	c1, clk := ledgerClient(t, a, func(cfg *Config) { cfg.Store = store; cfg.Owner = "proc-1" })
+	c1, clk := ledgerClient(t, a, func(cfg *Config) { cfg.Store = store; cfg.Fleet.Owner = "proc-1" })
 	op := payment(1, "order-r", WithIntent("order-r"))
 	_, err := c1.Do(context.Background(), op)
 	require.ErrorIs(t, err, ErrRetryAfterTooLong)
@@ -67,7 +67,7 @@ func TestCloseReleasesTheHolds(t *testing.T) {
 	require.NoError(t, c1.Close())
 
 	c2, err := NewClient(Config{BaseURL: a.srv.URL, KeyStatusURL: statusPath, Now: clk.Now, Sleep: clk.Sleep,
-		Budget: BudgetConfig{Disabled: true}, Store: store, Owner: "proc-2"})
+		Budget: BudgetConfig{Disabled: true}, Store: store, Fleet: FleetConfig{Owner: "proc-2"}})
 	require.NoError(t, err)
 	defer c2.Close()
 	rep, err := c2.Recover(context.Background(), nil)

@@ -84,7 +84,7 @@ func (c *Client) open(ctx context.Context, op *Operation, scope string, buf *key
 				Header: withoutSecrets(op.header, c.cfg.SecretHeaders...), Body: op.body},
 			CreatedAt: now, UpdatedAt: now,
 			// Created already claimed (fence 1): the first attempt needs no write of its own.
-			Owner: c.cfg.Owner, LeaseUntil: now.Add(c.cfg.LeaseTTL), Fence: 1,
+			Owner: c.cfg.Fleet.Owner, LeaseUntil: now.Add(c.cfg.Fleet.LeaseTTL), Fence: 1,
 		}
 		err = c.store.Create(ctx, rec)
 		if err == nil {

@@ -70,7 +70,7 @@ type RecoverReport struct {
 // reconciliation (a stored 5xx, a key past KeyTTL) and persists a conclusive verdict
 // (RecoverReport.Resolved; handle gets those too). A manual record is never resent.
 // When the store has a clock (keystore.Clock, shared by a fleet) and Config.Now differs from
-// it by more than Config.MaxClockSkew, Recover purges and claims nothing and returns a
+// it by more than Config.Fleet.MaxClockSkew, Recover purges and claims nothing and returns a
 // *ClockSkewError (ErrClockSkew): fix the host's clock, then run it again; the same error
 // ends it if the clock steps during the run (checked before each claim of other instances'
 // records). Otherwise the error is non-nil only when the keystore cannot be read, or ctx
@@ -186,7 +186,7 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 				mu.Lock()
 				rep.Pending++
 				mu.Unlock()
-				if rec.Live(c.cfg.Now()) && rec.Owner != c.cfg.Owner && !c.deadOwner(rec) {
+				if rec.Live(c.cfg.Now()) && rec.Owner != c.cfg.Fleet.Owner && !c.deadOwner(rec) {
 					mu.Lock()
 					rep.Skipped++ // another instance is sending it
 					mu.Unlock()

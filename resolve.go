@@ -102,7 +102,7 @@ type LookupFunc func(ctx context.Context, req LookupRequest) (Resolution, error)
 // written); an *OperationError matching ErrCancelInFlight while a cancel by reference sent
 // for the record by any instance may still land (nothing is written: give the verdict again
 // after the time the error names); ErrCanceled when ctx ends while waiting; a *ClockSkewError (ErrClockSkew) when
-// the store has a clock and Config.Now is off it by more than Config.MaxClockSkew (the
+// the store has a clock and Config.Now is off it by more than Config.Fleet.MaxClockSkew (the
 // verdict's time would be wrong for every other instance; nothing is written); a keystore
 // error when the write fails.
 func (c *Client) Resolve(ctx context.Context, scope, key string, r Resolution) (*keystore.Record, error) {

@@ -39,7 +39,7 @@ type Stats struct {
 	// instance took their record over: they stopped sending and returned ErrLeaseLost.
 	ClaimsLost int64
 	// OrphansReclaimed counts pending records this client took over with no live lease on
-	// them: any such record Recover or the background reclaimer (Config.ReclaimInterval)
+	// them: any such record Recover or the background reclaimer (Config.Fleet.ReclaimInterval)
 	// claimed (left by a dead instance or process, or released by a call that gave up), and
 	// records Do claimed from another instance whose lease had expired (its owner died).
 	OrphansReclaimed int64
@@ -47,7 +47,7 @@ type Stats struct {
 	// waited for it to end or its lease to expire.
 	LeaseWaits int64
 	// ClockSkewRefusals counts operations refused with ErrClockSkew: this client's clock and
-	// the keystore's differed by more than Config.MaxClockSkew before a retention purge, an
+	// the keystore's differed by more than Config.Fleet.MaxClockSkew before a retention purge, an
 	// orphan claim or a lease takeover. Should be zero; non-zero means a host's clock is off.
 	ClockSkewRefusals int64
 }

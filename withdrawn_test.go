@@ -93,7 +93,7 @@ func TestWithdrawnWhileAnotherInstanceWaits(t *testing.T) {
 	gs := &gatedStore{Memory: keystore.NewMemory(), committed: make(chan struct{}), release: make(chan struct{})}
 	gs.armed.Store(true)
 	mk := func(owner string) *Client {
-		c, err := NewClient(Config{BaseURL: a.srv.URL, KeyStatusURL: statusPath, Store: gs, Owner: owner,
+		c, err := NewClient(Config{BaseURL: a.srv.URL, KeyStatusURL: statusPath, Store: gs, Fleet: FleetConfig{Owner: owner},
 			Budget: BudgetConfig{Disabled: true}})
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
@@ -170,7 +170,7 @@ func TestStaleRevivalReadsTheRecordAgain(t *testing.T) {
 	ca, clk := ledgerClient(t, a, func(cfg *Config) { cfg.Store = &slowStore{Memory: mem, failCreate: createLost} })
 	rb := &readHookStore{Memory: mem}
 	cb, err := NewClient(Config{BaseURL: a.srv.URL, KeyStatusURL: statusPath, Now: clk.Now, Sleep: clk.Sleep,
-		Budget: BudgetConfig{Disabled: true}, Store: rb, Owner: "instance-b"})
+		Budget: BudgetConfig{Disabled: true}, Store: rb, Fleet: FleetConfig{Owner: "instance-b"}})
 	require.NoError(t, err)
 	defer cb.Close()
 	_, err = ca.Do(context.Background(), payment(1, "order-st", WithIntent("order-st")))

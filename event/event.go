@@ -127,7 +127,7 @@ type Hooks struct {
 	// stops sending. It may run on the client's lease renewer (a goroutine of its own).
 	OnClaimLost func(ClaimLost)
 	// OnClockSkew: an operation was refused because this client's clock and the keystore's
-	// differ by more than Config.MaxClockSkew (ErrClockSkew). It may run on a background
+	// differ by more than Config.Fleet.MaxClockSkew (ErrClockSkew). It may run on a background
 	// purge or reclaim goroutine.
 	OnClockSkew func(ClockSkew)
 }

@@ -128,7 +128,7 @@ var counters = []counter{
 		"Keystore records Recover could not decode: skipped, reported (idem.DamagedRecordsError) and left untouched on disk for a person to inspect.",
 		func(s *idem.Stats) int64 { return s.DamagedRecords }},
 	{"idem.claims_lost", "{call}",
-		"Calls that found, by a fenced keystore write, that another instance had taken their record over: they stopped sending (ErrLeaseLost). Non-zero means leases expired under live calls: lengthen Config.LeaseTTL or look for stalls.",
+		"Calls that found, by a fenced keystore write, that another instance had taken their record over: they stopped sending (ErrLeaseLost). Non-zero means leases expired under live calls: lengthen Config.Fleet.LeaseTTL or look for stalls.",
 		func(s *idem.Stats) int64 { return s.ClaimsLost }},
 	{"idem.orphans_reclaimed", "{operation}",
 		"Pending records without a live lease (a dead instance's, or released by a call that gave up) taken over by Recover or the background reclaimer.",
@@ -137,7 +137,7 @@ var counters = []counter{
 		"Do calls that found their record claimed by another instance and waited for it.",
 		func(s *idem.Stats) int64 { return s.LeaseWaits }},
 	{"idem.clock_skew_refusals", "{operation}",
-		"Retention purges, orphan claims and lease takeovers refused because this instance's clock and the keystore's differed by more than Config.MaxClockSkew (idem.ErrClockSkew). Should be zero: non-zero means the host's clock is off; fix its NTP.",
+		"Retention purges, orphan claims and lease takeovers refused because this instance's clock and the keystore's differed by more than Config.Fleet.MaxClockSkew (idem.ErrClockSkew). Should be zero: non-zero means the host's clock is off; fix its NTP.",
 		func(s *idem.Stats) int64 { return s.ClockSkewRefusals }},
 }
 

@@ -119,10 +119,10 @@ func idemClient(t testing.TB, pool *pgxpool.Pool, baseURL, owner string, mod fun
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := idem.Config{BaseURL: baseURL, Store: store, KeyStatusURL: idemtest.KeyStatusPathPattern, Owner: owner,
-		Policy:   idem.Policy{AttemptTimeout: 300 * time.Millisecond, MaxRetryAfter: 30 * time.Second},
-		LeaseTTL: 600 * time.Millisecond, Budget: idem.BudgetConfig{Disabled: true},
-		Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() }}
+	cfg := idem.Config{BaseURL: baseURL, Store: store, KeyStatusURL: idemtest.KeyStatusPathPattern, Fleet: idem.FleetConfig{Owner: owner, LeaseTTL: 600 * time.Millisecond},
+		Policy: idem.Policy{AttemptTimeout: 300 * time.Millisecond, MaxRetryAfter: 30 * time.Second},
+		Budget: idem.BudgetConfig{Disabled: true},
+		Sleep:  func(ctx context.Context, _ time.Duration) error { return ctx.Err() }}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -102,7 +102,7 @@ type BatchPurger interface {
 // caller's clock (see Lease), so an instance whose clock is far off would take over live
 // leases or purge fresh records; the client compares its clock with Now before every
 // operation that acts on other instances' records on the strength of its own clock, and
-// refuses beyond Config.MaxClockSkew. A store used by one process (Memory, the bbolt file
+// refuses beyond Config.Fleet.MaxClockSkew. A store used by one process (Memory, the bbolt file
 // store) has one clock and does not implement it.
 type Clock interface {
 	// Now returns the store's current time. It returns ErrClosed after Close, ctx.Err(), or

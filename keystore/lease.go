@@ -28,7 +28,7 @@ import (
 // safe, but not the requests sent meanwhile. Instances of a fleet must run NTP-synchronised
 // clocks and use leases much longer than their skew; a shared store implements Clock so that
 // the idem client can check its clock against the store's before it acts on other
-// instances' records (Config.MaxClockSkew) and refuse when they disagree.
+// instances' records (Config.Fleet.MaxClockSkew) and refuse when they disagree.
 
 // Lease is what a claim asks for: the claiming instance and the lease it wants.
 type Lease struct {

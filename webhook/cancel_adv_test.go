@@ -69,7 +69,7 @@ func (l *advLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func advClient(t *testing.T, url string, store keystore.Store, clk *clock, owner string) *idem.Client {
 	t.Helper()
-	c, err := idem.NewClient(idem.Config{BaseURL: url, Store: store, Profile: syncAdyen, Now: clk.Now, Owner: owner,
+	c, err := idem.NewClient(idem.Config{BaseURL: url, Store: store, Profile: syncAdyen, Now: clk.Now, Fleet: idem.FleetConfig{Owner: owner},
 		Policy: idem.Policy{MaxAttempts: 1, AttemptTimeout: 300 * time.Millisecond}, Budget: idem.BudgetConfig{Disabled: true}})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
@@ -179,7 +179,7 @@ func TestAdvLandingOfTheCancelIsNotOnTheRecord(t *testing.T) {
 			slow.Settle[i].Landing = 10 * time.Minute
 		}
 	}
-	worker, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: store, Profile: slow, Now: clk.Now, Owner: "worker",
+	worker, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: store, Profile: slow, Now: clk.Now, Fleet: idem.FleetConfig{Owner: "worker"},
 		Policy: idem.Policy{MaxAttempts: 1, AttemptTimeout: 300 * time.Millisecond}, Budget: idem.BudgetConfig{Disabled: true}})
 	require.NoError(t, err)
 	defer worker.Close()
@@ -247,7 +247,7 @@ func TestAdvOwnCancelLookupIsNeverClaimed(t *testing.T) {
 		}
 		return idem.Resolution{Verdict: idem.VerdictNotExecuted, Note: "canceled"}, nil
 	}
-	worker, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: store, Profile: syncAdyen, Now: clk.Now, Owner: "worker",
+	worker, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: store, Profile: syncAdyen, Now: clk.Now, Fleet: idem.FleetConfig{Owner: "worker"},
 		Lookup: cancel, Policy: idem.Policy{MaxAttempts: 1, AttemptTimeout: 5 * time.Second}, Budget: idem.BudgetConfig{Disabled: true}})
 	require.NoError(t, err)
 	defer worker.Close()
@@ -402,7 +402,7 @@ func TestAsyncCancelRefusedSettlesExecuted(t *testing.T) {
 
 func asyncClient(t *testing.T, url string, store keystore.Store, clk *clock, owner string) *idem.Client {
 	t.Helper()
-	c, err := idem.NewClient(idem.Config{BaseURL: url, Store: store, Profile: profile.Adyen, Now: clk.Now, Owner: owner,
+	c, err := idem.NewClient(idem.Config{BaseURL: url, Store: store, Profile: profile.Adyen, Now: clk.Now, Fleet: idem.FleetConfig{Owner: owner},
 		Policy: idem.Policy{MaxAttempts: 1, AttemptTimeout: 300 * time.Millisecond}, Budget: idem.BudgetConfig{Disabled: true}})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })

@@ -60,8 +60,7 @@ func newClient(baseURL string, api apiSpec, store keystore.Store, concurrency in
 			MaxRetryAfter:  5 * time.Second,
 		},
 		RecoverConcurrency: concurrency,
-		LeaseTTL:           fleetLease(fleet),
-		ReclaimInterval:    fleetReclaim(fleet),
+		Fleet:              idem.FleetConfig{LeaseTTL: fleetLease(fleet), ReclaimInterval: fleetReclaim(fleet)},
 	})
 }
 

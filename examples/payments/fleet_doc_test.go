@@ -35,7 +35,7 @@ func openFleetClient(ctx context.Context, databaseURL string, addAPIKey func(*ht
 	}
 	c, err := idem.NewClient(idem.Config{BaseURL: "https://api.example.com", Store: store,
 		KeyStatusURL: "/v1/payments/operations/{key}", Credentials: addAPIKey,
-		ReclaimInterval: 30 * time.Second}) // Owner and LeaseTTL: the defaults
+		Fleet: idem.FleetConfig{ReclaimInterval: 30 * time.Second}}) // Owner and LeaseTTL: the defaults
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -32,7 +32,7 @@ type Stores func(t *testing.T) (a, b keystore.Store)
 // Clock is the injected clock the instances share. Its Sleep waits one real millisecond and
 // does not move Now, so that a waiting instance polls while the owner's lease stays live:
 // only Advance moves time. It starts at the real time, so that the clients' check against a
-// store's clock (keystore.Clock, Config.MaxClockSkew) passes until a scenario advances it.
+// store's clock (keystore.Clock, Config.Fleet.MaxClockSkew) passes until a scenario advances it.
 type Clock struct {
 	mu     sync.Mutex
 	now    time.Time
@@ -43,7 +43,7 @@ type Clock struct {
 func NewClock() *Clock { return &Clock{now: time.Now().Truncate(time.Second)} }
 
 // FollowingClock is a Clock that also moves with real time, for a scenario that must stay
-// within Config.MaxClockSkew of a store's clock however long it runs (a loaded machine),
+// within Config.Fleet.MaxClockSkew of a store's clock however long it runs (a loaded machine),
 // and in which no lease must stay live longer than real time allows.
 func FollowingClock() *Clock {
 	now := time.Now()
@@ -76,7 +76,7 @@ func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 func Instance(t *testing.T, srv *idemtest.Server, store keystore.Store, clock *Clock, owner string, mod func(*idem.Config)) *idem.Client {
 	t.Helper()
 	cfg := idem.Config{BaseURL: srv.URL, Store: store, KeyStatusURL: idemtest.KeyStatusPathPattern,
-		Owner: owner, LeaseTTL: 30 * time.Second, Now: clock.Now, Sleep: clock.Sleep,
+		Fleet: idem.FleetConfig{Owner: owner, LeaseTTL: 30 * time.Second}, Now: clock.Now, Sleep: clock.Sleep,
 		Budget: idem.BudgetConfig{Disabled: true}, PurgeInterval: -1}
 	if mod != nil {
 		mod(&cfg)
@@ -159,7 +159,7 @@ func StaleOwnerWakes(t *testing.T, stores Stores) {
 	t.Cleanup(srv.Close)
 	// B's takeover is allowed by the shared clock advanced past A's lease, 31 s ahead of a
 	// store's clock: the skew check would refuse it, so this scenario turns it off.
-	b := Instance(t, srv, sb, clock, "instance-b", func(c *idem.Config) { c.MaxClockSkew = -1 })
+	b := Instance(t, srv, sb, clock, "instance-b", func(c *idem.Config) { c.Fleet.MaxClockSkew = -1 })
 	var recovered idem.RecoverReport
 	var recoverErr error
 	var lost []event.ClaimLost
@@ -169,7 +169,7 @@ func StaleOwnerWakes(t *testing.T, stores Stores) {
 		c.Sleep = func(ctx context.Context, d time.Duration) error {
 			if !slept { // A stalls (a GC pause, a frozen VM) past its lease; B takes over
 				slept = true
-				clock.Advance(c.LeaseTTL + time.Second)
+				clock.Advance(c.Fleet.LeaseTTL + time.Second)
 				recovered, recoverErr = b.Recover(ctx, nil)
 			}
 			return nil

@@ -79,8 +79,7 @@ func TestAdvSkewedClaimantsCancelVoidsTheNextIntent(t *testing.T) {
 		return idem.NewOperation(http.MethodPost, "/v1/payments", body, idem.WithIntent(intent))
 	}
 	mk := func(s keystore.Store, owner string, now func() time.Time, skew time.Duration) *idem.Client {
-		cfg := idem.Config{BaseURL: api.URL, Store: s, Profile: syncAdyen, Owner: owner, Now: now, MaxClockSkew: skew,
-			Policy: idem.Policy{MaxAttempts: 1, AttemptTimeout: 5 * time.Second}, Budget: idem.BudgetConfig{Disabled: true}}
+		cfg := idem.Config{BaseURL: api.URL, Store: s, Profile: syncAdyen, Fleet: idem.FleetConfig{Owner: owner, MaxClockSkew: skew}, Now: now, Policy: idem.Policy{MaxAttempts: 1, AttemptTimeout: 5 * time.Second}, Budget: idem.BudgetConfig{Disabled: true}}
 		c, err := idem.NewClient(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -139,7 +138,7 @@ func TestAdvPGRecoverOnThreeInstancesAtOnce(t *testing.T) {
 	var clients []*idem.Client
 	for i := range 3 {
 		c, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: openStore(t, pool(), nil), Profile: syncAdyen,
-			Owner: "i" + string(rune('0'+i)), Policy: idem.Policy{MaxAttempts: 1}, Budget: idem.BudgetConfig{Disabled: true},
+			Fleet: idem.FleetConfig{Owner: "i" + string(rune('0'+i))}, Policy: idem.Policy{MaxAttempts: 1}, Budget: idem.BudgetConfig{Disabled: true},
 			Now: func() time.Time { return time.Now() }})
 		if err != nil {
 			t.Fatal(err)
@@ -151,7 +150,7 @@ func TestAdvPGRecoverOnThreeInstancesAtOnce(t *testing.T) {
 	for round := range 10 {
 		intent := "ord-p" + string(rune('a'+round))
 		old, err := idem.NewClient(idem.Config{BaseURL: api.URL, Store: openStore(t, pool(), nil), Profile: syncAdyen,
-			MaxClockSkew: -1, Now: func() time.Time { return time.Now().Add(-3 * time.Minute) },
+			Fleet: idem.FleetConfig{MaxClockSkew: -1}, Now: func() time.Time { return time.Now().Add(-3 * time.Minute) },
 			Policy: idem.Policy{MaxAttempts: 1}, Budget: idem.BudgetConfig{Disabled: true}})
 		if err != nil {
 			t.Fatal(err)

@@ -46,7 +46,7 @@ func TestClientClockAheadRecoverPurgesNothing(t *testing.T) {
 	t.Cleanup(srv.Close)
 	newClient := func(store keystore.Store, owner string, now func() time.Time) *idem.Client {
 		c, err := idem.NewClient(idem.Config{BaseURL: srv.URL, Store: store, KeyStatusURL: idemtest.KeyStatusPathPattern,
-			Owner: owner, Now: now, PurgeInterval: -1})
+			Fleet: idem.FleetConfig{Owner: owner}, Now: now, PurgeInterval: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -46,14 +46,14 @@ func TestRecoverSkipsDamagedRow(t *testing.T) {
 	}
 	var events []event.DamagedRecord
 	c, err := idem.NewClient(idem.Config{BaseURL: srv.URL, Store: s, KeyStatusURL: idemtest.KeyStatusPathPattern,
-		PurgeInterval: -1, Owner: "inst-a", Hooks: event.Hooks{OnDamagedRecord: func(e event.DamagedRecord) { events = append(events, e) }}})
+		PurgeInterval: -1, Fleet: idem.FleetConfig{Owner: "inst-a"}, Hooks: event.Hooks{OnDamagedRecord: func(e event.DamagedRecord) { events = append(events, e) }}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	rep, err := c.Recover(ctx, nil)
 	var de *idem.DamagedRecordsError
-	if !errors.As(err, &de) || len(de.Keys()) != 1 || de.Keys()[0] != "k-0" {
+	if !errors.As(err, &de) || len(de.Records) != 1 || de.Records[0].Key != "k-0" {
 		t.Fatalf("Recover error %v; want a *DamagedRecordsError naming k-0", err)
 	}
 	if rep.Pending != 5 || rep.Succeeded != 5 || len(events) != 1 || events[0].Key != "k-0" {
