@@ -18,7 +18,7 @@
 //   - Client.Recover reconciles the pending records a crash left.
 //
 // How each answer is classified, after the IETF Idempotency-Key draft, RFC 9110 and
-// Stripe's documented behaviour: DefaultClassifiers (docs/CONTRACT.md has the same table).
+// Stripe's documented behaviour: outcome.DefaultClassifiers (docs/CONTRACT.md has the same table).
 // Real providers (Stripe, Adyen, PayPal, Checkout.com, GoCardless, Square, Increase):
 // Config.Profile, package profile and docs/PROVIDERS.md; package webhook settles a record
 // from a provider's event. Under a generated client or an SDK: NewHTTPClient, Transport. A

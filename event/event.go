@@ -97,7 +97,7 @@ type StoredServerError struct {
 type Resolved struct {
 	Event
 	Executed bool   // true: succeeded with the answer found; false: not executed (failed)
-	ByLookup bool   // settled by Config.Lookup (false: Client.Resolve)
+	ByLookup bool   // settled by idem.Config.Lookup (false: idem.Client.Resolve)
 	Note     string // the note kept on the record
 }
 
@@ -127,7 +127,7 @@ type Hooks struct {
 	// stops sending. It may run on the client's lease renewer (a goroutine of its own).
 	OnClaimLost func(ClaimLost)
 	// OnClockSkew: an operation was refused because this client's clock and the keystore's
-	// differ by more than Config.Fleet.MaxClockSkew (ErrClockSkew). It may run on a background
+	// differ by more than idem.Config.Fleet.MaxClockSkew (ErrClockSkew). It may run on a background
 	// purge or reclaim goroutine.
 	OnClockSkew func(ClockSkew)
 }

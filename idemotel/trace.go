@@ -70,7 +70,7 @@ const (
 	EventGiveUp            = "idem.give_up"             // the call ended without a result
 )
 
-// Tracer records OpenTelemetry spans for idem calls, built on idem.Hooks: a span named
+// Tracer records OpenTelemetry spans for idem calls, built on event.Hooks (idem.Config.Hooks): a span named
 // idem.call per Tracer.Do, child of the span in the caller's context (a job's, an
 // activity's), and under it one client span per attempt carrying http.request.resend_count;
 // status checks, waits (with the server's Retry-After when it set the delay), 409 waits,

@@ -25,21 +25,21 @@ const (
 	// status endpoint or resend with the same key. Never a failure by itself.
 	ClassInProgress
 	// ClassKeyConflict: the server says the key was used with another payload (422, or a 400
-	// such as Stripe's idempotency_error). Fail with ErrKeyConflict.
+	// such as Stripe's idempotency_error). Fail with idem.ErrKeyConflict.
 	ClassKeyConflict
 	// ClassPermanent: a final answer that must not be retried (validation, auth). Fail with
-	// ErrPermanent. On a 5xx it is taken as ClassStoredServerError: a server error is never a
+	// idem.ErrPermanent. On a 5xx it is taken as ClassStoredServerError: a server error is never a
 	// failure.
 	ClassPermanent
 	// ClassStoredServerError: the server stored a 5xx as the key's answer (replayed with
 	// Idempotent-Replayed: true). Execution began, its effect is unknown, and the key can
 	// never tell more: never resent, the record waits for reconciliation
-	// (ErrStoredServerError, which also matches ErrOutcomeUnknown).
+	// (idem.ErrStoredServerError, which also matches idem.ErrOutcomeUnknown).
 	ClassStoredServerError
 	// ClassDone: the server says the key's request already succeeded and names the resource
 	// (a profile rule with Meaning Done: GoCardless's 409 idempotent_creation_conflict). The
 	// call fetches it through the profile's FetchPointer route and returns it
-	// (SourceLookup); if that fails, the outcome stays unknown (ErrOutcomeUnknown, pending).
+	// (SourceLookup); if that fails, the outcome stays unknown (idem.ErrOutcomeUnknown, pending).
 	ClassDone
 )
 
@@ -57,7 +57,7 @@ func (c Class) String() string {
 type Attempt struct {
 	Number   int            // 1 for the first request of the call
 	Response *http.Response // nil when the transport failed; its body is already read into Body
-	Body     []byte         // the response body (at most Policy.MaxResponseSize bytes)
+	Body     []byte         // the response body (at most idem.Policy.MaxResponseSize bytes)
 	Err      error          // transport error or attempt timeout; nil when a response came
 	// Written reports whether any byte of the request reached the connection. A transport
 	// error with Written false means the server cannot have seen the request.
@@ -113,16 +113,16 @@ func (cs Classifiers) Classify(a *Attempt) Class {
 //	2xx                                     success (Idempotent-Replayed: true marks a replay)
 //	transport error before the request      not sent: resend with the same key (proven
 //	                                        only through net/http's own *http.Transport;
-//	                                        any other: outcome unknown, see Config.HTTPClient)
+//	                                        any other: outcome unknown, see idem.Config.HTTPClient)
 //	transport error / timeout after write   outcome unknown: status check, then decide
 //	408, 425, 500, 502, 504, other 5xx      outcome unknown: status check, then decide
 //	429, 503                                not executed: wait Retry-After or backoff, resend
 //	409                                     in progress: wait, status check or resend
-//	422 naming idempotency-key reuse, or    key reused with another request: ErrKeyConflict
+//	422 naming idempotency-key reuse, or    key reused with another request: idem.ErrKeyConflict
 //	  400 naming it precisely (Stripe's
 //	  idempotency_error)
-//	any other 400 or 422                    validation: ErrPermanent with the response
-//	other 4xx                               permanent: ErrPermanent, never retried
+//	any other 400 or 422                    validation: idem.ErrPermanent with the response
+//	other 4xx                               permanent: idem.ErrPermanent, never retried
 //	3xx, 1xx                                outcome unknown: redirects are never followed,
 //	                                        and one proves nothing of the effect (a 303
 //	                                        says it was processed, RFC 9110 §15.4.4)
@@ -130,28 +130,28 @@ func (cs Classifiers) Classify(a *Attempt) Class {
 //	any other 4xx to a resend after an      outcome unknown: it says nothing of the earlier
 //	  unknown outcome, or (but a 400) after attempt, which may still arrive after a "not
 //	  a status "not found" for a key that   found"; the record stays pending, unless
-//	  may have been sent (this call's, or   Config.Lookup finds the payment (a success;
+//	  may have been sent (this call's, or   idem.Config.Lookup finds the payment (a success;
 //	  any resumed record's)                 asked before a 400 after "not found" fails too)
 //	a stored 5xx or 3xx (replayed, status endpoint completed with one, or a 5xx marked
-//	  "do not retry")                       outcome unknown for good: ErrStoredServerError
+//	  "do not retry")                       outcome unknown for good: idem.ErrStoredServerError
 //	Stripe-Should-Retry: true               not executed: resend (not a replayed 5xx)
 //	Stripe-Should-Retry: false              408, 425 outcome unknown; 409 in progress; 5xx a
-//	                                        stored 5xx; key reuse ErrKeyConflict; other
+//	                                        stored 5xx; key reuse idem.ErrKeyConflict; other
 //	                                        4xx permanent; 3xx as without it: the hint
 //	                                        never makes a possibly executed answer a failure
 //
 // A stored 5xx means execution began and its effect is unknown; the key can never tell
 // more. It is never a failure and never resent: the record is manual, keeping the stored
-// answer, until a business lookup (Config.Lookup, e.g. LookupByReference: a search by the
-// caller's reference) or Client.Resolve settles it. A charge found makes the record
-// succeeded; none makes it failed with ErrNotExecuted, and only then may the application
+// answer, until a business lookup (idem.Config.Lookup, e.g. LookupByReference: a search by the
+// caller's reference) or idem.Client.Resolve settles it. A charge found makes the record
+// succeeded; none makes it failed with idem.ErrNotExecuted, and only then may the application
 // pay again under a new intent.
 //
-// The status endpoint (Config.KeyStatusURL, or a KeyStatusFunc for other conventions) answers
+// The status endpoint (idem.Config.KeyStatusURL, or a KeyStatusFunc for other conventions) answers
 // 200 {"status":"completed","response_status":201,"response_body":{...}},
 // 202 {"status":"processing"} or 404 {"status":"not_found"}. Without one, an unknown outcome
 // is resent with the same key, which the server's idempotency makes safe while the key is
-// younger than Config.KeyTTL, and never after.
+// younger than idem.Config.KeyTTL, and never after.
 func DefaultClassifiers() Classifiers {
 	return Classifiers{
 		ClassifierFunc(ClassifyReplay),
@@ -171,7 +171,7 @@ func DefaultClassifiers() Classifiers {
 //	408, 425         ClassUnknown: the status endpoint is asked before anything else
 //	409              ClassInProgress: the key is still executing
 //	5xx              ClassStoredServerError: execution began, effect unknown; never resent,
-//	                 the record waits for reconciliation (Config.Lookup, Client.Resolve)
+//	                 the record waits for reconciliation (idem.Config.Lookup, idem.Client.Resolve)
 //	400, 422         ClassKeyConflict when the body names key reuse (see ClassifyStatusCode),
 //	                 else ClassPermanent
 //	other 4xx        ClassPermanent: the hint confirms a final answer

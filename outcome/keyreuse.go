@@ -9,7 +9,7 @@ import (
 // The key-reuse rule. The IETF Idempotency-Key draft (§2.7) answers 422 when a key is reused
 // with another payload, but many APIs answer 422 for any validation error: only a 422 whose
 // body names key reuse is a key conflict, any other 422 is a validation failure
-// (ErrPermanent). Stripe answers key reuse with 400 and the error type idempotency_error
+// (idem.ErrPermanent). Stripe answers key reuse with 400 and the error type idempotency_error
 // (https://docs.stripe.com/api/idempotent_requests); a 400 is a key conflict only when its
 // body names reuse precisely (see isKeyReuse400), since a 400 that merely mentions
 // idempotency is usually a missing or malformed key.

@@ -15,14 +15,14 @@ type KeyStatusState int
 
 const (
 	// KeyStatusUnknown: the answer could not be understood, or the endpoint failed. Ask again
-	// (bounded by Policy.MaxKeyStatusChecks).
+	// (bounded by idem.Policy.MaxKeyStatusChecks).
 	KeyStatusUnknown KeyStatusState = iota
 	// KeyStatusCompleted: the server has a final answer for the key; KeyStatus.ResponseStatusCode and
 	// ResponseBody hold it. No resend. A "final answer" of 408, 409, 425 or 429 (statuses that
 	// never end an operation) is read as no answer (KeyStatusUnknown), never as a failure.
 	KeyStatusCompleted
 	// KeyStatusProcessing: the server is still executing the key. Wait, then ask again; when
-	// every one of Policy.MaxKeyStatusChecks asks says so, resend with the key (a server that
+	// every one of idem.Policy.MaxKeyStatusChecks asks says so, resend with the key (a server that
 	// keeps the contract answers 409 while it runs, and resumes a key whose owner died).
 	KeyStatusProcessing
 	// KeyStatusNotFound: the server never executed the key; resending with it is safe.
@@ -59,7 +59,7 @@ type KeyStatusRequest struct {
 
 // KeyStatusFunc asks an API whether an operation was executed. APIs whose status endpoint does
 // not follow the default convention (see DecodeKeyStatus) plug their own in through
-// Config.KeyStatusFunc or CallKeyStatusFunc. A returned error counts as KeyStatusUnknown.
+// idem.Config.KeyStatusFunc or idem.CallKeyStatusFunc. A returned error counts as KeyStatusUnknown.
 type KeyStatusFunc func(ctx context.Context, req KeyStatusRequest) (KeyStatus, error)
 
 // statusBody is the default JSON convention:

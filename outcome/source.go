@@ -8,6 +8,6 @@ const (
 	SourceReplay    Source = "replay"   // the server replayed a stored answer (Idempotent-Replayed)
 	SourceKeyStatus Source = "status"   // the status endpoint reported the stored answer
 	SourceStore     Source = "store"    // the keystore already held the final answer
-	SourceLookup    Source = "lookup"   // Config.Lookup found the payment after the key could tell no more
+	SourceLookup    Source = "lookup"   // idem.Config.Lookup found the payment after the key could tell no more
 
 )
