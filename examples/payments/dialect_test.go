@@ -23,6 +23,7 @@ import (
 func TestDialects(t *testing.T) {
 	for _, d := range idemtest.Dialects() {
 		t.Run(d, func(t *testing.T) {
+			t.Parallel() // each run has its own server, keystore file and children
 			s, code, stderr := runJSONStderr(t, "-dialect", d, "-n", "30", "-crashes", "1", "-seed", "7", "-concurrency", "6")
 			assert.Zero(t, s.Duplicates, s.DuplicateDetails)
 			assert.Zero(t, s.Lost, s.LostDetails)
