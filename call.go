@@ -114,7 +114,7 @@ func (cl *call) run(ctx context.Context, resumed bool) (*Result, error) {
 	cl.unsentBefore = !resumed // a record this call created; a resumed one: below
 	defer func() {
 		// Every return has ended the lease (finish); only a panic gets here with it held (a
-		// hook, a KeyStatusFunc, a Classifier of the application's). Left registered, the
+		// hook, a KeyStatusFunc, a outcome.Classifier of the application's). Left registered, the
 		// renewer would hold the record for the life of the process and no instance could
 		// finish it. Released, the record stays pending: the next Do or Recover asks first.
 		if cl.lease.registered {
@@ -259,7 +259,7 @@ func (cl *call) checkRetry(ctx context.Context, _ *http.Response, err error) (bo
 		// 422 "reference already used" from a check that ran before the key's, a key reuse
 		// judged on a header that changed, or (a classifier of the caller's) no answer at
 		// all. It says nothing of the earlier attempt, which may have executed: never a
-		// failure (nor is a 408/409/425/429, even marked as a replay: see ClassifyReplay).
+		// failure (nor is a 408/409/425/429, even marked as a replay: see outcome.ClassifyReplay).
 		// The record stays pending for a later Do or Recover; the business lookup, when
 		// there is one, may find the payment at once (refusal.go).
 		what := fmt.Sprintf("HTTP %d", a.StatusCode())

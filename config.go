@@ -41,7 +41,7 @@ type Config struct {
 	// HTTPClient provides the transport (connection pool, TLS). Its Timeout, if set, also
 	// bounds each request (every attempt and status check, not the whole call). Redirects
 	// are never followed (a 3xx to an operation is an unknown outcome, see
-	// ClassifyStatusCode). Default: a pooled client from go-cleanhttp. idem knows a request
+	// outcome.ClassifyStatusCode). Default: a pooled client from go-cleanhttp. idem knows a request
 	// never left only when Transport is an *http.Transport whose connection pool was asked
 	// for a connection and gave none (httptrace GetConn without GotConn), and whose
 	// TLSNextProto holds no handler but net/http's own HTTP/2. Through anything else (a
@@ -72,10 +72,10 @@ type Config struct {
 	// Lookup, if set, is the business lookup: asked about a record the key can tell no more
 	// about (a stored 5xx, ErrStoredServerError; or ErrKeyExpired), when a call ends that way,
 	// when Do meets such a manual record, and by Recover. A conclusive verdict is persisted
-	// (see Resolution) and Do returns the payment found (Result.Source SourceLookup) or
+	// (see Resolution) and Do returns the payment found (Result.Source outcome.SourceLookup) or
 	// ErrNotExecuted. It is also asked when a resend after an unknown outcome or a status
 	// "not found" is refused (a 4xx that is not the key's stored answer): if it finds the
-	// payment, the call succeeds (SourceLookup); otherwise the call ends as the refusal says
+	// payment, the call succeeds (outcome.SourceLookup); otherwise the call ends as the refusal says
 	// (ErrOutcomeUnknown, the record pending; ErrPermanent for a 400 after "not found"), since
 	// the earlier request may still land after a search that found nothing. For the same
 	// reason an expired key is settled as not executed only one minute after its
@@ -93,7 +93,7 @@ type Config struct {
 	KeyAsSFString bool
 	// Policy is the default retry policy; zero fields take the defaults (see Policy).
 	Policy Policy
-	// Classifiers decide what each attempt means. Default DefaultClassifiers().
+	// Classifiers decide what each attempt means. Default outcome.DefaultClassifiers().
 	Classifiers outcome.Classifiers
 	// Budget is the client-wide retry budget. The zero value enables it with defaults.
 	Budget BudgetConfig
@@ -116,7 +116,7 @@ type Config struct {
 	// in every response body idem stores (a call's answer, a status check's, a lookup's
 	// verdict): secrets of a provider's answer, such as a Stripe PaymentIntent's
 	// client_secret. The caller of Do still gets the body as the server sent it; an answer
-	// served later from the keystore (SourceStore) carries null there. The profile's own
+	// served later from the keystore (outcome.SourceStore) carries null there. The profile's own
 	// (Profile.RedactFields) are added. A body that is not JSON is stored as it is. Request
 	// bodies are stored as sent. Default: none.
 	RedactFields []string

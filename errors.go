@@ -29,14 +29,14 @@ var (
 	// 5xx with a "do not retry" hint), or a 3xx (a redirect, which says nothing of the effect). Execution began and its effect is unknown; the key can
 	// never tell more, so it is never resent. Always matched together with ErrOutcomeUnknown.
 	// OperationError.Response holds the stored answer; the record is manual with Reason
-	// ReasonStoredServerError until a business lookup (Config.Lookup) or Client.Resolve
+	// keystore.ReasonStoredServerError until a business lookup (Config.Lookup) or Client.Resolve
 	// settles it. Stripe documents this behaviour ("Idempotent requests": results, 500 errors
 	// included, are saved for the key once execution began).
 	ErrStoredServerError = errors.New("idem: server stored an error for the key; effect unknown")
 	// ErrNotExecuted: the record was resolved as not executed (Config.Lookup found no trace
 	// of the intent, or Client.Resolve was told so). Only now may the application start a new
 	// intent for the same business payment (a new intent name, hence a new key). The record is
-	// failed with Reason ReasonNotExecuted. The verdict reaches the application more than once
+	// failed with Reason keystore.ReasonNotExecuted. The verdict reaches the application more than once
 	// (from Do, from Recover's handle, from every later Do of the intent): derive the new
 	// intent's name from the old one and a try number ("order-42#2"), so that each copy of the
 	// verdict starts the same new intent, never two.

@@ -58,7 +58,7 @@ type Policy struct {
 	// one stops the call with ErrRetryAfterTooLong. Default 30 s.
 	MaxRetryAfter time.Duration
 	// MaxKeyStatusChecks bounds the status-endpoint asks made to resolve one unknown outcome.
-	// When all of them say "processing", the key is resent (KeyStatusProcessing); otherwise
+	// When all of them say "processing", the key is resent (outcome.KeyStatusProcessing); otherwise
 	// the call ends with ErrOutcomeUnknown. Default 5.
 	MaxKeyStatusChecks int
 	// MaxResponseSize bounds the bytes of one response body read into memory. A larger

@@ -12,7 +12,7 @@ import (
 // status "not found"): ErrOutcomeUnknown, or ErrPermanent for a 400 after "not found". A
 // business check ahead of the key's (a duplicate reference) may have found the earlier
 // request's charge, which a lagging status endpoint did not show. A lookup that finds the
-// payment makes the call a success (SourceLookup), its Note kept on the record. Anything
+// payment makes the call a success (outcome.SourceLookup), its Note kept on the record. Anything
 // else leaves the call as it ended: "no payment found" describes only the moment of the
 // search, and the earlier request may still land after it, so it never turns an unknown
 // outcome into a failure. A manual record, whose key the server has ended, is another

@@ -28,7 +28,7 @@ const (
 	// (nil means an empty 200).
 	VerdictExecuted
 	// VerdictNotExecuted: the intent did not take effect. The record becomes failed with
-	// Reason ReasonNotExecuted; Do returns ErrNotExecuted, and only then may the application
+	// Reason keystore.ReasonNotExecuted; Do returns ErrNotExecuted, and only then may the application
 	// start a new intent (a new intent name, hence a new key) for the same business payment.
 	VerdictNotExecuted
 )
@@ -90,8 +90,8 @@ type LookupFunc func(ctx context.Context, req LookupRequest) (Resolution, error)
 
 // Resolve settles the manual record (scope, key) with the application's or an operator's
 // own verdict, persists it, and returns the record as persisted. VerdictExecuted makes the
-// record succeeded (r.Response becomes its answer, Reason ReasonExecuted); VerdictNotExecuted
-// makes it failed (Reason ReasonNotExecuted, Do then returns ErrNotExecuted). r.Note is kept
+// record succeeded (r.Response becomes its answer, Reason keystore.ReasonExecuted); VerdictNotExecuted
+// makes it failed (Reason keystore.ReasonNotExecuted, Do then returns ErrNotExecuted). r.Note is kept
 // on the record. Resolve waits for any call of this client holding the key.
 //
 // Errors: ErrInvalidConfig for a nil or zero *Client; ErrInvalidOperation for a nil ctx,

@@ -31,7 +31,7 @@ type Result struct {
 }
 
 // Replayed reports whether the answer was not produced by this call's own request: a
-// server replay (SourceReplay), a status-endpoint answer (SourceKeyStatus), the keystore
-// (SourceStore) or the business lookup (SourceLookup). Stats.Replays counts only the first
+// server replay (outcome.SourceReplay), a status-endpoint answer (outcome.SourceKeyStatus), the keystore
+// (outcome.SourceStore) or the business lookup (outcome.SourceLookup). Stats.Replays counts only the first
 // kind, answers marked Idempotent-Replayed.
 func (r *Result) Replayed() bool { return r.Source != outcome.SourceResponse }

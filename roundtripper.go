@@ -55,7 +55,7 @@ var ErrBodyTooLarge = errors.New("idem: request body larger than the transport's
 // RoundTrip follows net/http's contract, with the outcomes of an unsafe request mapped so:
 //   - success: a response built from the Result (status, headers, body byte for byte),
 //     with the SourceHeader saying where it came from. A payment settled by Config.Lookup
-//     (SourceLookup) carries the lookup's answer, commonly 200 with the payment found, not
+//     (outcome.SourceLookup) carries the lookup's answer, commonly 200 with the payment found, not
 //     the 201 the create would have returned: treat any 2xx as paid;
 //   - a permanent failure the server decided (ErrPermanent: a 4xx, a stored 4xx;
 //     never a 5xx), with its answer: a response with that status, headers and body, as net/http would
@@ -96,7 +96,7 @@ type Transport struct {
 // NewHTTPClient returns an *http.Client whose Transport is a Transport over c with the
 // defaults. It never follows redirects, since a followed redirect would resend a payment to
 // another URL under a new key: a 3xx to a safe method is returned as the final response, a
-// 3xx to an operation is an unknown outcome (an error, see ClassifyStatusCode). Use it wherever
+// 3xx to an operation is an unknown outcome (an error, see outcome.ClassifyStatusCode). Use it wherever
 // an *http.Client is taken, such as a generated client's WithHTTPClient option.
 func NewHTTPClient(c *Client) *http.Client {
 	return &http.Client{
