@@ -108,7 +108,8 @@ var (
 	ErrCanceled = errors.New("idem: call canceled")
 	// ErrInvalidOperation: the operation cannot be sent as given (bad key, method or URL).
 	ErrInvalidOperation = errors.New("idem: invalid operation")
-	// ErrInvalidPolicy: a policy value is out of range (see Policy.Validate).
+	// ErrInvalidPolicy: a policy value is out of range (the error names the field and the
+	// range; see the fields of Policy), from NewClient or from Do for a per-call policy.
 	ErrInvalidPolicy = errors.New("idem: invalid policy")
 	// ErrInvalidConfig: NewClient was given an unusable Config.
 	ErrInvalidConfig = errors.New("idem: invalid config")

@@ -1,19 +1,24 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/keystore/boltstore"
+	"github.com/idemkit/idem/outcome"
 )
 
 // A client with a durable keystore: the record of every payment is in the bbolt file before
@@ -69,7 +74,7 @@ func ExampleCallMaxAttempts() {
 }
 
 // Hooks see every retry decision and status check, synchronously and in order.
-func ExampleHooks() {
+func ExampleConfig_hooks() {
 	api := idemtest.NewServer(idemtest.Config{RetryAfter: -1})
 	defer api.Close()
 	api.Script(idemtest.Fault503, idemtest.FaultDropAfterCommit)
@@ -140,4 +145,41 @@ func ExampleTransport() {
 	// Output:
 	// 400
 	// true true
+}
+
+// A classifier put in front of the defaults: this API answers 400 {"code":"try_again"} for a
+// request it did not execute, so that answer is retried with the same key instead of
+// failing. Every other answer falls through to outcome.DefaultClassifiers.
+func ExampleConfig_classifiers() {
+	var calls atomic.Int32
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"code":"try_again"}`)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":"pay_1"}`)
+	}))
+	defer api.Close()
+
+	tryAgain := outcome.ClassifierFunc(func(a *outcome.Attempt) outcome.Class {
+		if a.StatusCode() == http.StatusBadRequest && bytes.Contains(a.Body, []byte(`"try_again"`)) {
+			return outcome.ClassRetry // not executed: resend with the same key
+		}
+		return outcome.ClassUndecided // let the next classifier decide
+	})
+	c, err := idem.NewClient(idem.Config{
+		BaseURL:     api.URL,
+		Classifiers: append(outcome.Classifiers{tryAgain}, outcome.DefaultClassifiers()...),
+		Sleep:       func(context.Context, time.Duration) error { return nil }, // no backoff wait in the example
+	})
+	if err != nil {
+		panic(err)
+	}
+	res, err := c.Do(context.Background(), idem.NewOperation(http.MethodPost, api.URL+"/v1/payments",
+		[]byte(`{"amount":900,"currency":"EUR"}`)))
+	fmt.Println(res.StatusCode, res.Attempts, err)
+	// Output:
+	// 201 2 <nil>
 }

@@ -42,17 +42,18 @@ type Policy struct {
 	MaxElapsed time.Duration
 	// AttemptTimeout bounds one request from send to the last body byte. A timeout after the
 	// request was written is an unknown outcome. Default 10 s. It must be
-	// shorter than Config.Fleet.LeaseTTL (default 30 s), whatever the store, so
-	// that no attempt outlives the record's lease: NewClient refuses a longer one
-	// (ErrInvalidConfig), as Do refuses a per-call one (ErrInvalidPolicy); raise LeaseTTL
-	// with it.
+	// shorter than Config.Fleet.LeaseTTL, whatever the store, so that no attempt outlives
+	// the record's lease. LeaseTTL left zero follows it (30 s, or three times this value
+	// when longer); a LeaseTTL set explicitly and not longer is ErrInvalidConfig from
+	// NewClient, and a per-call CallAttemptTimeout not shorter than the client's LeaseTTL
+	// is ErrInvalidPolicy from Do, which then sends nothing.
 	AttemptTimeout time.Duration
 	// InitialDelay, Multiplier, Jitter and MaxDelay shape the exponential backoff
 	// (cenkalti/backoff): delay n is InitialDelay*Multiplier^n randomized by ±Jitter, then
 	// capped at MaxDelay.
 	InitialDelay time.Duration // first delay before jitter; default 100ms
 	Multiplier   float64       // growth per retry, 1..100; default 2
-	Jitter       float64       // randomization factor in (0, 1]; 0 means 0.5; NoJitter (-1) none
+	Jitter       float64       // randomization factor, at most 1; 0 means 0.5; NoJitter (-1) none
 	MaxDelay     time.Duration // hard ceiling of one delay, after jitter; default 10s
 	// MaxRetryAfter is the longest server-requested wait (Retry-After) idem honours; a longer
 	// one stops the call with ErrRetryAfterTooLong. Default 30 s.

@@ -218,7 +218,7 @@ func doNotRetry(code int) Class {
 	return ClassUnknown // 3xx (see ClassifyStatusCode), 1xx or out of range: nothing final was said
 }
 
-// replayed reports whether the server marked a's answer as the key's stored one
+// Replayed reports whether the server marked a's answer as the key's stored one
 // (Idempotent-Replayed: true, any letter case); false without an answer.
 func (a *Attempt) Replayed() bool {
 	return a.Response != nil && strings.EqualFold(a.Response.Header.Get("Idempotent-Replayed"), "true")
