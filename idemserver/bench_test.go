@@ -66,7 +66,7 @@ func BenchmarkMiddlewareOverheadRatio(b *testing.B) {
 	b.ReportMetric(float64(ti)/float64(tb), "ratio")
 }
 
-func benchHandlers(b *testing.B) (bare, idem http.Handler) {
+func benchHandlers(b testing.TB) (bare, idem http.Handler) {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
@@ -120,9 +120,14 @@ func BenchmarkMiddlewareInProcess(b *testing.B) {
 	b.ReportMetric(float64(tb.Nanoseconds())/float64(b.N), "bare-ns/req")
 	b.ReportMetric(float64(ti.Nanoseconds())/float64(b.N), "idemserver-ns/req")
 	b.ReportMetric(float64(ti-tb)/float64(b.N), "added-ns/req")
+	b.ReportMetric(float64(ti)/float64(tb), "ratio")
+	b.StopTimer()
+	bareAllocs, idemAllocs := inProcessAllocs(b)
+	b.ReportMetric(bareAllocs, "bare-allocs/req")
+	b.ReportMetric(idemAllocs, "idemserver-allocs/req")
 }
 
-func serveOnce(b *testing.B, h http.Handler, key string) {
+func serveOnce(b testing.TB, h http.Handler, key string) {
 	req := httptest.NewRequest(http.MethodPost, "/v1/payments", bytes.NewReader(benchBody))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer sk_test")
@@ -131,5 +136,39 @@ func serveOnce(b *testing.B, h http.Handler, key string) {
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusCreated {
 		b.Fatalf("status %d", rec.Code)
+	}
+}
+
+// inProcessAllocs returns the allocations of one in-process request (serveOnce) to the bare
+// handler and to the middleware, each with a fresh key made beforehand.
+func inProcessAllocs(tb testing.TB) (bare, idem float64) {
+	bareH, idemH := benchHandlers(tb)
+	const runs = 200
+	keys := make([]string, 2*(runs+1))
+	for i := range keys {
+		keys[i] = uuid.NewString()
+	}
+	i := 0
+	measure := func(h http.Handler) float64 {
+		return testing.AllocsPerRun(runs, func() {
+			serveOnce(tb, h, keys[i])
+			i++
+		})
+	}
+	return measure(bareH), measure(idemH)
+}
+
+// maxInProcessAllocs bounds the allocations of one in-process request through the middleware
+// on the memory backend (TestMiddlewareAllocations), the test's own request and recorder
+// included; see docs/PERFORMANCE.md, section i.
+const maxInProcessAllocs = 42
+
+// TestMiddlewareAllocations holds the middleware's in-process allocations to their budget, so
+// that one more per request is a failure here rather than noise in a benchmark.
+func TestMiddlewareAllocations(t *testing.T) {
+	bare, idem := inProcessAllocs(t)
+	t.Logf("allocations per request: bare %.0f, idemserver %.0f", bare, idem)
+	if idem > maxInProcessAllocs {
+		t.Errorf("idemserver: %.0f allocations per request, the budget is %d (bare handler: %.0f)", idem, maxInProcessAllocs, bare)
 	}
 }
