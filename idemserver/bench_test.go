@@ -2,6 +2,7 @@ package idemserver_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -172,3 +173,59 @@ func TestMiddlewareAllocations(t *testing.T) {
 		t.Errorf("idemserver: %.0f allocations per request, the budget is %d (bare handler: %.0f)", idem, maxInProcessAllocs, bare)
 	}
 }
+
+// BenchmarkMiddlewareInProcessStore splits BenchmarkMiddlewareInProcess's added time between
+// the middleware and the memory backend: the same three-way loop (bare handler; middleware on
+// NewMemory; middleware on forgetBackend, which claims every key and keeps nothing) reports
+// each one's time and both middlewares' ratios to the bare handler. What NewMemory adds over
+// forgetBackend is the cost of keeping every answer for the retention window: its map grows
+// with b.N, and the collector marks what it holds.
+func BenchmarkMiddlewareInProcessStore(b *testing.B) {
+	bare, idem := benchHandlers(b)
+	mw, err := idemserver.New(idemserver.Config{Backend: forgetBackend{}, Tenant: func(*http.Request) (string, error) { return "acct_1", nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	forget := mw.Handler(bare)
+	var tb, ti, tf time.Duration
+	for b.Loop() {
+		key := uuid.NewString()
+		t0 := time.Now()
+		serveOnce(b, bare, key)
+		t1 := time.Now()
+		serveOnce(b, idem, key)
+		t2 := time.Now()
+		serveOnce(b, forget, key)
+		tb, ti, tf = tb+t1.Sub(t0), ti+t2.Sub(t1), tf+time.Since(t2)
+	}
+	b.ReportMetric(float64(tb.Nanoseconds())/float64(b.N), "bare-ns/req")
+	b.ReportMetric(float64(ti.Nanoseconds())/float64(b.N), "memory-ns/req")
+	b.ReportMetric(float64(tf.Nanoseconds())/float64(b.N), "forget-ns/req")
+	b.ReportMetric(float64(ti)/float64(tb), "memory-ratio")
+	b.ReportMetric(float64(tf)/float64(tb), "forget-ratio")
+}
+
+// forgetBackend claims every key and keeps nothing: the middleware's own cost, without a
+// store's (BenchmarkMiddlewareInProcessStore). Not a Backend for anything else.
+type forgetBackend struct{}
+
+func (forgetBackend) Claim(context.Context, idemserver.ClaimRequest) (idemserver.Claim, *idemserver.Record, error) {
+	return forgetClaim{}, nil, nil
+}
+func (forgetBackend) Lookup(context.Context, idemserver.Scope, time.Time) (*idemserver.Record, error) {
+	return nil, nil
+}
+func (forgetBackend) Purge(context.Context, time.Time, int) (int, error) { return 0, nil }
+
+type forgetClaim struct{}
+
+func (forgetClaim) Context(ctx context.Context) context.Context { return ctx }
+func (forgetClaim) RecoveryPoint() string                       { return "" }
+func (forgetClaim) ExpiredReuse() bool                          { return false }
+func (forgetClaim) Checkpoint(context.Context, string, time.Time, time.Duration) error {
+	return nil
+}
+func (forgetClaim) Complete(context.Context, *idemserver.Response, time.Time, time.Time) error {
+	return nil
+}
+func (forgetClaim) Release(context.Context) error { return nil }
