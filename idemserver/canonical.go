@@ -74,9 +74,9 @@ func canonicalizeWith(body []byte, s *canonScratch) canonical {
 	}
 	c := canon{in: body}
 	objects, members := count(body)
-	c.objs, c.members, c.stack = slices.Grow(s.objs[:0], objects), slices.Grow(s.members[:0], members), s.stack[:0]
+	c.objs, c.members, c.stack = reuse(s.objs, objects), reuse(s.members, members), s.stack[:0]
 	c.scan(skipWS(body, 0))
-	c.out = slices.Grow(s.out[:0], len(body))
+	c.out = reuse(s.out, len(body))
 	c.emit(skipWS(body, 0), 0)
 	s.objs, s.members, s.stack, s.out = c.objs, c.members, c.stack, c.out
 	return canonical{out: c.out, isJSON: true, dup: c.dup, hasDup: c.hasDup}
@@ -87,6 +87,15 @@ func canonicalizeWith(body []byte, s *canonScratch) canonical {
 func duplicateMember(body []byte) (name string, dup bool) {
 	c := canonicalize(body)
 	return c.dup, c.hasDup
+}
+
+// reuse returns s emptied if it holds n elements, else a new slice of capacity n (exactly:
+// slices.Grow may allocate twice under the race detector, and rounds up).
+func reuse[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:0]
+	}
+	return make([]T, 0, n)
 }
 
 // canon re-encodes a document json.Valid accepted; it trusts that validation. It works in
