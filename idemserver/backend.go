@@ -95,8 +95,10 @@ type Claim interface {
 	// NewMemory's and pgserver's do.
 	Checkpoint(ctx context.Context, point string, now time.Time, lease time.Duration) error
 	// Complete stores resp as the key's answer, kept until expires (with pgserver, in the
-	// same transaction as the handler's writes, then commits). Errors: ErrNotOwner, or the
-	// backend's; on error nothing of this claim's last phase is stored.
+	// same transaction as the handler's writes, then commits). resp is handed over: the
+	// middleware builds it for this call and neither reads nor changes it afterwards, so a
+	// backend may keep it as it is (NewMemory's does) instead of copying it. Errors:
+	// ErrNotOwner, or the backend's; on error nothing of this claim's last phase is stored.
 	Complete(ctx context.Context, resp *Response, now, expires time.Time) error
 	// Release forgets the claim: the key is free again, unless a checkpoint was committed,
 	// in which case the record stays processing and may be taken over after its lease

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -37,15 +38,47 @@ type canonical struct {
 // canonicalize is CanonicalBody, also reporting an exact duplicate member name, so that the
 // middleware walks a body once for its duplicate check and its fingerprint.
 func canonicalize(body []byte) canonical {
+	return canonicalizeWith(body, &canonScratch{})
+}
+
+// canonScratch is the memory canonicalizeWith works in: its tables and its output. The
+// middleware takes one from scratchPool for each request and gives it back once the body's
+// fingerprint is made, so that a request allocates none of them.
+type canonScratch struct {
+	objs    []object
+	members []member
+	stack   []member
+	out     []byte
+}
+
+// scratchPool holds canonScratch values for the middleware's requests.
+var scratchPool = sync.Pool{New: func() any { return new(canonScratch) }}
+
+// maxPooledScratch is the largest body, in bytes, whose scratch goes back to scratchPool: a
+// rare large body's tables are left to the collector rather than kept for every request.
+const maxPooledScratch = 64 << 10
+
+// release gives s back to scratchPool; the canonical form made in it is no longer read.
+func (s *canonScratch) release() {
+	if cap(s.out) > maxPooledScratch {
+		return
+	}
+	scratchPool.Put(s)
+}
+
+// canonicalizeWith is canonicalize working in s: the canonical form it returns lives in s
+// until s is reused.
+func canonicalizeWith(body []byte, s *canonScratch) canonical {
 	if len(body) > math.MaxInt32 || len(bytes.TrimSpace(body)) == 0 || !json.Valid(body) {
 		return canonical{out: body}
 	}
 	c := canon{in: body}
 	objects, members := count(body)
-	c.objs, c.members = make([]object, 0, objects), make([]member, 0, members)
+	c.objs, c.members, c.stack = reuse(s.objs, objects), reuse(s.members, members), s.stack[:0]
 	c.scan(skipWS(body, 0))
-	c.out = make([]byte, 0, len(body))
+	c.out = reuse(s.out, len(body))
 	c.emit(skipWS(body, 0), 0)
+	s.objs, s.members, s.stack, s.out = c.objs, c.members, c.stack, c.out
 	return canonical{out: c.out, isJSON: true, dup: c.dup, hasDup: c.hasDup}
 }
 
@@ -54,6 +87,15 @@ func canonicalize(body []byte) canonical {
 func duplicateMember(body []byte) (name string, dup bool) {
 	c := canonicalize(body)
 	return c.dup, c.hasDup
+}
+
+// reuse returns s emptied if it holds n elements, else a new slice of capacity n (exactly:
+// slices.Grow may allocate twice under the race detector, and rounds up).
+func reuse[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:0]
+	}
+	return make([]T, 0, n)
 }
 
 // canon re-encodes a document json.Valid accepted; it trusts that validation. It works in

@@ -23,11 +23,15 @@ var ErrEmptyRecoveryPoint = errors.New(`idemserver: Checkpoint needs a non-empty
 
 type execKey struct{}
 
-// execution is the handler's view of its claim.
+// execution is the handler's view of its claim. It is also the request's context that
+// carries it (withExecution), and holds the recorder of the handler's answer, so that the
+// three cost one allocation.
 type execution struct {
-	m     *Middleware
-	claim Claim
-	scope Scope
+	context.Context // the request's
+	m               *Middleware
+	claim           Claim
+	scope           Scope
+	rec             recorder
 
 	mu          sync.Mutex
 	begun       bool
@@ -36,8 +40,18 @@ type execution struct {
 	point       string
 }
 
+// withExecution returns ctx carrying ex (as context.WithValue would): ex itself, over ctx.
 func withExecution(ctx context.Context, ex *execution) context.Context {
-	return context.WithValue(ctx, execKey{}, ex)
+	ex.Context = ctx
+	return ex
+}
+
+// Value returns ex for execKey, and ctx's values otherwise.
+func (ex *execution) Value(key any) any {
+	if key == (execKey{}) {
+		return ex
+	}
+	return ex.Context.Value(key)
 }
 
 func executionOf(r *http.Request) *execution {

@@ -76,7 +76,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.problem(w, r, Problem{Type: ProblemBodyUnreadable, Title: "Request body unreadable", Status: http.StatusBadRequest})
 		return
 	}
-	canon := canonicalize(body) // with a Config.Fingerprint, for this check only
+	scratch := scratchPool.Get().(*canonScratch)
+	canon := canonicalizeWith(body, scratch) // with a Config.Fingerprint, for this check only
 	if name, dup := canon.dup, canon.hasDup; dup {
 		if len(name) > 64 {
 			name = name[:64] + "..."
@@ -85,7 +86,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			Detail: fmt.Sprintf("JSON object member %q appears more than once; send each member once", name)})
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	br := &bodyReader{}
+	br.Reset(body)
+	r.Body = br
 	op := m.cfg.Operation(r)
 	// A key is stored under its tenant and operation as text: PostgreSQL refuses invalid
 	// UTF-8 and NUL there, and a claim that can never be written would answer 503 "retry"
@@ -129,6 +132,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	} else {
 		fp = m.cfg.Fingerprint(r.Method, fpOp, body)
 	}
+	scratch.release() // canon is not read again (on the paths that return before, it is left to the collector)
 
 	ctx := r.Context()
 	deadline := m.cfg.Now().Add(m.cfg.Wait)
@@ -181,7 +185,8 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	// A resumed claim has committed work: its answer is stored whatever the handler says.
 	ex := &execution{m: m, claim: claim, scope: scope, begun: !m.cfg.ExplicitBegin, point: claim.RecoveryPoint(), checkpoint: claim.RecoveryPoint() != ""}
 	ctx := claim.Context(withExecution(r.Context(), ex))
-	rec := newRecorder()
+	rec := &ex.rec
+	rec.header = http.Header{}
 	finished := false
 	defer func() {
 		if finished {
@@ -277,13 +282,23 @@ const completeTimeout = 30 * time.Second
 // with ctx detached from the request: once the handler ran, its answer is stored even if the
 // client went away (a panic often follows that, http.ErrAbortHandler).
 func (m *Middleware) complete(ctx context.Context, claim Claim, rec *recorder) (*Response, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
-	defer cancel()
+	dctx := detachedTimeout(ctx, completeTimeout)
+	defer dctx.stop()
+	ctx = dctx
 	resp := rec.response()
-	stored := &Response{StatusCode: resp.StatusCode, Header: http.Header{}, Body: resp.Body}
+	// The stored answer is handed to the backend (Claim.Complete), which may keep it as it
+	// is: its header values are copied (into one slice, as http.Header.Clone does), since the
+	// recorder's go on to the ResponseWriter, where an outer handler may change them.
+	stored := &Response{StatusCode: resp.StatusCode, Header: make(http.Header, len(m.cfg.StoredHeaders)), Body: resp.Body}
+	n := 0
+	for _, h := range m.cfg.StoredHeaders {
+		n += len(rec.header[h])
+	}
+	values := make([]string, 0, n)
 	for _, h := range m.cfg.StoredHeaders {
 		if vs, ok := rec.header[h]; ok {
-			stored.Header[h] = append([]string(nil), vs...)
+			values = append(values, vs...)
+			stored.Header[h] = values[len(values)-len(vs) : len(values) : len(values)]
 		}
 	}
 	now := m.cfg.Now()
@@ -320,3 +335,9 @@ func hostRouted(r *http.Request) bool {
 	}
 	return p != "" && p[0] != '/'
 }
+
+// bodyReader is the request body the handler reads, from the bytes the middleware read
+// (io.NopCloser over a bytes.Reader, in one allocation less).
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }

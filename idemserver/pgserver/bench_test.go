@@ -14,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/idemkit/idem/idemserver"
 	"github.com/idemkit/idem/idemserver/pgserver"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 var benchBody = []byte(`{"amount":1999,"currency":"eur","customer":"cus_9s6XKzkNRiz8i3","description":"order 4711"}`)
@@ -33,56 +35,7 @@ func BenchmarkPostgresRequest(b *testing.B) {
 	if _, err := pool.Exec(ctx, paymentsSchema); err != nil {
 		b.Fatal(err)
 	}
-	write := func(w http.ResponseWriter, id int64) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"id":%d,"status":"succeeded"}`, id)
-	}
-	const ins = "INSERT INTO payments (reference, idem_key, amount) VALUES ($1, $2, 1999) RETURNING id"
-	plain := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		tx, err := pool.Begin(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), 500)
-			return
-		}
-		defer tx.Rollback(r.Context())
-		var id int64
-		key := r.Header.Get("Idempotency-Key")
-		if err := tx.QueryRow(r.Context(), ins, key, key).Scan(&id); err != nil {
-			http.Error(w, err.Error(), 500)
-			return
-		}
-		if err := tx.Commit(r.Context()); err != nil {
-			http.Error(w, err.Error(), 500)
-			return
-		}
-		write(w, id)
-	})
-	mw, err := idemserver.New(idemserver.Config{Backend: pgserver.New(pool), Tenant: func(r *http.Request) (string, error) {
-		if r.Header.Get("Authorization") == "" {
-			return "", errors.New("unauthenticated")
-		}
-		return "acct_1", nil
-	}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	idem := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		tx, err := pgserver.MustTx(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), 500)
-			return
-		}
-		var id int64
-		key := r.Header.Get("Idempotency-Key")
-		if err := tx.QueryRow(r.Context(), ins, key, key).Scan(&id); err != nil {
-			http.Error(w, err.Error(), 500)
-			return
-		}
-		write(w, id)
-	}))
+	_, plain, idem := paymentHandlers(b, pool)
 	sp, si := httptest.NewServer(plain), httptest.NewServer(idem)
 	defer sp.Close()
 	defer si.Close()
@@ -113,4 +66,79 @@ func benchPost(b *testing.B, srv *httptest.Server) {
 	if resp.StatusCode != http.StatusCreated {
 		b.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
+}
+
+// paymentHandlers returns the three handlers the benchmarks compare, each inserting one payment
+// row (reference and key: the request's Idempotency-Key) and answering 201 with its id:
+//
+//   - insert: the INSERT alone, autocommitted (no transaction, no idempotency);
+//   - tx: BEGIN, the INSERT, COMMIT: what a handler does to keep its writes atomic;
+//   - idem: the INSERT in the claim's transaction (pgserver.MustTx) behind the middleware on
+//     this backend, which commits it with the stored answer.
+func paymentHandlers(tb testing.TB, pool *pgxpool.Pool) (insert, tx, idem http.Handler) {
+	tb.Helper()
+	if _, err := pool.Exec(context.Background(), paymentsSchema); err != nil {
+		tb.Fatal(err)
+	}
+	const ins = "INSERT INTO payments (reference, idem_key, amount) VALUES ($1, $2, 1999) RETURNING id"
+	write := func(w http.ResponseWriter, id int64) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%d,"status":"succeeded"}`, id)
+	}
+	run := func(w http.ResponseWriter, r *http.Request, q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) bool {
+		var id int64
+		key := r.Header.Get("Idempotency-Key")
+		if err := q.QueryRow(r.Context(), ins, key, key).Scan(&id); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return false
+		}
+		write(w, id)
+		return true
+	}
+	insert = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		run(w, r, pool)
+	})
+	tx = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		tx, err := pool.Begin(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer tx.Rollback(r.Context())
+		var id int64
+		key := r.Header.Get("Idempotency-Key")
+		if err := tx.QueryRow(r.Context(), ins, key, key).Scan(&id); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if err := tx.Commit(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		write(w, id)
+	})
+	mw, err := idemserver.New(idemserver.Config{Backend: pgserver.New(pool), Tenant: func(r *http.Request) (string, error) {
+		if r.Header.Get("Authorization") == "" {
+			return "", errors.New("unauthenticated")
+		}
+		return "acct_1", nil
+	}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	idem = mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		tx, err := pgserver.MustTx(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		run(w, r, tx)
+	}))
+	return insert, tx, idem
 }

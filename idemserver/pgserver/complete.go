@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem/idemserver"
@@ -25,10 +26,48 @@ import (
 // outside the middleware (see the package documentation).
 var ErrHandlerStillRunning = errors.New("pgserver: a statement of the handler was still running when its answer came to be stored (http.TimeoutHandler inside the middleware, or a goroutine the handler left); the claim's transaction is rolled back")
 
-// Complete writes the answer into the row and commits it with the handler's writes, in one
-// round trip (the transaction check, the UPDATE, SET LOCAL synchronous_commit, COMMIT and the
-// session-level unlock pipelined). It rolls back instead when a statement of the handler was
-// still running as it began (ErrHandlerStillRunning) or one failed (ErrStatementFailed).
+// completeSQL stores the answer in the claim's row, in one statement that fails unless it may
+// commit, so that the COMMIT pipelined behind it is skipped (PostgreSQL skips a pipeline's
+// messages after an error, up to its Sync) and the transaction rolled back. In order:
+//
+//   - the open transaction must be the claim's ($9, its id): else the handler ended the
+//     claim's and began another, and the statement fails with txEndedMark (ErrTxEnded);
+//   - the UPDATE must have changed exactly the claim's row (owner $4): else the claim lost
+//     the key, and it fails with division by zero (idemserver.ErrNotOwner);
+//   - then, and only then, synchronous_commit is set on for this transaction (SET LOCAL: the
+//     client is told of the payment once this commits, and a commit PostgreSQL acknowledged
+//     before its WAL was written, by the session's default or the handler's SET LOCAL, could
+//     vanish in a crash with the charge it confirmed), and the session-level lock is dropped
+//     (its result: true). The transaction-level lock keeps the key until the COMMIT.
+//
+// CASE evaluates its branches in order and each failure is computed from values read at run
+// time, so that the planner cannot fold one into an error raised before the checks.
+const completeSQL = `WITH u AS (
+	UPDATE idem_server_keys SET state = 2, owner = NULL, expires_at = $5, response_status = $6, response_header = $7, response_body = $8
+	WHERE tenant = $1 AND operation = $2 AND key = $3 AND owner = $4 RETURNING 1
+)
+SELECT CASE
+	WHEN pg_current_xact_id_if_assigned()::text IS DISTINCT FROM $9 THEN ('` + txEndedMark + ` ' || clock_timestamp())::int = 0
+	WHEN 1 / ((SELECT count(*) FROM u) = 1)::int = 1 THEN set_config('synchronous_commit', 'on', true) = 'on' AND pg_advisory_unlock($10)
+END`
+
+// txEndedMark is in the error completeSQL raises when the open transaction is not the
+// claim's (invalid_text_representation, its value quoted in the message).
+const txEndedMark = "pgserver: claim transaction ended"
+
+// isTxEnded reports the error completeSQL raises for a transaction that is not the claim's.
+func isTxEnded(err error) bool {
+	pe := (*pgconn.PgError)(nil)
+	return errors.As(err, &pe) && pe.Code == invalidTextRepresentation && strings.Contains(pe.Message, txEndedMark)
+}
+
+// invalidTextRepresentation is the SQLSTATE of completeSQL's txEndedMark.
+const invalidTextRepresentation = "22P02"
+
+// Complete writes the answer into the row and commits it with the handler's writes: two
+// statements in one round trip (completeSQL and COMMIT, pipelined). It rolls back instead
+// when a statement of the handler was still running as it began (ErrHandlerStillRunning) or
+// one failed (ErrStatementFailed).
 func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
 	held, busy := c.takeBusy(true)
 	defer c.give(held)
@@ -64,24 +103,12 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 	}
 	s := c.scope
 	batch := &pgx.Batch{}
-	batch.Queue(sameTxGuard, c.xid)
-	batch.Queue(fmt.Sprintf(ownedUpdate, "state = 2, owner = NULL, expires_at = $5, response_status = $6, response_header = $7, response_body = $8"),
-		s.Tenant, s.Operation, s.Key, c.owner, expires, resp.StatusCode, string(header), body) // text: jsonb takes no bytea literal (simple protocol)
-	// The client is told of the payment once this commits: a commit PostgreSQL acknowledges
-	// before its WAL is written (synchronous_commit off, by the session's default or the
-	// handler's SET LOCAL) could vanish in a crash with the charge it confirmed.
-	batch.Queue("SET LOCAL synchronous_commit TO on")
+	batch.Queue(completeSQL, s.Tenant, s.Operation, s.Key, c.owner, expires, resp.StatusCode, string(header), body, c.xid, c.lock) // header as text: jsonb takes no bytea
 	batch.Queue("COMMIT")
-	batch.Queue("SELECT pg_advisory_unlock($1)", c.lock)
 	br := c.tx.SendBatch(ctx, batch)
-	_, guardErr := br.Exec()
+	var unlocked *bool
+	guardErr := br.QueryRow().Scan(&unlocked)
 	err = guardErr
-	if err == nil {
-		_, err = br.Exec() // the answer
-	}
-	if err == nil {
-		_, err = br.Exec() // SET LOCAL
-	}
 	var tag string
 	if err == nil {
 		var ct pgconn.CommandTag
@@ -89,18 +116,14 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 		tag = ct.String()
 	}
 	committed := err == nil && tag == "COMMIT"
-	unlocked := false
-	if committed {
-		_ = br.QueryRow().Scan(&unlocked) // not confirmed: the connection is closed below
-	}
 	if cerr := br.Close(); err == nil && !committed {
 		err = cerr
 	}
-	if isDivisionByZero(guardErr) { // the handler ended the claim's transaction and began another
+	if isTxEnded(guardErr) { // the handler ended the claim's transaction and began another
 		c.giveUpEnded(ctx, false)
 		return fmt.Errorf("pgserver: complete: %w", ErrTxEnded)
 	}
-	if committed && unlocked && c.pc.Conn().PgConn().TxStatus() == 'I' {
+	if committed && unlocked != nil && *unlocked && c.pc.Conn().PgConn().TxStatus() == 'I' {
 		// Committed and unlocked through the batch: the pgx.Tx must not send its own
 		// ROLLBACK, and the connection goes back to the pool as it is.
 		c.tx = nil

@@ -24,13 +24,15 @@
 // context already done, an argument that cannot be encoded), which would otherwise commit the
 // handler's other writes without it (ErrStatementFailed).
 //
-// Round trips per fresh key: BEGIN; one pipelined batch (the conditional insert under the
-// advisory lock, the locks, the row locked by the lock holder only, and the row as
-// committed, which replays a stored answer to a request that found the lock taken by
-// another replay); the handler's own statements; one pipelined batch (a
-// check that the open transaction is still the claim's, the answer, guarded so that it fails
-// unless the claim still owns the row, COMMIT, and the session-level unlock). A replay or a
-// 409 ends with one more (ROLLBACK, and the unlock when the lock was taken).
+// A fresh key costs five statements in three round trips, the handler's one INSERT included:
+// BEGIN and the claim, pipelined (one statement takes the key's advisory locks, inserts its
+// row unless one exists, and reads the row a stored answer is replayed from); the handler's
+// own statements; the answer and COMMIT, pipelined (one statement checks that the open
+// transaction is still the claim's and that the answer's UPDATE changed the claim's own row,
+// and fails otherwise, so that the COMMIT behind it is skipped). A replay is BEGIN and the
+// claim, then ROLLBACK and the unlock: four statements in two round trips. A key whose row is
+// not a final stored answer (an expired one, a checkpoint) is read once more after the lock.
+// TestStatementsPerRequest counts them on the wire.
 //
 // # Clocks
 //

@@ -8,12 +8,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/idemkit/idem/idemserver"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -138,166 +136,17 @@ type row struct {
 	owner *string
 }
 
+// scanRow reads selectRow's row, nil when there is none.
 func scanRow(r pgx.Row) (*row, error) {
-	var (
-		out     row
-		state   int16
-		expires *time.Time
-		status  *int32
-		header  []byte
-		body    []byte
-	)
-	err := r.Scan(&out.rec.Fingerprint, &state, &out.rec.RecoveryPoint, &out.owner, &out.rec.CreatedAt,
-		&out.rec.LockedUntil, &expires, &status, &header, &body)
+	var n nullableRow
+	err := r.Scan(n.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	out.rec.State = idemserver.State(state)
-	if expires != nil {
-		out.rec.ExpiresAt = *expires
-	}
-	if status != nil {
-		resp := &idemserver.Response{StatusCode: int(*status), Header: http.Header{}, Body: body}
-		if len(header) > 0 {
-			h, err := decodeHeader(header)
-			if err != nil {
-				return nil, fmt.Errorf("stored header: %w", err)
-			}
-			resp.Header = h
-		}
-		if resp.Body == nil {
-			resp.Body = []byte{}
-		}
-		out.rec.Response = resp
-	}
-	return &out, nil
-}
-
-// Claim implements idemserver.Backend.
-func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idemserver.Claim, *idemserver.Record, error) {
-	s := req.Scope
-	entry := time.Now() // req.Now was read just before: local offsets from here bound the database's clock reading
-	// The claim holds its pool connection until it ends, so that its phases (Checkpoint)
-	// and its final write and COMMIT share one connection.
-	pc, err := b.pool.Acquire(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
-	}
-	tx, err := pc.Begin(ctx)
-	if err != nil {
-		pc.Release()
-		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
-	}
-	lock := lockID(s)
-	keep, got := false, false
-	defer func() {
-		switch {
-		case keep:
-		case got: // the session-level lock too
-			releaseConn(ctx, pc, lock)
-		default:
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			pc.Release()
-		}
-	}()
-	// One round trip: the insert runs only under the key's lock (a fresh key is claimed
-	// here); then the lock again (re-entrant: true if held), with the session-level lock the
-	// claim holds for its whole life (see claim), and the row, each statement with its own
-	// snapshot, so the row read after the lock includes every commit before it. CASE takes
-	// the session-level lock only with the other, so that it is held once or not at all.
-	c := &claim{b: b, scope: s, pc: pc, conn: pc.Conn(), tx: tx, sem: make(chan struct{}, 1), txN: 1, lock: lock, owner: newOwner(), fp: req.Fingerprint, created: req.Now}
-	c.open.Store(c.txN)
-	lockedUntil := req.Now.Add(req.Lease)
-	batch := &pgx.Batch{}
-	batch.Queue(`INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at, locked_until)
-		SELECT $1, $2, $3, $4, 1, $5, $6, $7 WHERE pg_try_advisory_xact_lock($8)
-		ON CONFLICT (tenant, operation, key) DO NOTHING`, s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil, lock)
-	batch.Queue(`SELECT CASE WHEN pg_try_advisory_xact_lock($1) THEN pg_try_advisory_lock($1) ELSE false END,
-		clock_timestamp(), pg_current_xact_id_if_assigned()::text`, lock)
-	// The row, locked only by the key's lock holder: a request without the lock takes no row
-	// lock (it would make concurrent replays of a stored answer 409 each other). NOWAIT: a
-	// row a purge holds is "in progress" at once, never a wait with a connection held.
-	batch.Queue(selectRow+" AND pg_try_advisory_xact_lock($4) FOR UPDATE NOWAIT", s.Tenant, s.Operation, s.Key, lock)
-	// And the row as committed, for a request without the lock: a live stored answer is
-	// final, whoever holds the lock (another replay), so it is replayed rather than 409.
-	batch.Queue(selectRow, s.Tenant, s.Operation, s.Key)
-	sent := time.Since(entry)
-	br := tx.SendBatch(ctx, batch)
-	inserted, err := br.Exec()
-	var (
-		db  time.Time
-		xid *string
-	)
-	lockKnown := false // statement 2 answered: got says whether this session holds the lock
-	if err == nil {
-		err = br.QueryRow().Scan(&got, &db, &xid)
-		lockKnown = err == nil
-	}
-	var cur, seen *row
-	if err == nil {
-		cur, err = scanRow(br.QueryRow())
-	}
-	if err == nil {
-		seen, err = scanRow(br.QueryRow())
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		if !lockKnown {
-			got = true // the lock statement may have run: releaseConn drops it, or closes the connection
-		}
-		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == lockNotAvailable {
-			return nil, &idemserver.Record{State: idemserver.StateProcessing}, nil
-		}
-		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
-	}
-	// Checked after the batch so that the claim keeps its one round trip; the deferred
-	// rollback undoes the insert, so a refused claim leaves the key as it was.
-	if err := b.checkClock("claim", req.Now.Add(sent), req.Now.Add(time.Since(entry)), db); err != nil {
-		return nil, nil, err
-	}
-	if inserted.RowsAffected() == 1 && got && xid != nil {
-		c.xid, keep = *xid, true
-		return c, nil, nil
-	}
-	if !got {
-		// A stored answer is replayed (or 422) while another request replays it too, unless
-		// it expires so soon that the lock holder, whose clock may be up to twice the allowed
-		// skew ahead, may be running the key again: then, as for any key in flight, 409.
-		if seen != nil && seen.rec.State == idemserver.StateCompleted && req.Now.Add(b.skewMargin()).Before(seen.rec.ExpiresAt) {
-			return nil, &seen.rec, nil
-		}
-		// Another transaction holds the key: in progress, fingerprint not visible yet.
-		return nil, &idemserver.Record{State: idemserver.StateProcessing}, nil
-	}
-	// Each write below returns the transaction's id, which Complete checks (see claim).
-	switch {
-	case cur == nil:
-		err = tx.QueryRow(ctx, `INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at, locked_until)
-			VALUES ($1, $2, $3, $4, 1, $5, $6, $7) RETURNING pg_current_xact_id()::text`,
-			s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil).Scan(&c.xid)
-	case cur.rec.State == idemserver.StateCompleted && !req.Now.Before(cur.rec.ExpiresAt):
-		c.expired = true
-		err = tx.QueryRow(ctx, `UPDATE idem_server_keys SET fingerprint = $4, state = 1, recovery_point = '', owner = $5,
-			created_at = $6, locked_until = $7, expires_at = NULL, response_status = NULL, response_header = NULL, response_body = NULL
-			WHERE tenant = $1 AND operation = $2 AND key = $3 RETURNING pg_current_xact_id()::text`,
-			s.Tenant, s.Operation, s.Key, req.Fingerprint, c.owner, req.Now, lockedUntil).Scan(&c.xid)
-	case string(cur.rec.Fingerprint) != string(req.Fingerprint), cur.rec.State == idemserver.StateCompleted,
-		req.Now.Before(cur.rec.LockedUntil):
-		return nil, &cur.rec, nil
-	default: // a checkpointed row whose owner is gone and whose lease has passed: take it over
-		c.point, c.committed = cur.rec.RecoveryPoint, true
-		err = c.takeOver(ctx, lockedUntil)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("pgserver: claim: %w", err)
-	}
-	keep = true
-	return c, nil, nil
+	return n.row()
 }
 
 // Lookup implements idemserver.Backend. A key whose advisory lock is held (a claim in flight)

@@ -16,6 +16,12 @@ import (
 // testPool returns a pool on a fresh schema (search_path), migrated, dropped at the end.
 func testPool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Helper()
+	return testPoolWith(t, maxConns, nil)
+}
+
+// testPoolWith is testPool with configure applied to the pool's configuration (nil: none).
+func testPoolWith(t testing.TB, maxConns int32, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	dsn := os.Getenv("IDEM_TEST_PG_DSN")
 	if dsn == "" {
 		t.Skip("IDEM_TEST_PG_DSN not set: skipping the PostgreSQL server backend tests")
@@ -38,6 +44,9 @@ func testPool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.MaxConns = maxConns
+	if configure != nil {
+		configure(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("pool: %v", err)
