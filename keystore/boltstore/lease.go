@@ -147,10 +147,14 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 		return nil, err
 	}
 	out := []*keystore.Record{}
+	var pre map[string]*preparedClaim
 	for len(out) < limit {
 		var got []*keystore.Record
 		more := false
 		n := min(limit-len(out), maxClaimsPerCommit)
+		if pre == nil { // kept over commits that only move expired leases
+			pre = s.prepareClaims(l, n)
+		}
 		err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
 			got, more = nil, false
 			moved, err := expireLeases(tx, l.Now, maxExpiryMoves)
@@ -161,9 +165,12 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 				more = true
 				return nil
 			}
-			got, err = s.claimOrphans(tx, l, n)
+			got, err = s.claimOrphans(tx, l, n, pre)
 			return err
 		})
+		if !more {
+			pre = nil
+		}
 		if err != nil {
 			if len(out) > 0 { // the records claimed so far are claimed: hand them out
 				return out, nil
@@ -189,9 +196,10 @@ const maxClaimsPerCommit = 128
 // (CreatedAt, then the records key) and decodes each record it finds there: those still
 // orphaned are taken, records with a lease live at l.Now (moved here by a caller whose clock
 // was ahead) are skipped, and entries naming no pending record at that CreatedAt are deleted.
-func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int) ([]*keystore.Record, error) {
+func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int, pre map[string]*preparedClaim) ([]*keystore.Record, error) {
 	records, unleased := tx.Bucket(bucketRecords), tx.Bucket(bucketUnleased)
 	var orphans []*keystore.Record
+	var taken map[*keystore.Record]*preparedClaim // orphans whose prepared claim holds
 	var stale [][]byte
 	var prev, last []byte
 	c := unleased.Cursor()
@@ -209,6 +217,16 @@ func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int) ([]*keys
 		v := records.Get(k)
 		if v == nil {
 			stale = append(stale, bytes.Clone(ik))
+			continue
+		}
+		if p := pre[string(k)]; p != nil && bytes.Equal(p.old, v) && timeOfKey(ik).Equal(storedInstant(p.claimed.CreatedAt)) {
+			// Prepared from this very value: pending and orphaned at l.Now.
+			if taken == nil {
+				taken = make(map[*keystore.Record]*preparedClaim)
+			}
+			taken[p.claimed] = p
+			orphans = append(orphans, p.claimed)
+			last = ik[:timeKeyLen]
 			continue
 		}
 		rec, err := s.codec.decode(k, v)
@@ -237,11 +255,23 @@ func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int) ([]*keys
 		}
 	}
 	for _, rec := range orphans {
-		old := indexFields(rec)
-		keystore.ApplyClaim(rec, l)
-		if err := s.putRecord(tx, scopedKey(rec.Scope, rec.Key), old, rec); err != nil {
+		k := scopedKey(rec.Scope, rec.Key)
+		p := taken[rec]
+		if p == nil {
+			old := indexFields(rec)
+			keystore.ApplyClaim(rec, l)
+			v, err := s.codec.value(k, rec)
+			if err != nil {
+				return nil, abort(err)
+			}
+			p = &preparedClaim{before: old, claimed: rec, value: v}
+		}
+		if err := s.putValue(tx, k, p.value, p.before, rec); err != nil {
 			return nil, err
 		}
+		// The claimed record's next write is its call's final one: the summary cache keeps
+		// the new value's summary, so that this update need not decode it in its commit.
+		s.summaries.put(&encoded{rec: rec, key: k, value: p.value, codec: &s.codec})
 	}
 	return orphans, nil
 }
@@ -254,14 +284,20 @@ func (s *Store) putRecord(tx *bbolt.Tx, k []byte, old, rec *keystore.Record) err
 	if err != nil {
 		return abort(err)
 	}
-	if err := tx.Bucket(bucketRecords).Put(k, v); err != nil {
-		return abort(err)
-	}
-	if err := reindex(tx, k, old, rec); err != nil {
+	if err := s.putValue(tx, k, v, old, rec); err != nil {
 		return err
 	}
 	s.summaries.drop(k) // its value is replaced: the next update decodes this one
 	return nil
+}
+
+// putValue writes v, the encoding of rec, under k, where old (indexFields) was, and moves
+// its index entry; the caller sees to the summary cache. A failure aborts the transaction.
+func (s *Store) putValue(tx *bbolt.Tx, k, v []byte, old, rec *keystore.Record) error {
+	if err := tx.Bucket(bucketRecords).Put(k, v); err != nil {
+		return abort(err)
+	}
+	return reindex(tx, k, old, rec)
 }
 
 // keepLease makes e, a record about to replace old in Update, carry old's lease fields:
