@@ -19,6 +19,11 @@ import (
 // the commit would have computed itself; a record written since (a call's final write,
 // another claim) or not prepared is decoded and encoded in the commit as before.
 
+// maxPreparedValue is the largest stored value (bytes) whose claim is prepared: a record
+// with a large body is claimed in the commit as before, so that a batch's preparation holds
+// at most 2 × 128 small values and their claimed copies in memory.
+const maxPreparedValue = 16 << 10
+
 // preparedClaim is the claim of one record, made from the value old.
 type preparedClaim struct {
 	old     []byte           // the records bucket value it was made from (a copy)
@@ -38,7 +43,7 @@ func (s *Store) prepareClaims(l keystore.Lease, n int) map[string]*preparedClaim
 		prepare := func(ik []byte) bool {
 			k := ik[timeKeyLen:]
 			v := records.Get(k)
-			if v == nil || out[string(k)] != nil {
+			if v == nil || len(v) > maxPreparedValue || out[string(k)] != nil {
 				return false
 			}
 			rec, err := s.codec.decode(k, v)

@@ -151,3 +151,33 @@ func TestClaimExpiredPreparedClaims(t *testing.T) {
 	}
 	checkIndex(t, s)
 }
+
+// A record whose stored value is over maxPreparedValue is not prepared, and the commit claims
+// it as before.
+func TestClaimExpiredLargeRecordNotPrepared(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	now := t0.Add(time.Hour)
+	l := keystore.Lease{Owner: "me", Now: now, Until: now.Add(time.Minute)}
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	big := indexRecord("big", t0, "", time.Time{})
+	big.Request.Body = bytes.Repeat([]byte("x"), maxPreparedValue)
+	small := indexRecord("small", t0.Add(time.Second), "", time.Time{})
+	for _, rec := range []*keystore.Record{big, small} {
+		if err := s.Create(ictx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pre := s.prepareClaims(l, 2)
+	if len(pre) != 1 || pre[string(scopedKey("", "small"))] == nil {
+		t.Fatalf("prepared %d claims; want only the small record's", len(pre))
+	}
+	got := claimWith(t, s, l, 2, pre)
+	if len(got) != 2 || got[0].Key != "big" || got[0].Fence != 1 || !bytes.Equal(got[0].Request.Body, big.Request.Body) {
+		t.Fatalf("claimed %d records, first %+v; want big (fence 1, its body) then small", len(got), got[0])
+	}
+	checkIndex(t, s)
+}
