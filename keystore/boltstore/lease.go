@@ -131,9 +131,10 @@ func (s *Store) holder(ctx context.Context, scope, key string, change func(*keys
 // oldest CreatedAt first, and returns them once the claim is durable. It reads the pending
 // index (index.go), not every record: first, in commits of at most maxExpiryMoves entries, it
 // moves the leases that expired by l.Now to the index of unleased records, then claims the
-// oldest of those, at most maxClaimsPerCommit (128) per commit, so a call costs time in
-// proportion to limit (and to the leases that expired since the last call), whatever the
-// number of records, and no commit of it holds the writers behind it for long. A record that
+// oldest of those, at most maxClaimsPerCommit (128) per commit, each decoded and encoded
+// before its commit where it can be (claimprep.go), so a call costs time in proportion to
+// limit (and to the leases that expired since the last call), whatever the number of
+// records, and no commit of it holds the writers behind it for long. A record that
 // cannot be decoded is skipped and left untouched (ListPage reports it), as pgstore does.
 // Errors (nothing claimed; when a later commit of a large limit fails, the records claimed by
 // the earlier ones are returned without the error): keystore.ErrInvalid (bad lease,
@@ -193,9 +194,10 @@ const maxClaimsPerCommit = 128
 
 // claimOrphans claims for l.Owner the oldest (CreatedAt, then Key, then Scope) up to limit
 // records of the "unleased" index that are orphaned at l.Now. It reads the index in key order
-// (CreatedAt, then the records key) and decodes each record it finds there: those still
-// orphaned are taken, records with a lease live at l.Now (moved here by a caller whose clock
-// was ahead) are skipped, and entries naming no pending record at that CreatedAt are deleted.
+// (CreatedAt, then the records key) and decodes each record it finds there, unless pre holds
+// a claim prepared from exactly its stored value (claimprep.go): those still orphaned are
+// taken, records with a lease live at l.Now (moved here by a caller whose clock was ahead)
+// are skipped, and entries naming no pending record at that CreatedAt are deleted.
 func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int, pre map[string]*preparedClaim) ([]*keystore.Record, error) {
 	records, unleased := tx.Bucket(bucketRecords), tx.Bucket(bucketUnleased)
 	var orphans []*keystore.Record
