@@ -70,7 +70,9 @@ COUNT=${SLOW_COUNT:-1} run freelist "$OUT/boltstore.test" -test.bench '^Benchmar
 COUNT=${SLOW_COUNT:-1} run soak "$OUT/idem.test" -test.bench '^BenchmarkSoak$' -test.benchtime 200000x
 # h. Recover of N pending records whose leases expired (a restart after an outage), with Do
 #    calls made meanwhile: records/s and the calls' p99 against before. N from
-#    IDEM_BENCH_RECOVER_SIZES (default 10000,100000; add 1000000 for the large case).
+#    IDEM_BENCH_RECOVER_SIZES (default 10000,100000; add 1000000 for the large case: about
+#    1.5 min of setup and a Recover of several minutes). Keys are UUIDv7, as NewOperation
+#    mints; IDEM_BENCH_RECOVER_KEYS=v4 gives random keys (the worst case, slow to set up).
 COUNT=${SLOW_COUNT:-1} run recover-expired "$OUT/idem.test" -test.bench '^BenchmarkRecoverExpired$' -test.benchtime 1x
 #    The store's half alone: ClaimExpired draining N expired leases (IDEM_BENCH_CLAIM_SIZES,
 #    default 10000,100000; 1000000 sets up in seconds, drains in minutes).

@@ -131,9 +131,10 @@ func (s *Store) holder(ctx context.Context, scope, key string, change func(*keys
 // oldest CreatedAt first, and returns them once the claim is durable. It reads the pending
 // index (index.go), not every record: first, in commits of at most maxExpiryMoves entries, it
 // moves the leases that expired by l.Now to the index of unleased records, then claims the
-// oldest of those, at most maxClaimsPerCommit (128) per commit, so a call costs time in
-// proportion to limit (and to the leases that expired since the last call), whatever the
-// number of records, and no commit of it holds the writers behind it for long. A record that
+// oldest of those, at most maxClaimsPerCommit (128) per commit, each decoded and encoded
+// before its commit where it can be (claimprep.go), so a call costs time in proportion to
+// limit (and to the leases that expired since the last call), whatever the number of
+// records, and no commit of it holds the writers behind it for long. A record that
 // cannot be decoded is skipped and left untouched (ListPage reports it), as pgstore does.
 // Errors (nothing claimed; when a later commit of a large limit fails, the records claimed by
 // the earlier ones are returned without the error): keystore.ErrInvalid (bad lease,
@@ -147,10 +148,14 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 		return nil, err
 	}
 	out := []*keystore.Record{}
+	var pre map[string]*preparedClaim
 	for len(out) < limit {
 		var got []*keystore.Record
 		more := false
 		n := min(limit-len(out), maxClaimsPerCommit)
+		if pre == nil { // kept over commits that only move expired leases
+			pre = s.prepareClaims(l, n)
+		}
 		err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
 			got, more = nil, false
 			moved, err := expireLeases(tx, l.Now, maxExpiryMoves)
@@ -161,9 +166,12 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 				more = true
 				return nil
 			}
-			got, err = s.claimOrphans(tx, l, n)
+			got, err = s.claimOrphans(tx, l, n, pre)
 			return err
 		})
+		if !more {
+			pre = nil
+		}
 		if err != nil {
 			if len(out) > 0 { // the records claimed so far are claimed: hand them out
 				return out, nil
@@ -186,12 +194,14 @@ const maxClaimsPerCommit = 128
 
 // claimOrphans claims for l.Owner the oldest (CreatedAt, then Key, then Scope) up to limit
 // records of the "unleased" index that are orphaned at l.Now. It reads the index in key order
-// (CreatedAt, then the records key) and decodes each record it finds there: those still
-// orphaned are taken, records with a lease live at l.Now (moved here by a caller whose clock
-// was ahead) are skipped, and entries naming no pending record at that CreatedAt are deleted.
-func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int) ([]*keystore.Record, error) {
+// (CreatedAt, then the records key) and decodes each record it finds there, unless pre holds
+// a claim prepared from exactly its stored value (claimprep.go): those still orphaned are
+// taken, records with a lease live at l.Now (moved here by a caller whose clock was ahead)
+// are skipped, and entries naming no pending record at that CreatedAt are deleted.
+func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int, pre map[string]*preparedClaim) ([]*keystore.Record, error) {
 	records, unleased := tx.Bucket(bucketRecords), tx.Bucket(bucketUnleased)
 	var orphans []*keystore.Record
+	var taken map[*keystore.Record]*preparedClaim // orphans whose prepared claim holds
 	var stale [][]byte
 	var prev, last []byte
 	c := unleased.Cursor()
@@ -209,6 +219,16 @@ func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int) ([]*keys
 		v := records.Get(k)
 		if v == nil {
 			stale = append(stale, bytes.Clone(ik))
+			continue
+		}
+		if p := pre[string(k)]; p != nil && bytes.Equal(p.old, v) && timeOfKey(ik).Equal(storedInstant(p.claimed.CreatedAt)) {
+			// Prepared from this very value: pending and orphaned at l.Now.
+			if taken == nil {
+				taken = make(map[*keystore.Record]*preparedClaim)
+			}
+			taken[p.claimed] = p
+			orphans = append(orphans, p.claimed)
+			last = ik[:timeKeyLen]
 			continue
 		}
 		rec, err := s.codec.decode(k, v)
@@ -237,11 +257,23 @@ func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int) ([]*keys
 		}
 	}
 	for _, rec := range orphans {
-		old := indexFields(rec)
-		keystore.ApplyClaim(rec, l)
-		if err := s.putRecord(tx, scopedKey(rec.Scope, rec.Key), old, rec); err != nil {
+		k := scopedKey(rec.Scope, rec.Key)
+		p := taken[rec]
+		if p == nil {
+			old := indexFields(rec)
+			keystore.ApplyClaim(rec, l)
+			v, err := s.codec.value(k, rec)
+			if err != nil {
+				return nil, abort(err)
+			}
+			p = &preparedClaim{before: old, claimed: rec, value: v}
+		}
+		if err := s.putValue(tx, k, p.value, p.before, rec); err != nil {
 			return nil, err
 		}
+		// The claimed record's next write is its call's final one: the summary cache keeps
+		// the new value's summary, so that this update need not decode it in its commit.
+		s.summaries.put(&encoded{rec: rec, key: k, value: p.value, codec: &s.codec})
 	}
 	return orphans, nil
 }
@@ -254,14 +286,20 @@ func (s *Store) putRecord(tx *bbolt.Tx, k []byte, old, rec *keystore.Record) err
 	if err != nil {
 		return abort(err)
 	}
-	if err := tx.Bucket(bucketRecords).Put(k, v); err != nil {
-		return abort(err)
-	}
-	if err := reindex(tx, k, old, rec); err != nil {
+	if err := s.putValue(tx, k, v, old, rec); err != nil {
 		return err
 	}
 	s.summaries.drop(k) // its value is replaced: the next update decodes this one
 	return nil
+}
+
+// putValue writes v, the encoding of rec, under k, where old (indexFields) was, and moves
+// its index entry; the caller sees to the summary cache. A failure aborts the transaction.
+func (s *Store) putValue(tx *bbolt.Tx, k, v []byte, old, rec *keystore.Record) error {
+	if err := tx.Bucket(bucketRecords).Put(k, v); err != nil {
+		return abort(err)
+	}
+	return reindex(tx, k, old, rec)
 }
 
 // keepLease makes e, a record about to replace old in Update, carry old's lease fields:
