@@ -100,6 +100,11 @@ func TestAdvTerminateAtCommit(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
+			var locks int
+			if err := base.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 AND granted", pid).Scan(&locks); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("advisory locks the claim's backend holds inside its COMMIT: %d", locks)
 			if st, body := post(b); st != http.StatusConflict {
 				t.Errorf("duplicate during the first request's COMMIT: %d %s, want 409", st, body)
 			}
