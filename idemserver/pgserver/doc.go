@@ -32,7 +32,10 @@
 // and fails otherwise, so that the COMMIT behind it is skipped). A replay is BEGIN and the
 // claim, then ROLLBACK and the unlock: four statements in two round trips. A key whose row is
 // not a final stored answer (an expired one, a checkpoint) is read once more after the lock.
-// TestStatementsPerRequest counts them on the wire.
+// TestStatementsPerRequest counts them on the wire. These counts hold in pgx's default
+// query mode (cache_statement) and the other cached ones; with default_query_exec_mode=
+// describe_exec every statement is described first, one more round trip each (a fresh key
+// then takes six round trips, a replay three).
 //
 // # Clocks
 //

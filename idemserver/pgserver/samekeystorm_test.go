@@ -83,12 +83,12 @@ func advPay(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"id":%d,"reference":%q,"amount":%d}`, id, p.Reference, p.Amount)
 }
 
-// TestAdvStormSameKey sends, for each of 15 keys, 10 concurrent clients spread over three
+// TestStormSameKey sends, for each of 15 keys, 10 concurrent clients spread over three
 // servers with their own pools (the same payload, except two clients with another amount),
 // each retrying until it has a final answer; handlers panic, refuse after a write, run slow,
 // and clients hang up mid-request. The ledger must hold exactly one payment per key, with
 // the right amount and one outbox row, every 201 the same, and the other payload never 201.
-func TestAdvStormSameKey(t *testing.T) {
+func TestStormSameKey(t *testing.T) {
 	base := testPool(t, 4)
 	ctx := context.Background()
 	if _, err := base.Exec(ctx, paymentsSchema); err != nil {

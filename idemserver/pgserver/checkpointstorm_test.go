@@ -18,11 +18,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestAdvCheckpointStorm: a two-phase handler (the payment, Checkpoint, then the outbox row)
+// TestCheckpointStorm: a two-phase handler (the payment, Checkpoint, then the outbox row)
 // that panics after its checkpoint a third of the time, under 6 concurrent clients per key
 // over three servers with a 150 ms lease. Phase one must run once per key (takeovers resume
 // at the recovery point), phase two must commit once, and every 201 must be the same.
-func TestAdvCheckpointStorm(t *testing.T) {
+func TestCheckpointStorm(t *testing.T) {
 	base := testPool(t, 4)
 	ctx := context.Background()
 	if _, err := base.Exec(ctx, paymentsSchema); err != nil {
