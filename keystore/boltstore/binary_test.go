@@ -57,7 +57,7 @@ func codecRecords() []*keystore.Record {
 			State: keystore.StatePending, Attempts: 1, NotExecuted: true, CreatedAt: at, UpdatedAt: at.Add(time.Second),
 			Owner: "host-1", LeaseUntil: at.Add(time.Minute), Fence: 1},
 		{Scope: "tenant", Key: "k-done", Fingerprint: "f", State: keystore.StateSucceeded,
-			Request: keystore.Request{Method: http.MethodPut, URL: "/v1/x", Header: http.Header{}, Body: []byte{}},
+			Request:  keystore.Request{Method: http.MethodPut, URL: "/v1/x", Header: http.Header{}, Body: []byte{}},
 			Attempts: 3, LastStatusCode: 201, Reason: "succeeded", Error: "",
 			Response:  &keystore.Response{StatusCode: 201, Header: http.Header{"Location": {"/v1/x/1"}}, Body: []byte("\x00\xffbinary")},
 			CreatedAt: at.In(time.FixedZone("", -3*3600)), UpdatedAt: at.In(time.FixedZone("IST", 5*3600+1800)),
