@@ -77,7 +77,8 @@ COUNT=${SLOW_COUNT:-1} run recover-expired "$OUT/idem.test" -test.bench '^Benchm
 #    The store's half alone: ClaimExpired draining N expired leases (IDEM_BENCH_CLAIM_SIZES,
 #    default 10000,100000; 1000000 sets up in seconds, drains in minutes).
 (cd keystore/boltstore && COUNT=${SLOW_COUNT:-1} run claim "$OUT/boltstore.test" -test.bench '^BenchmarkClaimExpired$' -test.benchtime 1x)
-# i. durable calls paced at 2,500/s with a 2 s retention: purging on against off.
+# i. durable calls paced at 2,500/s (IDEM_BENCH_PURGE_RATE sets another pace) with a 2 s
+#    retention: purging on against off.
 run purge "$OUT/idem.test" -test.bench '^BenchmarkPurgeLatency$' -test.benchtime 30000x
 # k. Memory store soak: RSS and the runtime's memory classes at each quarter of 1.2M calls.
 COUNT=${SLOW_COUNT:-1} run soak-memory "$OUT/idem.test" -test.bench '^BenchmarkSoakMemory$' -test.benchtime 1200000x

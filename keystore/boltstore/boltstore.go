@@ -23,9 +23,10 @@
 // records from List and Recover. Keep the file where the storage checks what it reads (a
 // filesystem with data checksums, such as ZFS or btrfs) where that matters, or use pgstore.
 //
-// File layout (schema version 2, see docs/KEYSTORE.md): bucket "meta" holds the schema
+// File layout (schema version 3, see docs/KEYSTORE.md): bucket "meta" holds the schema
 // version; bucket "records" maps uvarint(len(scope)) || scope || key to a CRC-32C checksum,
-// a flags byte and the JSON of a keystore.Record; bucket "intents" maps uvarint(len(scope))
+// a flags byte and the keystore.Record in a binary encoding (or in JSON, as version 2 wrote
+// it); bucket "intents" maps uvarint(len(scope))
 // || scope || intent to a checksum and the key, and bucket "intenthash" holds the same index
 // under a hash of the intent (checksum.go); buckets "unleased" and "leased" index the pending
 // records for ClaimExpired (index.go); bucket "quarantine", once made, keeps the damaged
@@ -48,10 +49,14 @@ import (
 )
 
 const (
-	// SchemaVersion is the layout version this code writes and reads. Open refuses a file
-	// with another version (ErrSchemaVersion), never misreading it: version 1 (before
-	// checksums and the pending index) is refused as clearly as a newer one.
-	SchemaVersion = 2
+	// SchemaVersion is the layout version this code writes and reads. Version 3 writes
+	// records in a binary encoding (binary.go) where version 2 wrote JSON: Open reads a
+	// version 2 file and raises its version to 3 in place (its JSON records are read as
+	// they are and rewritten in binary at their next write), so that releases that read only
+	// version 2 refuse it. Open refuses any other version (ErrSchemaVersion), never misreading
+	// it: version 1 (before checksums and the pending index) is refused as clearly as a newer
+	// one.
+	SchemaVersion = 3
 
 	// DefaultTimeout is how long Open waits for the file lock when Options.Timeout is not set.
 	DefaultTimeout = time.Second

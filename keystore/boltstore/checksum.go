@@ -12,7 +12,7 @@ import (
 
 // bbolt checksums its meta pages only: a changed byte in a record, or in an index key, would
 // read as another value or as a miss (an intent paid twice). Every value this package writes
-// in the records and intent buckets (schema version 2) starts with a CRC-32C (Castagnoli) of
+// in the records and intent buckets (schema version 2 and later) starts with a CRC-32C (Castagnoli) of
 // the entry's bucket key and the rest of the value, checked on every read:
 //
 //	value = crc32c(uvarint(len(k)) || k || rest), 4 bytes big-endian || rest

@@ -100,8 +100,8 @@ func TestClaimExpiredPreparedClaims(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c := s.summaries.get(scopedKey("", g.Key), v); c == nil || !reflect.DeepEqual(c, sum) {
-			t.Errorf("summary cache of %s: %+v, want %+v", g.Key, c, sum)
+		if c := s.summaries.get(scopedKey("", g.Key), v); c == nil || !reflect.DeepEqual(c, summaryOf(sum)) {
+			t.Errorf("summary cache of %s: %+v, want %+v", g.Key, c, summaryOf(sum))
 		}
 	}
 	checkIndex(t, s)

@@ -16,7 +16,7 @@ import (
 // Layout of the file: three top-level buckets.
 var (
 	bucketMeta    = []byte("meta")    // keySchema -> decimal schema version
-	bucketRecords = []byte("records") // scopedKey(scope, key) -> checksum || flags || JSON of keystore.Record
+	bucketRecords = []byte("records") // scopedKey(scope, key) -> checksum || flags || keystore.Record (binary.go, or JSON)
 	bucketIntents = []byte("intents") // scopedKey(scope, intent) -> checksum || key (see checksum.go)
 	keySchema     = []byte("schema")
 )
@@ -49,7 +49,7 @@ type encoded struct {
 	rec    *keystore.Record // the stored copy, without secrets
 	key    []byte           // records bucket key
 	intent []byte           // intents bucket key, nil without an intent
-	value  []byte           // checksum || flags || JSON, as recordValue makes it
+	value  []byte           // checksum || flags || record, as codec.value makes it
 	codec  *codec           // what made value, to make it again (keepLease)
 }
 
@@ -82,7 +82,9 @@ func encode(rec *keystore.Record, secret []string, c *codec) (*encoded, error) {
 }
 
 // checkUTF8 refuses strings that JSON cannot carry unchanged: encoding/json replaces invalid
-// UTF-8 with U+FFFD, so such a record would not read back as written.
+// UTF-8 with U+FFFD, so such a record would not read back as written. The binary encoding
+// could carry them, but a record's rules do not depend on how the file encodes it, and the
+// other backends (and idemctl's JSON output) need valid text.
 func checkUTF8(r *keystore.Record) error {
 	for _, f := range [...]struct{ name, s string }{
 		{"scope", r.Scope}, {"key", r.Key}, {"intent", r.Intent}, {"fingerprint", r.Fingerprint},
@@ -126,13 +128,20 @@ func decodeSealed(k, v []byte) (*keystore.Record, byte, error) {
 	if !ok {
 		return nil, 0, structural(fmt.Errorf("%w: malformed record key %q", ErrCorrupt, clip(k)))
 	}
-	flags, v, err := recordJSON(scope, key, k, v)
+	flags, v, err := recordBytes(scope, key, k, v)
 	if err != nil {
 		return nil, 0, err
 	}
-	var rec keystore.Record
-	if err := json.Unmarshal(v, &rec); err != nil {
-		return nil, 0, jsonError(scope, key, v, err)
+	var rec *keystore.Record
+	if flags&flagBinary != 0 {
+		if rec, err = decodeBinary(v, false); err != nil {
+			return nil, 0, fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
+		}
+	} else {
+		rec = new(keystore.Record)
+		if err := json.Unmarshal(v, rec); err != nil {
+			return nil, 0, jsonError(scope, key, v, err)
+		}
 	}
 	if rec.Scope != scope || rec.Key != key {
 		return nil, 0, fmt.Errorf("%w: record stored under (%q, %q) names (%q, %q)", ErrCorrupt, scope, key, rec.Scope, rec.Key)
@@ -140,7 +149,7 @@ func decodeSealed(k, v []byte) (*keystore.Record, byte, error) {
 	if err := rec.Validate(); err != nil {
 		return nil, 0, fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
 	}
-	return &rec, flags, nil
+	return rec, flags, nil
 }
 
 // summary is the part of a stored record that Update and Purge inspect inside the shared write
@@ -164,9 +173,19 @@ func decodeSummary(k, v []byte) (*keystore.Record, error) {
 	if !ok {
 		return nil, structural(fmt.Errorf("%w: malformed record key %q", ErrCorrupt, clip(k)))
 	}
-	_, v, err := recordJSON(scope, key, k, v)
+	flags, v, err := recordBytes(scope, key, k, v)
 	if err != nil {
 		return nil, err
+	}
+	if flags&flagBinary != 0 {
+		rec, err := decodeBinary(v, true)
+		if err != nil {
+			return nil, fmt.Errorf("%w: record (%q, %q): %w", ErrCorrupt, scope, key, err)
+		}
+		if rec.Scope != scope || rec.Key != key {
+			return nil, fmt.Errorf("%w: record stored under (%q, %q) names (%q, %q)", ErrCorrupt, scope, key, rec.Scope, rec.Key)
+		}
+		return rec, nil
 	}
 	var s summary
 	if err := json.Unmarshal(v, &s); err != nil {

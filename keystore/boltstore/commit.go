@@ -224,17 +224,21 @@ func (c *committer) commit() {
 	c.finish(batch)
 }
 
-// finish hands leadership to the next queued op (or marks the committer idle) and wakes the
-// ops of the batch just committed.
+// finish wakes the ops of the batch just committed, then hands leadership to the next queued
+// op (or marks the committer idle). The next leader is woken last on purpose: the Go
+// scheduler runs the goroutine readied last first (each wake takes the processor's "run
+// next" slot from the one before), so woken first it would wait behind every caller of the
+// batch, each running its call on to its next block, while the commit pipeline idles. An op
+// a woken caller queues meanwhile finds a leader still running and waits for the handoff.
 func (c *committer) finish(batch []*op) {
-	c.mu.Lock()
-	c.handoffLocked()
-	c.mu.Unlock()
 	for _, o := range batch {
 		if !o.deferred {
 			o.wake <- struct{}{}
 		}
 	}
+	c.mu.Lock()
+	c.handoffLocked()
+	c.mu.Unlock()
 }
 
 // handoffLocked designates the first queued op as the next leader, or marks the committer

@@ -201,9 +201,12 @@ func checkLayout(tx *bbolt.Tx, path string) (empty bool, err error) {
 	case v > SchemaVersion:
 		return false, fmt.Errorf("%w: %s has schema version %d, this code reads version %d at most",
 			ErrSchemaVersion, path, v, SchemaVersion)
-	case v < SchemaVersion:
+	case v < 2:
 		// Version 1 values carry no checksum: read as version 2 every record would be damage.
-		return false, fmt.Errorf("%w: %s has schema version %d, written before records carried checksums; this code reads version %d only (settle its pending records with the idem that wrote it, then start a new file)",
+		// Version 2 differs from 3 only in that its records are all JSON, which this code
+		// reads: initLayout raises it to SchemaVersion in place, a read-only open reads it
+		// as it is.
+		return false, fmt.Errorf("%w: %s has schema version %d, written before records carried checksums; this code reads versions 2 and %d only (settle its pending records with the idem that wrote it, then start a new file)",
 			ErrSchemaVersion, path, v, SchemaVersion)
 	case tx.Bucket(bucketRecords) == nil || tx.Bucket(bucketIntents) == nil || tx.Bucket(bucketIntentHash) == nil:
 		return false, fmt.Errorf("%w: %s: records or intent index bucket missing", ErrCorrupt, path)
@@ -222,8 +225,9 @@ func schemaOf(tx *bbolt.Tx) int {
 var errStop = errors.New("stop")
 
 // initLayout checks the layout of the open database and, if it has no bucket yet, creates
-// the keystore buckets and the schema version in one transaction. A keystore of the current
-// version is not written to (checkLayout refuses any other).
+// the keystore buckets and the schema version in one transaction. A keystore of version 2
+// is raised to the current version (its meta key only: its JSON records are read as they
+// are); one of the current version is not written to (checkLayout refuses any other).
 func initLayout(db *bbolt.DB, path string) error {
 	var empty bool
 	version := SchemaVersion
@@ -242,6 +246,12 @@ func initLayout(db *bbolt.DB, path string) error {
 			return err
 		}
 		if !empty {
+			// Version 2: from now on binary records are written, which earlier releases
+			// cannot read; they refuse the file with ErrSchemaVersion rather than report
+			// each such record as damage.
+			if schemaOf(tx) < SchemaVersion {
+				return tx.Bucket(bucketMeta).Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
+			}
 			return nil
 		}
 		meta, err := tx.CreateBucket(bucketMeta)

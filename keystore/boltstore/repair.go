@@ -194,12 +194,19 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// parseDamaged reads what it can of a damaged record value: the JSON after the checksum and
-// flags, field by field as far as it parses. Nothing in it is trusted but as a hint.
+// parseDamaged reads what it can of a damaged record value: the record after the checksum
+// and flags (binary or JSON, as the flags byte says), field by field as far as it parses.
+// Nothing in it is trusted but as a hint.
 func parseDamaged(v []byte) keystore.Record {
 	var rec keystore.Record
 	if len(v) > crcSize+1 {
-		_ = json.Unmarshal(v[crcSize+1:], &rec)
+		if v[crcSize]&flagBinary != 0 {
+			if r, _ := decodeBinary(v[crcSize+1:], false); r != nil {
+				rec = *r
+			}
+		} else {
+			_ = json.Unmarshal(v[crcSize+1:], &rec)
+		}
 	}
 	return rec
 }

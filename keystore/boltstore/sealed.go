@@ -1,22 +1,23 @@
 package boltstore
 
 import (
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/idemkit/idem/keystore"
 )
 
-// A record's value (schema version 2) is checksum || flags || JSON (see checksum.go). The
-// flags byte says how the JSON is to be read:
+// A record's value is checksum || flags || record (see checksum.go): the record in the
+// binary encoding (binary.go) if the flags say so, else JSON (schema version 2). The flags
+// byte says how the record is to be read:
 const (
 	// flagSealed: the request and response bodies in the JSON are not the bodies but
 	// keystore.KeyRing sealed boxes of them (AES-GCM, the key id inside each box), bound to
 	// the record's scope and key and to which body it is. Empty bodies are not sealed.
 	flagSealed = 0x01
 
-	flagsKnown = flagSealed
+	flagsKnown = flagSealed | flagBinary
 )
 
 // codec turns records into values and back: the checksum always, the sealing of bodies when
@@ -36,10 +37,10 @@ func bodyAD(k []byte, which string) []byte {
 }
 
 // value returns the value to store under k for rec (the stored copy: valid, secrets
-// stripped): checksum, flags, and the JSON of rec with its bodies sealed if the codec has a
-// ring. rec is not modified. Errors wrap keystore.ErrInvalid.
+// stripped): checksum, flags, and the binary encoding of rec with its bodies sealed if the
+// codec has a ring. rec is not modified. Errors wrap keystore.ErrInvalid.
 func (c *codec) value(k []byte, rec *keystore.Record) ([]byte, error) {
-	flags := byte(0)
+	flags := byte(flagBinary)
 	if c != nil && c.ring != nil {
 		flags |= flagSealed
 		sealed := *rec
@@ -56,11 +57,14 @@ func (c *codec) value(k []byte, rec *keystore.Record) ([]byte, error) {
 		}
 		rec = &sealed
 	}
-	j, err := json.Marshal(rec)
+	v := make([]byte, crcSize, crcSize+1+binarySize(rec))
+	v = append(v, flags)
+	v, err := appendBinary(v, rec)
 	if err != nil {
-		return nil, errors.Join(keystore.ErrInvalid, err)
+		return nil, err
 	}
-	return seal(k, []byte{flags}, j), nil
+	binary.BigEndian.PutUint32(v, entrySum(k, v[crcSize:]))
+	return v, nil
 }
 
 func (c *codec) sealBody(k []byte, which string, body []byte) ([]byte, error) {
@@ -107,9 +111,10 @@ func (c *codec) openBodies(k []byte, rec *keystore.Record) error {
 	return nil
 }
 
-// recordJSON checks the checksum of v, the value of record (scope, key) under k, and returns
-// its flags and JSON. Errors wrap ErrCorrupt.
-func recordJSON(scope, key string, k, v []byte) (byte, []byte, error) {
+// recordBytes checks the checksum of v, the value of record (scope, key) under k, and returns
+// its flags and the record after them (JSON or binary, as the flags say). Errors wrap
+// ErrCorrupt.
+func recordBytes(scope, key string, k, v []byte) (byte, []byte, error) {
 	rest, err := unseal(k, v, fmt.Sprintf("record (%q, %q)", scope, key))
 	if err != nil {
 		return 0, nil, err

@@ -3,7 +3,6 @@ package boltstore
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"path/filepath"
@@ -54,8 +53,8 @@ func TestSummaryOfMatchesDecode(t *testing.T) {
 			a, b := next.Clone(), next.Clone()
 			keystore.KeepLease(a, got)
 			keystore.KeepLease(b, want)
-			ja, _ := json.Marshal(keystore.StoredCopy(a))
-			jb, _ := json.Marshal(keystore.StoredCopy(b))
+			ja, _ := (&codec{}).value(e.key, keystore.StoredCopy(a))
+			jb, _ := (&codec{}).value(e.key, keystore.StoredCopy(b))
 			if !bytes.Equal(ja, jb) {
 				t.Fatalf("kept lease encodes differently:\n%s\n%s", ja, jb)
 			}
