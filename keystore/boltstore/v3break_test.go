@@ -1,0 +1,143 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+func v3Open(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// Finding: a count or status beyond 32 bits is accepted by Create (Validate does not bound it,
+// and the encoder writes it), but the decoder refuses it (binReader.int), so the record the
+// store just acknowledged as durable reads back as ErrCorrupt. Version 2 (JSON) read it back.
+// Either Create must refuse it (ErrInvalid) or Get must return it.
+func TestV3CountBeyond32BitsWrittenButUnreadable(t *testing.T) {
+	if strconv.IntSize < 64 {
+		t.Skip("int is 32 bits")
+	}
+	ctx := context.Background()
+	big := 1 << 31
+	for name, mut := range map[string]func(r *keystore.Record){
+		"attempts":        func(r *keystore.Record) { r.Attempts = big },
+		"last status":     func(r *keystore.Record) { r.LastStatusCode = big },
+		"response status": func(r *keystore.Record) { r.Response = &keystore.Response{StatusCode: big} },
+		"negative":        func(r *keystore.Record) { r.Attempts = -big - 1 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := v3Open(t)
+			rec := &keystore.Record{Key: "k", State: keystore.StateSucceeded, Request: keystore.Request{Method: "POST"}}
+			mut(rec)
+			if err := s.Create(ctx, rec); err != nil {
+				if !errors.Is(err, keystore.ErrInvalid) {
+					t.Fatalf("Create = %v, want nil or ErrInvalid", err)
+				}
+				return
+			}
+			got, err := s.Get(ctx, "", "k")
+			if err != nil {
+				t.Fatalf("Create accepted the record, Get = %v", err)
+			}
+			if !sameRecord(got, rec) {
+				t.Fatalf("Get = %+v, want %+v", got, rec)
+			}
+		})
+	}
+}
+
+// Finding: time.Time.UnmarshalBinary reads the seconds part of a zone offset as unsigned, so a
+// time in a zone offset west of UTC by a non-whole number of minutes (local mean time, a
+// caller's FixedZone, a TZ setting with seconds) reads back with another offset: -9 s becomes
+// +247 s. The record is changed (its wall clock and zone), and the pending index, keyed by the
+// JSON-shifted instant of CreatedAt (storedInstant, which depends on the offset), no longer
+// matches the record: ClaimExpired deletes its entry as stale and never claims the record, so
+// Recover never reconciles that payment. Version 2 stored such times through JSON and claimed
+// them.
+func TestV3NegativeSecondsOffsetChangesRecordAndHidesIt(t *testing.T) {
+	ctx := context.Background()
+	for _, off := range []int{-9, -3630, -4*3600 - 56*60 - 2} { // the last: America/New_York LMT
+		t.Run(strconv.Itoa(off), func(t *testing.T) {
+			s := v3Open(t)
+			at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).In(time.FixedZone("LMT", off))
+			rec := &keystore.Record{Key: "k", State: keystore.StatePending, Request: keystore.Request{Method: "POST"},
+				CreatedAt: at, UpdatedAt: at}
+			if err := s.Create(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Get(ctx, "", "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, o := got.CreatedAt.Zone(); o != off || !got.CreatedAt.Equal(at) {
+				t.Errorf("CreatedAt read back as %v (offset %d s), written as %v (offset %d s)", got.CreatedAt, o, at, off)
+			}
+			now := at.Add(time.Hour)
+			claimed, err := s.ClaimExpired(ctx, keystore.Lease{Owner: "recover", Now: now, Until: now.Add(time.Minute)}, 10)
+			if err != nil || len(claimed) != 1 {
+				t.Errorf("ClaimExpired = %d records, %v; want the pending record", len(claimed), err)
+			}
+		})
+	}
+}
+
+// Finding: a version 2 record whose time has a zone offset of -1 minute (RFC 3339 "-00:01",
+// which JSON stored and reads back) cannot be written again: time.Time.MarshalBinary refuses
+// that offset (it means UTC in its format), so after the upgrade the record reads, but its
+// Update (the payment's final write) fails with ErrInvalid, and a lease operation rewriting it
+// aborts the whole commit: ClaimExpired claims none of the pending records, not just this one.
+func TestV3V2RecordWithMinusOneMinuteOffsetCannotBeRewritten(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "keys.db")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.FixedZone("", -60))
+	odd := &keystore.Record{Key: "odd", State: keystore.StatePending, Request: keystore.Request{Method: "POST"}, CreatedAt: at, UpdatedAt: at}
+	fine := &keystore.Record{Key: "fine", State: keystore.StatePending, Request: keystore.Request{Method: "POST"}, CreatedAt: at.UTC().Add(time.Second), UpdatedAt: at.UTC()}
+	for _, r := range []*keystore.Record{odd.Clone(), fine} {
+		r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC() // what binary can write; replaced by v2 JSON below
+		if err := s.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Replace "odd" by the value version 2 wrote for it (same instant, so the index holds).
+	if err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
+		k := scopedKey("", "odd")
+		return tx.Bucket(bucketRecords).Put(k, legacyValue(t, &codec{}, k, odd))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.summaries.drop(scopedKey("", "odd"))
+	got, err := s.Get(ctx, "", "odd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := at.Add(time.Hour)
+	claimed, err := s.ClaimExpired(ctx, keystore.Lease{Owner: "recover", Now: now, Until: now.Add(time.Minute)}, 10)
+	if err != nil || len(claimed) != 2 {
+		t.Errorf("ClaimExpired = %d records, %v; want both pending records", len(claimed), err)
+	}
+	got, _ = s.Get(ctx, "", "odd")
+	next := got.Clone()
+	next.State, next.Response = keystore.StateSucceeded, &keystore.Response{StatusCode: 201}
+	if err := s.Update(ctx, next); err != nil {
+		t.Errorf("final Update of the v2 record = %v", err)
+	}
+	_ = s.Close()
+}
