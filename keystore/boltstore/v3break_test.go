@@ -1,12 +1,14 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.etcd.io/bbolt"
 
@@ -140,4 +142,36 @@ func TestV3V2RecordWithMinusOneMinuteOffsetCannotBeRewritten(t *testing.T) {
 		t.Errorf("final Update of the v2 record = %v", err)
 	}
 	_ = s.Close()
+}
+
+// Finding (minor): Quarantine takes the settled record's method, URL and fingerprint from the
+// damaged value (parseDamaged). From JSON those were always valid UTF-8 (encoding/json
+// replaces invalid bytes); from the binary encoding a changed byte is taken as it is, so
+// Quarantine writes a record with a URL that is not valid UTF-8, which Create and Update
+// refuse (checkUTF8) and pgstore could not hold.
+func TestV3QuarantineKeepsInvalidUTF8FromBinaryDamage(t *testing.T) {
+	ctx := context.Background()
+	s := v3Open(t)
+	rec := &keystore.Record{Scope: "t", Key: "k", Intent: "order-1", Fingerprint: "f", State: keystore.StatePending,
+		Request: keystore.Request{Method: "POST", URL: "/v1/payments"}}
+	if err := s.Create(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	k := scopedKey("t", "k")
+	if err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
+		v := bytes.Clone(tx.Bucket(bucketRecords).Get(k))
+		i := bytes.Index(v, []byte("/v1/payments"))
+		v[i] |= 0x80 // one damaged bit: '/' becomes 0xaf
+		return tx.Bucket(bucketRecords).Put(k, v)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.summaries.drop(k)
+	got, err := s.Quarantine(ctx, "t", "k", Verdict{Executed: true, Note: "ops: ticket 1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !utf8.ValidString(got.Request.URL) || !utf8.ValidString(got.Request.Method) || !utf8.ValidString(got.Fingerprint) {
+		t.Fatalf("Quarantine wrote a record with invalid UTF-8: URL %q", got.Request.URL)
+	}
 }
