@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"testing"
 
 	"github.com/idemkit/idem/keystore"
@@ -70,5 +71,31 @@ func TestV3HostileValuesRefused(t *testing.T) {
 		if _, err := (&codec{}).decode(k, bad); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("byte %d changed: %v", i, err)
 		}
+	}
+}
+
+// Finding: a declared header count is bounded only by the bytes left (binReader.header), and
+// make(http.Header, n) is allocated before any name is read: a crafted value of 1 MiB (its
+// checksum is not secret) makes one decode allocate about 96 MiB, a value of bbolt's largest
+// size some gigabytes, every time the record is read (Get, List, Recover at start-up): a
+// file-borne out-of-memory crash. A JSON value could not make the decoder allocate much more
+// than its own size. The allocation should stay within a small multiple of the value.
+func TestV3DeclaredHeaderCountAllocation(t *testing.T) {
+	k := scopedKey("s", "k")
+	n := 1 << 18
+	rest := []byte{flagBinary, binaryVersion, 1, 's', 1, 'k', 0, 0, 1, 'P', 0}
+	rest = binary.AppendUvarint(rest, uint64(n))
+	rest = append(rest, make([]byte, n)...)
+	v := seal(k, rest)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	_, err := (&codec{}).decode(k, v)
+	runtime.ReadMemStats(&m1)
+	allocated := int64(m1.TotalAlloc - m0.TotalAlloc)
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("decode = %v, want ErrCorrupt", err)
+	}
+	if allocated > int64(8*len(v)) {
+		t.Fatalf("decoding a %d-byte value allocated %d bytes (%dx)", len(v), allocated, allocated/int64(len(v)))
 	}
 }
