@@ -140,7 +140,13 @@ func TestV2FixtureReadsBackIdentical(t *testing.T) {
 				before[r.Key] = got
 			}
 			// Rewrite every record unchanged: it is now binary and must read back the same.
-			for _, r := range recs {
+			// Half way, with JSON and binary records side by side, rebuild the intent index.
+			for i, r := range recs {
+				if i == len(recs)/2 {
+					if n, err := s.RebuildIntentIndex(ctx); err != nil || n != 4 {
+						t.Fatalf("RebuildIntentIndex on a mixed file = %d, %v", n, err)
+					}
+				}
 				if err := s.Update(ctx, before[r.Key].Clone()); err != nil {
 					t.Fatalf("Update %q: %v", r.Key, err)
 				}
