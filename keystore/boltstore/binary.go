@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"time"
@@ -29,8 +30,8 @@ import (
 //
 // where str and bytes are uvarint(len) || bytes, header is uvarint(number of names), then per
 // name in sorted order str name, uvarint(number of values + 1, 0 for a nil list) and each value
-// as str, and time is a byte n || the n bytes of time.Time.MarshalBinary (seconds, nanoseconds
-// and the zone offset). An empty body, an empty header and a zero-length list decode as
+// as str, and time is a byte n || the n bytes of varint(Unix seconds), uvarint(nanoseconds)
+// and varint(zone offset in seconds). An empty body, an empty header and a zero-length list decode as
 // encoding/json decodes them from the JSON this package wrote (nil, nil, and an empty list),
 // so a record reads back the same whichever encoding holds it. The decoder refuses anything
 // it does not consume exactly.
@@ -76,8 +77,7 @@ func headerSize(h http.Header) int {
 }
 
 // appendBinary appends the binary encoding of rec (valid, its state known) to b. Errors (a
-// time that time.Time.MarshalBinary refuses: a zone offset beyond its range) wrap
-// keystore.ErrInvalid.
+// time outside the years 0 to 9999) wrap keystore.ErrInvalid.
 func appendBinary(b []byte, rec *keystore.Record) ([]byte, error) {
 	b = append(b, binaryVersion)
 	b = appendStr(b, rec.Scope)
@@ -161,12 +161,17 @@ func appendHeader(b []byte, h http.Header) []byte {
 }
 
 func appendTime(b []byte, t time.Time) ([]byte, error) {
+	// Years JSON cannot carry are refused, as the JSON encoding of schema version 2 refused
+	// them: tools that print records as JSON (idemctl -json) must be able to.
+	if y := t.Year(); y < 0 || y > 9999 {
+		return nil, fmt.Errorf("%w: time %v: year outside of range [0,9999]", keystore.ErrInvalid, t)
+	}
+	_, off := t.Zone()
 	at := len(b)
 	b = append(b, 0)
-	b, err := t.AppendBinary(b)
-	if err != nil {
-		return nil, errors.Join(keystore.ErrInvalid, err)
-	}
+	b = binary.AppendVarint(b, t.Unix())
+	b = binary.AppendUvarint(b, uint64(t.Nanosecond()))
+	b = binary.AppendVarint(b, int64(off))
 	b[at] = byte(len(b) - at - 1)
 	return b, nil
 }
@@ -219,10 +224,11 @@ func (r *binReader) varint() int64 {
 	return v
 }
 
-// int reads a varint that must fit an int of 32 bits (counts and status codes).
+// int reads a varint that must fit an int (counts and status codes: encoding/json read any
+// int of the platform, so the binary encoding does too).
 func (r *binReader) int() int {
 	v := r.varint()
-	if v < -1<<31 || v >= 1<<31 {
+	if v < math.MinInt || v > math.MaxInt {
 		r.fail(fmt.Errorf("number %d out of range", v))
 		return 0
 	}
@@ -263,7 +269,7 @@ func (r *binReader) header() http.Header {
 	}
 	var h http.Header
 	if !r.summary {
-		h = make(http.Header, n)
+		h = make(http.Header, min(n, 32)) // a hint only: n is checked against the bytes left, not trusted
 	}
 	for range n {
 		k := r.raw()
@@ -277,7 +283,7 @@ func (r *binReader) header() http.Header {
 		}
 		var vs []string
 		if m > 0 {
-			vs = make([]string, 0, m-1)
+			vs = make([]string, 0, min(m-1, 8))
 		}
 		for range int(m) - 1 {
 			vs = append(vs, r.str())
@@ -293,15 +299,38 @@ func (r *binReader) header() http.Header {
 	return h
 }
 
+// time reads a time as appendTime wrote it: the same instant and zone offset. The zone is
+// UTC for offset 0 and time.Local when Local has that offset at that instant, as
+// encoding/json gives them back from RFC 3339 text; otherwise a fixed zone of the offset.
 func (r *binReader) time() time.Time {
 	s := r.raw()
-	var t time.Time
-	if r.err == nil {
-		if err := t.UnmarshalBinary(s); err != nil {
-			r.fail(err)
-		}
+	if r.err != nil {
+		return time.Time{}
 	}
-	return t
+	t := binReader{b: s}
+	sec, nsec, off := t.varint(), t.uvarint(), t.varint()
+	switch {
+	case t.err != nil:
+		r.fail(fmt.Errorf("time: %w", t.err))
+	case len(t.b) != 0:
+		r.fail(errors.New("time: bytes after it"))
+	case nsec >= 1e9 || off <= -24*3600 || off >= 24*3600:
+		r.fail(fmt.Errorf("time: nanoseconds %d or zone offset %d out of range", nsec, off))
+	default:
+		tm := time.Unix(sec, int64(nsec))
+		if y := tm.Year(); y < 0 || y > 9999 {
+			r.fail(fmt.Errorf("time: year %d outside of range [0,9999]", y))
+			return time.Time{}
+		}
+		if off == 0 {
+			return tm.UTC()
+		}
+		if _, lo := tm.In(time.Local).Zone(); int64(lo) == off {
+			return tm.In(time.Local)
+		}
+		return tm.In(time.FixedZone("", int(off)))
+	}
+	return time.Time{}
 }
 
 // decodeBinary decodes b, a binary record after its flags byte. On an error it returns what

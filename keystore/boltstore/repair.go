@@ -203,6 +203,12 @@ func parseDamaged(v []byte) keystore.Record {
 		if v[crcSize]&flagBinary != 0 {
 			if r, _ := decodeBinary(v[crcSize+1:], false); r != nil {
 				rec = *r
+				// A damaged value may hold any bytes; encoding/json, which read the
+				// records of schema version 2, replaced invalid UTF-8 the same way, and a
+				// record written back must be one Create would accept.
+				for _, p := range []*string{&rec.Intent, &rec.Fingerprint, &rec.Request.Method, &rec.Request.URL, &rec.Reason, &rec.Error, &rec.Owner, &rec.Note} {
+					*p = strings.ToValidUTF8(*p, "\uFFFD")
+				}
 			}
 		} else {
 			_ = json.Unmarshal(v[crcSize+1:], &rec)

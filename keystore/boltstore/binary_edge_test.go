@@ -25,11 +25,10 @@ func v3Open(t *testing.T) *Store {
 	return s
 }
 
-// Finding: a count or status beyond 32 bits is accepted by Create (Validate does not bound it,
-// and the encoder writes it), but the decoder refuses it (binReader.int), so the record the
-// store just acknowledged as durable reads back as ErrCorrupt. Version 2 (JSON) read it back.
-// Either Create must refuse it (ErrInvalid) or Get must return it.
-func TestV3CountBeyond32BitsWrittenButUnreadable(t *testing.T) {
+// A count or status beyond 32 bits, which Create accepts (Validate does not bound it), reads
+// back as written: the decoder once refused it, so a record the store had acknowledged as
+// durable read back as ErrCorrupt. Version 2 (JSON) read it back too.
+func TestBinaryCountsBeyond32Bits(t *testing.T) {
 	if strconv.IntSize < 64 {
 		t.Skip("int is 32 bits")
 	}
@@ -62,15 +61,13 @@ func TestV3CountBeyond32BitsWrittenButUnreadable(t *testing.T) {
 	}
 }
 
-// Finding: time.Time.UnmarshalBinary reads the seconds part of a zone offset as unsigned, so a
-// time in a zone offset west of UTC by a non-whole number of minutes (local mean time, a
-// caller's FixedZone, a TZ setting with seconds) reads back with another offset: -9 s becomes
-// +247 s. The record is changed (its wall clock and zone), and the pending index, keyed by the
-// JSON-shifted instant of CreatedAt (storedInstant, which depends on the offset), no longer
-// matches the record: ClaimExpired deletes its entry as stale and never claims the record, so
-// Recover never reconciles that payment. Version 2 stored such times through JSON and claimed
-// them.
-func TestV3NegativeSecondsOffsetChangesRecordAndHidesIt(t *testing.T) {
+// A time in a zone offset west of UTC by a non-whole number of minutes (local mean time, a
+// caller's FixedZone, a TZ setting with seconds) reads back with its offset and is claimed.
+// Encoded with time.Time.MarshalBinary, whose decoder reads the seconds of such an offset as
+// unsigned (-9 s came back as +247 s), the record changed and the pending index, keyed by
+// the instant of CreatedAt as stored (storedInstant, which depends on the offset), no longer
+// matched it: ClaimExpired dropped its entry as stale and Recover never reconciled the payment.
+func TestBinaryZoneOffsetWithSeconds(t *testing.T) {
 	ctx := context.Background()
 	for _, off := range []int{-9, -3630, -4*3600 - 56*60 - 2} { // the last: America/New_York LMT
 		t.Run(strconv.Itoa(off), func(t *testing.T) {
@@ -97,12 +94,12 @@ func TestV3NegativeSecondsOffsetChangesRecordAndHidesIt(t *testing.T) {
 	}
 }
 
-// Finding: a version 2 record whose time has a zone offset of -1 minute (RFC 3339 "-00:01",
-// which JSON stored and reads back) cannot be written again: time.Time.MarshalBinary refuses
-// that offset (it means UTC in its format), so after the upgrade the record reads, but its
-// Update (the payment's final write) fails with ErrInvalid, and a lease operation rewriting it
-// aborts the whole commit: ClaimExpired claims none of the pending records, not just this one.
-func TestV3V2RecordWithMinusOneMinuteOffsetCannotBeRewritten(t *testing.T) {
+// A version 2 record whose time has a zone offset of -1 minute (RFC 3339 "-00:01", which JSON
+// stored and reads back) is written again in binary. time.Time.MarshalBinary refused that
+// offset (it means UTC in its format): the record read, but its final write failed with
+// ErrInvalid, and a lease rewrite of it aborted the whole commit, so ClaimExpired claimed none
+// of the pending records.
+func TestV2RecordWithMinusOneMinuteOffsetRewritten(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "keys.db")
 	s, err := Open(path, nil)
@@ -144,12 +141,11 @@ func TestV3V2RecordWithMinusOneMinuteOffsetCannotBeRewritten(t *testing.T) {
 	_ = s.Close()
 }
 
-// Finding (minor): Quarantine takes the settled record's method, URL and fingerprint from the
-// damaged value (parseDamaged). From JSON those were always valid UTF-8 (encoding/json
-// replaces invalid bytes); from the binary encoding a changed byte is taken as it is, so
-// Quarantine writes a record with a URL that is not valid UTF-8, which Create and Update
-// refuse (checkUTF8) and pgstore could not hold.
-func TestV3QuarantineKeepsInvalidUTF8FromBinaryDamage(t *testing.T) {
+// Quarantine takes the settled record's method, URL and fingerprint from the damaged value
+// (parseDamaged). From JSON those were always valid UTF-8 (encoding/json replaces invalid
+// bytes); from the binary encoding invalid bytes are replaced the same way, so Quarantine
+// never writes a record that Create and Update would refuse (checkUTF8).
+func TestQuarantineReplacesInvalidUTF8FromBinaryDamage(t *testing.T) {
 	ctx := context.Background()
 	s := v3Open(t)
 	rec := &keystore.Record{Scope: "t", Key: "k", Intent: "order-1", Fingerprint: "f", State: keystore.StatePending,

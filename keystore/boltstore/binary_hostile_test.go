@@ -12,7 +12,7 @@ import (
 
 // Hostile record values with a valid checksum: every one is refused with ErrCorrupt (or a key
 // ring error for a sealed body), never a panic and never a record.
-func TestV3HostileValuesRefused(t *testing.T) {
+func TestBinaryHostileValuesRefused(t *testing.T) {
 	k := scopedKey("s", "k")
 	rec := &keystore.Record{Scope: "s", Key: "k", State: keystore.StatePending, Request: keystore.Request{Method: "POST", Body: []byte("b")}}
 	good, err := appendBinary(nil, rec)
@@ -74,13 +74,11 @@ func TestV3HostileValuesRefused(t *testing.T) {
 	}
 }
 
-// Finding: a declared header count is bounded only by the bytes left (binReader.header), and
-// make(http.Header, n) is allocated before any name is read: a crafted value of 1 MiB (its
-// checksum is not secret) makes one decode allocate about 96 MiB, a value of bbolt's largest
-// size some gigabytes, every time the record is read (Get, List, Recover at start-up): a
-// file-borne out-of-memory crash. A JSON value could not make the decoder allocate much more
-// than its own size. The allocation should stay within a small multiple of the value.
-func TestV3DeclaredHeaderCountAllocation(t *testing.T) {
+// A declared header count is bounded only by the bytes left (binReader.header), so it is a
+// size hint the decoder caps: allocated as declared, a crafted value of 1 MiB (its checksum
+// is not secret) made one decode allocate about 96 MiB, every time the record was read (Get,
+// List, Recover at start-up). The allocation stays within a small multiple of the value.
+func TestBinaryDeclaredHeaderCountAllocation(t *testing.T) {
 	k := scopedKey("s", "k")
 	n := 1 << 18
 	rest := []byte{flagBinary, binaryVersion, 1, 's', 1, 'k', 0, 0, 1, 'P', 0}

@@ -19,10 +19,10 @@ func v3Ring(tb testing.TB) *keystore.KeyRing {
 	return r
 }
 
-// FuzzV3DecodeValue: a whole record value (checksum made valid, any flags, any bytes) under
+// FuzzDecodeValueAnyFlags: a whole record value (checksum made valid, any flags, any bytes) under
 // any key, decoded with and without a ring, as summary, and as damage: never a panic; a record
 // returned is valid and names its key; the summary agrees with the record.
-func FuzzV3DecodeValue(f *testing.F) {
+func FuzzDecodeValueAnyFlags(f *testing.F) {
 	ring := v3Ring(f)
 	for _, c := range []*codec{{}, {ring: ring}} {
 		for _, r := range codecRecords() {
@@ -60,9 +60,9 @@ func FuzzV3DecodeValue(f *testing.F) {
 	})
 }
 
-// FuzzV3RoundTrip: any record Create would accept (valid, UTF-8) is either refused by the
+// FuzzBinaryRoundTrip: any record Create would accept (valid, UTF-8) is either refused by the
 // encoder with ErrInvalid or decodes back to the same record.
-func FuzzV3RoundTrip(f *testing.F) {
+func FuzzBinaryRoundTrip(f *testing.F) {
 	f.Add("s", "k", "i", "POST", "/x", "X-A", "v", []byte("body"), uint8(1), int64(1), int64(200), int64(1700000000), int64(5), int32(3600), "own", int64(3), true, []byte("resp"))
 	f.Add("", "k", "", "GET", "", "", "", []byte(nil), uint8(4), int64(-1), int64(0), int64(0), int64(0), int32(0), "", int64(0), false, []byte(nil))
 	ring := v3Ring(f)

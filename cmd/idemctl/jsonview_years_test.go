@@ -14,12 +14,11 @@ import (
 	"github.com/idemkit/idem/keystore/boltstore"
 )
 
-// Finding (schema version 3): the binary encoding stores times JSON cannot carry (years
-// outside 0..9999), which version 2 refused at Create with ErrInvalid. Such a record is now
-// written, and then every JSON view of the file fails: idemctl ls -json and show -json
-// (keystore.Record's JSON, as the admin handler's) stop at it, so the operator cannot list
-// the stuck payments. Create should refuse it as before, or the views should not break.
-func TestV3YearBeyond9999BreaksJSONViews(t *testing.T) {
+// The binary encoding (schema version 3) refuses times JSON cannot carry (years outside
+// 0..9999) at Create with ErrInvalid, as version 2 did: stored, such a record made every JSON
+// view of the file fail (idemctl ls -json and show -json stop at it), so the operator could
+// not list the stuck payments.
+func TestYearBeyond9999RefusedSoJSONViewsHold(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "idem.db")
 	s, err := boltstore.Open(path, nil)
