@@ -43,7 +43,7 @@ func TestCheckpointStorm(t *testing.T) {
 				return
 			}
 			if err := idemserver.Checkpoint(r, "charged"); err != nil {
-				http.Error(w, err.Error(), 503)
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
 			if tx, err = pgserver.MustTx(r.Context()); err != nil {

@@ -127,6 +127,9 @@ func TestV2RecordWithMinusOneMinuteOffsetRewritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, off := got.CreatedAt.Zone(); off != -60 || !got.CreatedAt.Equal(odd.CreatedAt) {
+		t.Errorf("the v2 record's CreatedAt reads %v, want %v at offset -00:01", got.CreatedAt, odd.CreatedAt)
+	}
 	now := at.Add(time.Hour)
 	claimed, err := s.ClaimExpired(ctx, keystore.Lease{Owner: "recover", Now: now, Until: now.Add(time.Minute)}, 10)
 	if err != nil || len(claimed) != 2 {
