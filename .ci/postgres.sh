@@ -36,7 +36,8 @@ pg_free_port() {
 }
 
 # pg_start initdb's a temporary cluster, starts it and exports IDEM_TEST_PG_DSN (database
-# idem_test), PG_DATADIR and PG_BIN. It installs an EXIT trap that calls pg_stop.
+# idem_test), IDEM_TEST_PG_RESTART (a command that crash-restarts it), PG_DATADIR and PG_BIN.
+# It installs an EXIT trap that calls pg_stop.
 pg_start() {
   PG_BIN=$(pg_bindir) || { echo "postgres: no initdb and the install failed" >&2; return 1; }
   local port=${PG_PORT:-$(pg_free_port)}
@@ -51,6 +52,10 @@ pg_start() {
   pg_as "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qAtc 'CREATE DATABASE idem_test' >/dev/null
   export PG_BIN PG_DATADIR
   export IDEM_TEST_PG_DSN="postgres://postgres@127.0.0.1:$port/idem_test?sslmode=disable"
+  # idemserver/pgserver's TestPostgresRestart crash-restarts this throwaway server with it.
+  local as_pg=""
+  if [ "$(id -u)" = 0 ]; then as_pg="runuser -u postgres --"; fi
+  export IDEM_TEST_PG_RESTART="$as_pg '$PG_BIN/pg_ctl' -D '$PG_DATADIR/data' -l '$PG_DATADIR/server.log' -m immediate -w restart"
   echo "== postgres started: $IDEM_TEST_PG_DSN (data in $PG_DATADIR)"
 }
 

@@ -18,10 +18,6 @@ stripe_mock_install
 if [ -z "${IDEM_TEST_PG_DSN:-}" ]; then
   echo "== postgres for keystore/pgstore, idemserver/pgserver, cmd/idemctl, idemriver, idemdbos, examples/payments"
   pg_start
-  # idemserver/pgserver's TestPostgresRestart crash-restarts this throwaway server.
-  as_pg=""
-  if [ "$(id -u)" = 0 ]; then as_pg="runuser -u postgres --"; fi
-  export IDEM_TEST_PG_RESTART="$as_pg '$PG_BIN/pg_ctl' -D '$PG_DATADIR/data' -l '$PG_DATADIR/server.log' -m immediate -w restart"
 fi
 
 nested=$(find . -mindepth 2 -name go.mod -not -path '*/testdata/*' -not -path './.*' -printf '%h\n' | sort)

@@ -156,7 +156,7 @@ func TestPostgresRestart(t *testing.T) {
 	restart := os.Getenv("IDEM_TEST_PG_RESTART")
 	if restart == "" {
 		if os.Getenv("CI") != "" {
-			t.Fatal("IDEM_TEST_PG_RESTART not set: scripts/test.sh sets it for the server it starts")
+			t.Fatal("IDEM_TEST_PG_RESTART not set: .ci/postgres.sh sets it for the server it starts")
 		}
 		t.Skip("IDEM_TEST_PG_RESTART not set (a shell command that crash-restarts the server of IDEM_TEST_PG_DSN)")
 	}
