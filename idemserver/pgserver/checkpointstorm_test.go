@@ -3,7 +3,6 @@ package pgserver_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -92,7 +91,7 @@ func TestCheckpointStorm(t *testing.T) {
 		for c := range clients {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(k), uint64(c)))
-				for attempt := 0; attempt < 500; attempt++ {
+				answer := untilFinal(500, func(int) (*http.Response, error) {
 					srv := srvs[rng.IntN(len(srvs))]
 					req, _ := http.NewRequest("POST", srv.URL+"/v1/payments", strings.NewReader(`{}`))
 					req.Header.Set("Authorization", "Bearer acct_cp")
@@ -100,24 +99,16 @@ func TestCheckpointStorm(t *testing.T) {
 					if rng.IntN(3) == 0 {
 						req.Header.Set("X-Mode", "panic")
 					}
-					resp, err := srv.Client().Do(req)
-					if err != nil {
+					return srv.Client().Do(req)
+				}, func(status int) {
+					if status == 0 {
 						time.Sleep(10 * time.Millisecond)
-						continue
-					}
-					b, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusServiceUnavailable {
+					} else {
 						time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
-						continue
 					}
-					mu.Lock()
-					answers[k] = append(answers[k], fmt.Sprintf("%d %s", resp.StatusCode, b))
-					mu.Unlock()
-					return
-				}
+				})
 				mu.Lock()
-				answers[k] = append(answers[k], "no answer")
+				answers[k] = append(answers[k], answer)
 				mu.Unlock()
 			})
 		}

@@ -179,31 +179,18 @@ func TestPostgresRestart(t *testing.T) {
 				sem <- struct{}{}
 				defer func() { <-sem }()
 				body := fmt.Sprintf(`{"reference":%q,"amount":%d}`, key, 100+i)
-				for attempt := 0; attempt < 2000; attempt++ {
-					srv := srvs[(attempt+c)%2]
+				answer := untilFinal(2000, func(try int) (*http.Response, error) {
+					srv := srvs[(try+c)%2]
 					req, _ := http.NewRequest("POST", srv.URL+"/v1/payments", strings.NewReader(body))
 					req.Header.Set("Authorization", "Bearer acct_restart")
 					req.Header.Set("Idempotency-Key", key)
-					resp, err := srv.Client().Do(req)
-					if err != nil {
-						retried.Add(1)
-						time.Sleep(10 * time.Millisecond)
-						continue
-					}
-					b, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusServiceUnavailable {
-						retried.Add(1)
-						time.Sleep(10 * time.Millisecond)
-						continue
-					}
-					mu.Lock()
-					answers[i] = append(answers[i], fmt.Sprintf("%d %s", resp.StatusCode, b))
-					mu.Unlock()
-					return
-				}
+					return srv.Client().Do(req)
+				}, func(int) {
+					retried.Add(1)
+					time.Sleep(10 * time.Millisecond)
+				})
 				mu.Lock()
-				answers[i] = append(answers[i], "no answer")
+				answers[i] = append(answers[i], answer)
 				mu.Unlock()
 			})
 		}

@@ -223,3 +223,24 @@ func TestStormSameKey(t *testing.T) {
 		t.Errorf("%d keys left processing", processing)
 	}
 }
+
+// untilFinal sends with send until an answer other than 409 (in progress) or 503 comes, at
+// most tries times, calling wait with the status (0 for a transport error) before each
+// resend. It returns "STATUS BODY", or "no answer" when every try was retried.
+func untilFinal(tries int, send func(try int) (*http.Response, error), wait func(status int)) string {
+	for try := range tries {
+		resp, err := send(try)
+		if err != nil {
+			wait(0)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusServiceUnavailable {
+			wait(resp.StatusCode)
+			continue
+		}
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	return "no answer"
+}
