@@ -11,38 +11,44 @@ import (
 // Do: one operation, from its record to its final answer.
 
 // Do sends op until it reaches a known state, retrying within the policy (client defaults,
-// then opts). The record is persisted before the first byte is sent. It returns the
-// successful Result, or an *OperationError matching ErrPermanent, ErrKeyConflict,
-// ErrOutcomeUnknown, ErrStoredServerError (with ErrOutcomeUnknown), ErrExhausted,
-// ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired, ErrNotExecuted,
-// ErrLeaseLost, ErrClockSkew or ErrCanceled; invalid input gives ErrInvalidOperation (also a nil ctx),
-// ErrInvalidPolicy or ErrInvalidConfig (also a nil or zero *Client), and a keystore failure
-// before the first send is the store's error wrapped (nothing sent; retry the call). A Create
-// that reported an error may have committed, or may still: Do then marks that record failed,
-// not executed ("withdrawn"), or takes its key with such a tombstone, so that no Recover
-// sends it later. A later Do of the same intent sends the withdrawn record, under its key (the
-// intent binds it: retrying the call is safe); one without an intent stays failed and a later
-// Do of it returns ErrNotExecuted (its caller may have paid again under a new key meanwhile);
-// when it cannot settle the key (the store still failing, another instance holding the
-// record), the error names the key and says so, and the caller should continue with the same
-// operation (or intent) rather than a new key.
-// Only ErrPermanent is a failure of the payment, and ErrNotExecuted the one answer after
-// which the application may pay again under a new intent. ErrKeyConflict refuses this
-// request without saying what became of the one that holds the key or intent (it may have
-// been charged): fix the request, never pay again because of it. After ErrStoredServerError and
-// ErrKeyExpired the record is manual (never resent; Config.Lookup or Client.Resolve settles
-// it); after the others it stays pending, and a later Do of the same operation or Recover
-// finishes it. A second Do of
-// the same key (or intent) waits for the first and returns its outcome, never sending
-// concurrently; across the instances of a fleet sharing the Store the same holds through
-// the record's lease (Config.Fleet.LeaseTTL): a Do that finds the record claimed by another
-// instance waits, bounded by ctx (ErrCanceled, outcome unknown), until the record is final
-// (its stored outcome is returned) or the lease expired (the owner died: Do claims the record
-// and continues the same key, status endpoint first; a record created later than this
-// clock's now by more than twice MaxClockSkew, a clock stepped back, is past KeyTTL as far as Do can
-// tell: ErrKeyExpired, never resent; when the store has a clock and this
-// client's differs from it by more than Config.Fleet.MaxClockSkew, Do does not take over another
-// instance's record and returns ErrClockSkew, outcome unknown, without sending or writing). A call whose record another
+// then opts). The record is persisted before the first byte is sent.
+//
+// It returns the successful Result, or an *OperationError matching ErrPermanent,
+// ErrKeyConflict, ErrOutcomeUnknown, ErrStoredServerError (with ErrOutcomeUnknown),
+// ErrExhausted, ErrRetryAfterTooLong, ErrDeadline, ErrBudgetExhausted, ErrKeyExpired,
+// ErrNotExecuted, ErrLeaseLost, ErrClockSkew or ErrCanceled. Invalid input gives
+// ErrInvalidOperation (also a nil ctx), ErrInvalidPolicy or ErrInvalidConfig (also a nil or
+// zero *Client); a keystore failure before the first send is the store's error wrapped
+// (nothing sent; retry the call).
+//
+// What the errors mean for the payment: only ErrPermanent is a failure of the payment, and
+// ErrNotExecuted the one answer after which the application may pay again under a new
+// intent. ErrKeyConflict refuses this request without saying what became of the one that
+// holds the key or intent (it may have been charged): fix the request, never pay again
+// because of it. After ErrStoredServerError and ErrKeyExpired the record is manual (never
+// resent; Config.Lookup or Client.Resolve settles it); after the others it stays pending, and
+// a later Do of the same operation or Recover finishes it.
+//
+// A Create that reported an error may have committed, or may still: Do then marks that record
+// failed, not executed ("withdrawn"), or takes its key with such a tombstone, so that no
+// Recover sends it later. A later Do of the same intent sends the withdrawn record, under its
+// key (the intent binds it: retrying the call is safe); one without an intent stays failed and
+// a later Do of it returns ErrNotExecuted (its caller may have paid again under a new key
+// meanwhile). When Do cannot settle the key (the store still failing, another instance holding
+// the record), the error names the key and says so, and the caller should continue with the
+// same operation (or intent) rather than a new key.
+//
+// A second Do of the same key (or intent) waits for the first and returns its outcome, never
+// sending concurrently. Across the instances of a fleet sharing the Store the same holds
+// through the record's lease (Config.Fleet.LeaseTTL): a Do that finds the record claimed by
+// another instance waits, bounded by ctx (ErrCanceled, outcome unknown), until the record is
+// final (its stored outcome is returned) or the lease expired (the owner died: Do claims the
+// record and continues the same key, status endpoint first). Two clock checks guard that
+// takeover: a record created later than this clock's now by more than twice MaxClockSkew (a
+// clock stepped back) is past KeyTTL as far as Do can tell, so ErrKeyExpired, never resent;
+// and when the store has a clock and this client's differs from it by more than
+// Config.Fleet.MaxClockSkew, Do does not take over another instance's record and returns
+// ErrClockSkew, outcome unknown, without sending or writing. A call whose record another
 // instance took over stops at once and returns ErrLeaseLost, without sending again or writing.
 func (c *Client) Do(ctx context.Context, op *Operation, opts ...CallOption) (*Result, error) {
 	if err := checkEntry(c, ctx); err != nil {
