@@ -65,7 +65,9 @@ const claimTries = 3
 
 // Claim implements idemserver.Backend. A fresh key costs one round trip: BEGIN and claimSQL,
 // pipelined. A key with a row costs one more (claimExisting) unless its stored answer is
-// final, and a request that gets the key's answer or "in progress" one more to roll back.
+// final, and so does a key whose claim ran while another transaction committed (see
+// claimSQL; above read committed the claim begins again instead, at most claimTries times);
+// a request that gets the key's answer or "in progress" costs one more to roll back.
 func (b *Backend) Claim(ctx context.Context, req idemserver.ClaimRequest) (idemserver.Claim, *idemserver.Record, error) {
 	for range claimTries {
 		c, rec, again, err := b.claimOnce(ctx, req)
