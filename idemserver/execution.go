@@ -2,6 +2,7 @@ package idemserver
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"net/http"
 	"sync"
@@ -32,6 +33,9 @@ type execution struct {
 	claim           Claim
 	scope           Scope
 	rec             recorder
+	store           lazyDeadline      // the context its answer is stored under (Middleware.complete)
+	length          [1]string         // the answer's Content-Length value (sendIn)
+	fp              [sha256.Size]byte // the request's fingerprint, when the middleware makes it
 
 	mu          sync.Mutex
 	begun       bool

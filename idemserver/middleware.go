@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -65,7 +64,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.problem(w, r, Problem{Type: ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized})
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
+	body, err := readBody(w, r, m.cfg.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -116,7 +115,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// So is the host, when the route that matched names one (ServeMux's "POST a.example/x"):
 	// the same path on another host is then another handler.
 	fpOp := op
-	if host := hostRouted(r); !strings.HasSuffix(op, " "+r.URL.Path) || r.URL.RawPath != "" || host {
+	if host := hostRouted(r); !endsWithPath(op, r.URL.Path) || r.URL.RawPath != "" || host {
 		target := r.URL.EscapedPath() // escaped: a "?" in the path stays %3F, apart from the query
 		if host {
 			target = "//" + r.Host + target
@@ -126,9 +125,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if q := r.URL.RawQuery; q != "" {
 		fpOp += "?" + q
 	}
+	// The execution is made here, before the claim, so that the fingerprint is made in it.
+	ex := &execution{m: m}
 	var fp []byte
 	if m.ownFingerprint {
-		fp = fingerprint(r.Method, fpOp, canon)
+		fp = fingerprint(ex.fp[:0], r.Method, fpOp, canon)
 	} else {
 		fp = m.cfg.Fingerprint(r.Method, fpOp, body)
 	}
@@ -177,13 +178,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if claim.RecoveryPoint() != "" {
 		m.event(Event{Kind: EventTakeover, Scope: scope})
 	}
-	m.execute(w, r, next, scope, claim)
+	m.execute(w, r, next, ex, scope, claim)
 }
 
 // execute runs next under the claim, then stores (or not) and sends its answer.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, claim Claim) {
+// ex is new, from serve, and is filled in here.
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, ex *execution, scope Scope, claim Claim) {
 	// A resumed claim has committed work: its answer is stored whatever the handler says.
-	ex := &execution{m: m, claim: claim, scope: scope, begun: !m.cfg.ExplicitBegin, point: claim.RecoveryPoint(), checkpoint: claim.RecoveryPoint() != ""}
+	point := claim.RecoveryPoint()
+	ex.claim, ex.scope, ex.begun, ex.point, ex.checkpoint = claim, scope, !m.cfg.ExplicitBegin, point, point != ""
 	ctx := claim.Context(withExecution(r.Context(), ex))
 	rec := &ex.rec
 	rec.header = http.Header{}
@@ -219,10 +222,10 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 		m.event(Event{Kind: EventNotExecuted, Scope: scope, StatusCode: resp.StatusCode})
-		send(w, rec.header, resp.StatusCode, resp.Body)
+		sendIn(w, rec.header, resp.StatusCode, resp.Body, &ex.length)
 		return
 	}
-	if _, err := m.complete(ctx, claim, rec); err != nil {
+	if _, err := m.complete(ctx, claim, rec, &ex.store); err != nil {
 		if rollsBack(claim) {
 			// The handler's work went with the transaction, or, when only the commit's
 			// acknowledgement was lost, committed with its answer: a retry with the same key
@@ -240,7 +243,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: resp.StatusCode})
-	send(w, rec.header, resp.StatusCode, resp.Body)
+	sendIn(w, rec.header, resp.StatusCode, resp.Body, &ex.length)
 }
 
 // keepFailed stores failed (failedAnswer) as the key's answer once execution began and
@@ -248,7 +251,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 // cannot store even that is kept, never released.
 func (m *Middleware) keepFailed(ctx context.Context, claim Claim, scope Scope, failed *recorder) {
 	for range 3 {
-		if _, err := m.complete(ctx, claim, failed); err == nil || errors.Is(err, ErrNotOwner) {
+		if _, err := m.complete(ctx, claim, failed, nil); err == nil || errors.Is(err, ErrNotOwner) {
 			if err == nil {
 				m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: http.StatusInternalServerError})
 			}
@@ -281,20 +284,32 @@ const completeTimeout = 30 * time.Second
 // complete stores rec's answer (its Config.StoredHeaders only) as the claim's key answer,
 // with ctx detached from the request: once the handler ran, its answer is stored even if the
 // client went away (a panic often follows that, http.ErrAbortHandler).
-func (m *Middleware) complete(ctx context.Context, claim Claim, rec *recorder) (*Response, error) {
-	dctx := detachedTimeout(ctx, completeTimeout)
+// dctx, when not nil, is an unused lazyDeadline for the store's context (the execution's own),
+// else complete makes one.
+func (m *Middleware) complete(ctx context.Context, claim Claim, rec *recorder, dctx *lazyDeadline) (*Response, error) {
+	if dctx == nil {
+		dctx = new(lazyDeadline)
+	}
+	dctx.start(ctx, completeTimeout)
 	defer dctx.stop()
 	ctx = dctx
 	resp := rec.response()
 	// The stored answer is handed to the backend (Claim.Complete), which may keep it as it
 	// is: its header values are copied (into one slice, as http.Header.Clone does), since the
-	// recorder's go on to the ResponseWriter, where an outer handler may change them.
-	stored := &Response{StatusCode: resp.StatusCode, Header: make(http.Header, len(m.cfg.StoredHeaders)), Body: resp.Body}
+	// recorder's go on to the ResponseWriter, where an outer handler may change them. The
+	// answer and, when they are few, the values share one allocation.
 	n := 0
 	for _, h := range m.cfg.StoredHeaders {
 		n += len(rec.header[h])
 	}
-	values := make([]string, 0, n)
+	sa := &storedAnswer{Response: Response{StatusCode: resp.StatusCode, Header: make(http.Header, len(m.cfg.StoredHeaders)), Body: resp.Body}}
+	stored := &sa.Response
+	var values []string
+	if n <= len(sa.values) {
+		values = sa.values[:0:n]
+	} else {
+		values = make([]string, 0, n)
+	}
 	for _, h := range m.cfg.StoredHeaders {
 		if vs, ok := rec.header[h]; ok {
 			values = append(values, vs...)
@@ -303,6 +318,13 @@ func (m *Middleware) complete(ctx context.Context, claim Claim, rec *recorder) (
 	}
 	now := m.cfg.Now()
 	return stored, claim.Complete(ctx, stored, now, now.Add(m.cfg.Retention))
+}
+
+// storedAnswer is a stored Response with room for the values of its first headers (one
+// Content-Type, one Location: most answers have no more), so that both are one allocation.
+type storedAnswer struct {
+	Response
+	values [2]string
 }
 
 // MaxTenantLength and MaxOperationLength bound, in bytes, the tenant (Config.Tenant) and the
@@ -324,6 +346,13 @@ func badScopeText(tenant, operation string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// endsWithPath reports whether op ends with " " and path (strings.HasSuffix(op, " "+path),
+// without building that string).
+func endsWithPath(op, path string) bool {
+	i := len(op) - len(path) - 1
+	return i >= 0 && op[i] == ' ' && op[i+1:] == path
 }
 
 // hostRouted reports whether the ServeMux pattern that matched r names a host
