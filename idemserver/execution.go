@@ -25,8 +25,9 @@ var ErrEmptyRecoveryPoint = errors.New(`idemserver: Checkpoint needs a non-empty
 type execKey struct{}
 
 // execution is the handler's view of its claim. It is also the request's context that
-// carries it (withExecution), and holds the recorder of the handler's answer, so that the
-// three cost one allocation.
+// carries it (withExecution), and holds the recorder of the handler's answer, the request's
+// body reader and fingerprint, the store's deadline context and the Content-Length value, so
+// that all of them cost one allocation.
 type execution struct {
 	context.Context // the request's
 	m               *Middleware
@@ -36,6 +37,7 @@ type execution struct {
 	store           lazyDeadline      // the context its answer is stored under (Middleware.complete)
 	length          [1]string         // the answer's Content-Length value (sendIn)
 	fp              [sha256.Size]byte // the request's fingerprint, when the middleware makes it
+	body            bodyReader        // the request body the handler reads
 
 	mu          sync.Mutex
 	begun       bool

@@ -85,9 +85,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			Detail: fmt.Sprintf("JSON object member %q appears more than once; send each member once", name)})
 		return
 	}
-	br := &bodyReader{}
-	br.Reset(body)
-	r.Body = br
+	// The execution is made here, before the claim, so that the body reader and the
+	// fingerprint are made in it.
+	ex := &execution{m: m}
+	ex.body.Reset(body)
+	r.Body = &ex.body
 	op := m.cfg.Operation(r)
 	// A key is stored under its tenant and operation as text: PostgreSQL refuses invalid
 	// UTF-8 and NUL there, and a claim that can never be written would answer 503 "retry"
@@ -125,8 +127,6 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if q := r.URL.RawQuery; q != "" {
 		fpOp += "?" + q
 	}
-	// The execution is made here, before the claim, so that the fingerprint is made in it.
-	ex := &execution{m: m}
 	var fp []byte
 	if m.ownFingerprint {
 		fp = fingerprint(ex.fp[:0], r.Method, fpOp, canon)
