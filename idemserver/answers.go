@@ -68,6 +68,15 @@ func sendIn(w http.ResponseWriter, header http.Header, status int, body []byte, 
 	_, _ = w.Write(body)
 }
 
+// sendFields is sendIn with the header as a list of fields (completeHandingOver).
+func sendFields(w http.ResponseWriter, fields []field, status int, body []byte, length *[1]string) {
+	h := w.Header()
+	for _, f := range fields {
+		h[f.name] = f.values
+	}
+	sendIn(w, nil, status, body, length)
+}
+
 // recorder buffers the handler's answer: nothing reaches the client before it is stored.
 type recorder struct {
 	header http.Header

@@ -26,7 +26,7 @@ type execKey struct{}
 
 // execution is the handler's view of its claim. It is also the request's context that
 // carries it (withExecution), and holds the recorder of the handler's answer, the request's
-// body reader and fingerprint, the store's deadline context and the Content-Length value, so
+// body reader and fingerprint, the store's deadline context, the header sent and the Content-Length value, so
 // that all of them cost one allocation.
 type execution struct {
 	context.Context // the request's
@@ -36,6 +36,7 @@ type execution struct {
 	rec             recorder
 	store           lazyDeadline      // the context its answer is stored under (Middleware.complete)
 	length          [1]string         // the answer's Content-Length value (sendIn)
+	sent            sentHeader        // the answer's header as sent (completeHandingOver)
 	fp              [sha256.Size]byte // the request's fingerprint, when the middleware makes it
 	body            bodyReader        // the request body the handler reads
 

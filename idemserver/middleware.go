@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 	"unicode/utf8"
 )
 
@@ -225,7 +224,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		sendIn(w, rec.header, resp.StatusCode, resp.Body, &ex.length)
 		return
 	}
-	if _, err := m.complete(ctx, claim, rec, &ex.store); err != nil {
+	if _, err := m.completeHandingOver(ctx, claim, ex); err != nil {
 		if rollsBack(claim) {
 			// The handler's work went with the transaction, or, when only the commit's
 			// acknowledgement was lost, committed with its answer: a retry with the same key
@@ -243,7 +242,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: resp.StatusCode})
-	sendIn(w, rec.header, resp.StatusCode, resp.Body, &ex.length)
+	sendFields(w, ex.sent.fields, resp.StatusCode, resp.Body, &ex.length)
 }
 
 // keepFailed stores failed (failedAnswer) as the key's answer once execution began and
@@ -251,7 +250,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 // cannot store even that is kept, never released.
 func (m *Middleware) keepFailed(ctx context.Context, claim Claim, scope Scope, failed *recorder) {
 	for range 3 {
-		if _, err := m.complete(ctx, claim, failed, nil); err == nil || errors.Is(err, ErrNotOwner) {
+		if _, err := m.complete(ctx, claim, failed); err == nil || errors.Is(err, ErrNotOwner) {
 			if err == nil {
 				m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: http.StatusInternalServerError})
 			}
@@ -275,56 +274,6 @@ func (m *Middleware) failedAnswer(r *http.Request) (rec *recorder) {
 	rec = newRecorder()
 	m.problem(rec, r, p)
 	return rec
-}
-
-// completeTimeout bounds the store's write of an answer (time.Duration): that write no longer
-// ends with the request's context.
-const completeTimeout = 30 * time.Second
-
-// complete stores rec's answer (its Config.StoredHeaders only) as the claim's key answer,
-// with ctx detached from the request: once the handler ran, its answer is stored even if the
-// client went away (a panic often follows that, http.ErrAbortHandler).
-// dctx, when not nil, is an unused lazyDeadline for the store's context (the execution's own),
-// else complete makes one.
-func (m *Middleware) complete(ctx context.Context, claim Claim, rec *recorder, dctx *lazyDeadline) (*Response, error) {
-	if dctx == nil {
-		dctx = new(lazyDeadline)
-	}
-	dctx.start(ctx, completeTimeout)
-	defer dctx.stop()
-	ctx = dctx
-	resp := rec.response()
-	// The stored answer is handed to the backend (Claim.Complete), which may keep it as it
-	// is: its header values are copied (into one slice, as http.Header.Clone does), since the
-	// recorder's go on to the ResponseWriter, where an outer handler may change them. The
-	// answer and, when they are few, the values share one allocation.
-	n := 0
-	for _, h := range m.cfg.StoredHeaders {
-		n += len(rec.header[h])
-	}
-	sa := &storedAnswer{Response: Response{StatusCode: resp.StatusCode, Header: make(http.Header, len(m.cfg.StoredHeaders)), Body: resp.Body}}
-	stored := &sa.Response
-	var values []string
-	if n <= len(sa.values) {
-		values = sa.values[:0:n]
-	} else {
-		values = make([]string, 0, n)
-	}
-	for _, h := range m.cfg.StoredHeaders {
-		if vs, ok := rec.header[h]; ok {
-			values = append(values, vs...)
-			stored.Header[h] = values[len(values)-len(vs) : len(values) : len(values)]
-		}
-	}
-	now := m.cfg.Now()
-	return stored, claim.Complete(ctx, stored, now, now.Add(m.cfg.Retention))
-}
-
-// storedAnswer is a stored Response with room for the values of its first headers (one
-// Content-Type, one Location: most answers have no more), so that both are one allocation.
-type storedAnswer struct {
-	Response
-	values [2]string
 }
 
 // MaxTenantLength and MaxOperationLength bound, in bytes, the tenant (Config.Tenant) and the
