@@ -55,7 +55,7 @@ type storedAnswer struct {
 // header map itself becomes the stored answer's header, once the fields outside
 // Config.StoredHeaders are taken out of it, and ex.sent receives what the client is sent,
 // the stored fields' values copied. The stored answer so costs no map of its own (a small map
-// and its slots were two allocations and 376 bytes), and the stored and the sent values still
+// and its slots were two allocations, some 400 bytes), and the stored and the sent values still
 // share nothing, as an outer handler may change those it is sent. After it, ex.rec's header
 // belongs to the backend: send ex.sent.fields.
 func (m *Middleware) completeHandingOver(ctx context.Context, claim Claim, ex *execution) (*Response, error) {
