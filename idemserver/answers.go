@@ -49,15 +49,32 @@ func replay(w http.ResponseWriter, resp *Response) {
 // net/http would panic on (from a Backend that stored one) goes out as a 500: the stored
 // answer says execution began, and nothing better can be said of it.
 func send(w http.ResponseWriter, header http.Header, status int, body []byte) {
+	sendIn(w, header, status, body, new([1]string))
+}
+
+// sendIn is send with the Content-Length header's value slice in length, which the
+// ResponseWriter keeps: the execution's own, so that its answer allocates none.
+func sendIn(w http.ResponseWriter, header http.Header, status int, body []byte, length *[1]string) {
 	if status < 100 || status > 999 {
 		status = http.StatusInternalServerError
 	}
+	h := w.Header()
 	for k, vs := range header {
-		w.Header()[k] = vs
+		h[k] = vs
 	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	length[0] = strconv.Itoa(len(body))
+	h["Content-Length"] = length[:] // http.Header.Set, without its allocation
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// sendFields is sendIn with the header as a list of fields (completeHandingOver).
+func sendFields(w http.ResponseWriter, fields []field, status int, body []byte, length *[1]string) {
+	h := w.Header()
+	for _, f := range fields {
+		h[f.name] = f.values
+	}
+	sendIn(w, nil, status, body, length)
 }
 
 // recorder buffers the handler's answer: nothing reaches the client before it is stored.

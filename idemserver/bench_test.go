@@ -162,7 +162,7 @@ func inProcessAllocs(tb testing.TB) (bare, idem float64) {
 // maxInProcessAllocs bounds the allocations of one in-process request through the middleware
 // on the memory backend (TestMiddlewareAllocations), the test's own request and recorder
 // included; see docs/PERFORMANCE.md, section i.
-const maxInProcessAllocs = 42
+const maxInProcessAllocs = 33
 
 // TestMiddlewareAllocations holds the middleware's in-process allocations to their budget, so
 // that one more per request is a failure here rather than noise in a benchmark.

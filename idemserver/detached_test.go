@@ -63,3 +63,30 @@ func TestDetachedTimeout(t *testing.T) {
 	short.stop()
 	waiting.stop()
 }
+
+// TestDetachedTimeoutDerived: a context derived from lazyDeadline ends with it, whether it
+// was derived before or after Done made the timer, and values still pass through after
+// Done.
+func TestDetachedTimeoutDerived(t *testing.T) {
+	parent := context.WithValue(context.Background(), detachedKey{}, "v")
+	for _, doneFirst := range []bool{false, true} {
+		c := detachedTimeout(parent, time.Hour)
+		if doneFirst {
+			_ = c.Done()
+		}
+		child, cancel := context.WithCancel(c)
+		if child.Value(detachedKey{}) != "v" || c.Value(detachedKey{}) != "v" {
+			t.Fatalf("Done first %v: the parent's value is lost", doneFirst)
+		}
+		c.stop()
+		select {
+		case <-child.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Done first %v: the derived context outlived stop", doneFirst)
+		}
+		if !errors.Is(child.Err(), context.Canceled) || !errors.Is(context.Cause(c), context.Canceled) {
+			t.Fatalf("Done first %v: child %v, cause %v", doneFirst, child.Err(), context.Cause(c))
+		}
+		cancel()
+	}
+}

@@ -2,6 +2,7 @@ package idemserver
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"net/http"
 	"sync"
@@ -24,14 +25,20 @@ var ErrEmptyRecoveryPoint = errors.New(`idemserver: Checkpoint needs a non-empty
 type execKey struct{}
 
 // execution is the handler's view of its claim. It is also the request's context that
-// carries it (withExecution), and holds the recorder of the handler's answer, so that the
-// three cost one allocation.
+// carries it (withExecution), and holds the recorder of the handler's answer, the request's
+// body reader and fingerprint, the store's deadline context, the header sent and the Content-Length value, so
+// that all of them cost one allocation.
 type execution struct {
 	context.Context // the request's
 	m               *Middleware
 	claim           Claim
 	scope           Scope
 	rec             recorder
+	store           lazyDeadline      // the context its answer is stored under (Middleware.complete)
+	length          [1]string         // the answer's Content-Length value (sendIn)
+	sent            sentHeader        // the answer's header as sent (completeHandingOver)
+	fp              [sha256.Size]byte // the request's fingerprint, when the middleware makes it
+	body            bodyReader        // the request body the handler reads
 
 	mu          sync.Mutex
 	begun       bool

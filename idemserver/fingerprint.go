@@ -9,11 +9,11 @@ import (
 // the canonical body, each length-prefixed so that no two different requests share an input.
 // See CanonicalBody.
 func Fingerprint(method, operation string, body []byte) []byte {
-	return fingerprint(method, operation, canonicalize(body))
+	return fingerprint(nil, method, operation, canonicalize(body))
 }
 
-// fingerprint is Fingerprint over a body already canonicalised.
-func fingerprint(method, operation string, c canonical) []byte {
+// fingerprint appends to dst Fingerprint over a body already canonicalised.
+func fingerprint(dst []byte, method, operation string, c canonical) []byte {
 	h := sha256.New()
 	var n [8]byte
 	kind := []byte("raw")
@@ -25,5 +25,5 @@ func fingerprint(method, operation string, c canonical) []byte {
 		h.Write(n[:])
 		h.Write(part)
 	}
-	return h.Sum(nil)
+	return h.Sum(dst)
 }

@@ -48,7 +48,7 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) (Claim, *Record, e
 		}
 	}
 	if r != nil && !expired { // taking over a checkpointed record whose owner is gone
-		c := &memClaim{m: m, scope: req.Scope, point: r.RecoveryPoint, committed: true}
+		c := &memClaim{m: m, rec: r, scope: req.Scope, point: r.RecoveryPoint, committed: true}
 		r.owner = c
 		r.LockedUntil = req.Now.Add(req.Lease)
 		return c, nil, nil
@@ -60,7 +60,7 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) (Claim, *Record, e
 	} else {
 		r.Fingerprint = bytes.Clone(req.Fingerprint)
 	}
-	r.first = memClaim{m: m, scope: req.Scope, expired: expired}
+	r.first = memClaim{m: m, rec: r, scope: req.Scope, expired: expired}
 	r.owner = &r.first
 	m.recs[req.Scope] = r
 	return r.owner, nil, nil
@@ -112,6 +112,7 @@ func (m *Memory) Len() int {
 
 type memClaim struct {
 	m         *Memory
+	rec       *memRecord // the record it claimed
 	scope     Scope
 	point     string
 	expired   bool
@@ -123,10 +124,13 @@ func (c *memClaim) Context(ctx context.Context) context.Context { return ctx }
 func (c *memClaim) RecoveryPoint() string                       { return c.point }
 func (c *memClaim) ExpiredReuse() bool                          { return c.expired }
 
-// held returns the record while c still owns it. Callers hold c.m.mu.
+// held returns the record while c still owns it. Callers hold c.m.mu. A record c owns is
+// the one its scope maps to (no map lookup needed): records leave the map only by Release,
+// which ends their claim (done), and by Purge and a new claim after expiry, which take only
+// completed records, whose owner is nil.
 func (c *memClaim) held() (*memRecord, error) {
-	r := c.m.recs[c.scope]
-	if c.done || r == nil || r.owner != c {
+	r := c.rec
+	if c.done || r.owner != c {
 		return nil, ErrNotOwner
 	}
 	return r, nil

@@ -5,10 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
-	"time"
 	"unicode/utf8"
 )
 
@@ -65,7 +63,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.problem(w, r, Problem{Type: ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized})
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
+	body, err := readBody(w, r, m.cfg.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -86,9 +84,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			Detail: fmt.Sprintf("JSON object member %q appears more than once; send each member once", name)})
 		return
 	}
-	br := &bodyReader{}
-	br.Reset(body)
-	r.Body = br
+	// The execution is made here, before the claim, so that the body reader and the
+	// fingerprint are made in it.
+	ex := &execution{m: m}
+	ex.body.Reset(body)
+	r.Body = &ex.body
 	op := m.cfg.Operation(r)
 	// A key is stored under its tenant and operation as text: PostgreSQL refuses invalid
 	// UTF-8 and NUL there, and a claim that can never be written would answer 503 "retry"
@@ -116,7 +116,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// So is the host, when the route that matched names one (ServeMux's "POST a.example/x"):
 	// the same path on another host is then another handler.
 	fpOp := op
-	if host := hostRouted(r); !strings.HasSuffix(op, " "+r.URL.Path) || r.URL.RawPath != "" || host {
+	if host := hostRouted(r); !endsWithPath(op, r.URL.Path) || r.URL.RawPath != "" || host {
 		target := r.URL.EscapedPath() // escaped: a "?" in the path stays %3F, apart from the query
 		if host {
 			target = "//" + r.Host + target
@@ -128,7 +128,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	var fp []byte
 	if m.ownFingerprint {
-		fp = fingerprint(r.Method, fpOp, canon)
+		fp = fingerprint(ex.fp[:0], r.Method, fpOp, canon)
 	} else {
 		fp = m.cfg.Fingerprint(r.Method, fpOp, body)
 	}
@@ -177,13 +177,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if claim.RecoveryPoint() != "" {
 		m.event(Event{Kind: EventTakeover, Scope: scope})
 	}
-	m.execute(w, r, next, scope, claim)
+	m.execute(w, r, next, ex, scope, claim)
 }
 
 // execute runs next under the claim, then stores (or not) and sends its answer.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, claim Claim) {
+// ex is new, from serve, and is filled in here.
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, ex *execution, scope Scope, claim Claim) {
 	// A resumed claim has committed work: its answer is stored whatever the handler says.
-	ex := &execution{m: m, claim: claim, scope: scope, begun: !m.cfg.ExplicitBegin, point: claim.RecoveryPoint(), checkpoint: claim.RecoveryPoint() != ""}
+	point := claim.RecoveryPoint()
+	ex.claim, ex.scope, ex.begun, ex.point, ex.checkpoint = claim, scope, !m.cfg.ExplicitBegin, point, point != ""
 	ctx := claim.Context(withExecution(r.Context(), ex))
 	rec := &ex.rec
 	rec.header = http.Header{}
@@ -219,10 +221,10 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 		m.event(Event{Kind: EventNotExecuted, Scope: scope, StatusCode: resp.StatusCode})
-		send(w, rec.header, resp.StatusCode, resp.Body)
+		sendIn(w, rec.header, resp.StatusCode, resp.Body, &ex.length)
 		return
 	}
-	if _, err := m.complete(ctx, claim, rec); err != nil {
+	if _, err := m.completeHandingOver(ctx, claim, ex); err != nil {
 		if rollsBack(claim) {
 			// The handler's work went with the transaction, or, when only the commit's
 			// acknowledgement was lost, committed with its answer: a retry with the same key
@@ -240,7 +242,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	m.event(Event{Kind: EventExecuted, Scope: scope, StatusCode: resp.StatusCode})
-	send(w, rec.header, resp.StatusCode, resp.Body)
+	sendFields(w, ex.sent.fields, resp.StatusCode, resp.Body, &ex.length)
 }
 
 // keepFailed stores failed (failedAnswer) as the key's answer once execution began and
@@ -274,37 +276,6 @@ func (m *Middleware) failedAnswer(r *http.Request) (rec *recorder) {
 	return rec
 }
 
-// completeTimeout bounds the store's write of an answer (time.Duration): that write no longer
-// ends with the request's context.
-const completeTimeout = 30 * time.Second
-
-// complete stores rec's answer (its Config.StoredHeaders only) as the claim's key answer,
-// with ctx detached from the request: once the handler ran, its answer is stored even if the
-// client went away (a panic often follows that, http.ErrAbortHandler).
-func (m *Middleware) complete(ctx context.Context, claim Claim, rec *recorder) (*Response, error) {
-	dctx := detachedTimeout(ctx, completeTimeout)
-	defer dctx.stop()
-	ctx = dctx
-	resp := rec.response()
-	// The stored answer is handed to the backend (Claim.Complete), which may keep it as it
-	// is: its header values are copied (into one slice, as http.Header.Clone does), since the
-	// recorder's go on to the ResponseWriter, where an outer handler may change them.
-	stored := &Response{StatusCode: resp.StatusCode, Header: make(http.Header, len(m.cfg.StoredHeaders)), Body: resp.Body}
-	n := 0
-	for _, h := range m.cfg.StoredHeaders {
-		n += len(rec.header[h])
-	}
-	values := make([]string, 0, n)
-	for _, h := range m.cfg.StoredHeaders {
-		if vs, ok := rec.header[h]; ok {
-			values = append(values, vs...)
-			stored.Header[h] = values[len(values)-len(vs) : len(values) : len(values)]
-		}
-	}
-	now := m.cfg.Now()
-	return stored, claim.Complete(ctx, stored, now, now.Add(m.cfg.Retention))
-}
-
 // MaxTenantLength and MaxOperationLength bound, in bytes, the tenant (Config.Tenant) and the
 // operation (Config.Operation) a key is stored under: longer, a request gets 400
 // ProblemScopeInvalid on every backend (pgserver's index could not store the key, and a claim
@@ -324,6 +295,13 @@ func badScopeText(tenant, operation string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// endsWithPath reports whether op ends with " " and path (strings.HasSuffix(op, " "+path),
+// without building that string).
+func endsWithPath(op, path string) bool {
+	i := len(op) - len(path) - 1
+	return i >= 0 && op[i] == ' ' && op[i+1:] == path
 }
 
 // hostRouted reports whether the ServeMux pattern that matched r names a host
