@@ -11,7 +11,12 @@ import (
 // beyond limit, after which net/http closes the connection once the answer is sent), read
 // without that reader: into one buffer sized from Content-Length when the request declares
 // one within limit, so that a body costs one allocation, of its own size, rather than
-// io.ReadAll's 512 bytes and its doublings. A nil body reads as empty.
+// io.ReadAll's 512 bytes and its doublings. The first buffer is at most presize bytes: a
+// declared length is only a claim, and a client that declares 1 MiB and sends nothing must
+// not make each of its connections hold 1 MiB. A nil body reads as empty.
+// presize caps the buffer readBody allocates before any byte arrives, in bytes.
+const presize = 64 << 10
+
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return []byte{}, nil
@@ -22,6 +27,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	}
 	if size > limit {
 		size = limit + 1
+	}
+	if size > presize {
+		size = presize
 	}
 	buf := make([]byte, 0, size)
 	for {
