@@ -146,7 +146,8 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 		return nil, err
 	}
 	// Parked rows whose time has passed go back among the candidates first, so that the
-	// oldest orphans are among them (park.go).
+	// oldest orphans are among them; the rows claimed here are parked until l.Until, so
+	// that no later claim walks past them while this owner works on them (park.go).
 	if err := s.unpark(ctx, now); err != nil {
 		return nil, err
 	}
@@ -164,7 +165,7 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 				ORDER BY created_ns, key, tenant
 				LIMIT $4
 				FOR UPDATE SKIP LOCKED)
-			UPDATE idem_records r SET owner = $2, lease_until_ns = $3, fence = r.fence + 1
+			UPDATE idem_records r SET owner = $2, lease_until_ns = $3, fence = r.fence + 1, parked_until_ns = $3
 			FROM orphans o WHERE r.tenant = o.tenant AND r.key = o.key
 			RETURNING `+qualified, now, l.Owner, until, limit-len(out))
 		if err != nil {
@@ -186,20 +187,20 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 	if len(out) == limit {
 		last = out[len(out)-1]
 	}
-	if err := s.parkBehind(ctx, now, l.Owner, last); err != nil && len(out) == 0 {
+	if err := s.parkBehind(ctx, now, last); err != nil && len(out) == 0 {
 		return nil, err
 	}
 	return out, nil
 }
 
 // parkBehind parks the live rows before last in claim order, or anywhere if last is nil.
-func (s *Store) parkBehind(ctx context.Context, now int64, me string, last *keystore.Record) error {
+func (s *Store) parkBehind(ctx context.Context, now int64, last *keystore.Record) error {
 	if last == nil {
-		return s.park(ctx, now, me, false, 0, nil, nil)
+		return s.park(ctx, now, false, 0, nil, nil)
 	}
 	created, err := nanos("CreatedAt", last.CreatedAt)
 	if err != nil {
 		return err
 	}
-	return s.park(ctx, now, me, true, created, []byte(last.Key), []byte(last.Scope))
+	return s.park(ctx, now, true, created, []byte(last.Key), []byte(last.Scope))
 }

@@ -130,8 +130,8 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if got := claimKeys(t, s, "inst-b", 0, 2); got != "orph3 free4" {
 		t.Fatalf("first claim after Migrate: %q, want orph3 free4", got)
 	}
-	if got := parked(t, pool); strings.Join(got, " ") != "live1@1h0m0s live2@1h0m0s" {
-		t.Fatalf("parked: %v", got)
+	if got := parked(t, pool); strings.Join(got, " ") != "free4@1m0s live1@1h0m0s live2@1h0m0s orph3@1m0s" {
+		t.Fatalf("parked: %v, want the live rows walked past and the claimed ones", got)
 	}
 	if got := claimKeys(t, s, "inst-b", 0, 10); got != "orph6" {
 		t.Fatalf("second claim: %q, want orph6", got)
@@ -169,7 +169,7 @@ func TestVersion1ClaimBesideVersion2(t *testing.T) {
 	if got := claimKeys(t, s, "inst-new", 0, 1); got != "orph2" {
 		t.Fatalf("claim: %q", got)
 	}
-	if got := parked(t, pool); strings.Join(got, " ") != "live1@1h0m0s" {
+	if got := parked(t, pool); strings.Join(got, " ") != "live1@1h0m0s orph2@1m0s" {
 		t.Fatalf("parked: %v", got)
 	}
 	oldClaim := func(at, until time.Duration) string {

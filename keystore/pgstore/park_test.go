@@ -74,9 +74,10 @@ func claimKeys(t *testing.T, s keystore.Store, owner string, at time.Duration, l
 	return strings.Join(keys, " ")
 }
 
-// Live rows older than the orphans are parked once a claim walks past them, all but the newest
-// parkKeep; parked rows come back when their lease lapses (parked again if renewed); Release
-// unparks at once; orphans come out oldest first throughout and no live lease is claimed.
+// Rows ClaimExpired claims are parked until their new lease lapses; live rows older than the
+// orphans are parked once a claim walks past them, all but the newest parkKeep; parked rows
+// come back when their lease lapses (parked again if renewed); Release unparks at once;
+// orphans come out oldest first throughout and no live lease is claimed.
 func TestClaimExpiredParksLiveRows(t *testing.T) {
 	pgstore.SetParkLimits(t, 2, 3) // keep 2 unparked, park 3 a statement: several statements a claim
 	pool := testSchema(t)()
@@ -94,18 +95,27 @@ func TestClaimExpiredParksLiveRows(t *testing.T) {
 	if got := claimKeys(t, s, "inst-b", 0, 2); got != "orph11 orph12" {
 		t.Fatalf("first claim: %q, want the two oldest orphans", got)
 	}
-	// Walked past live01..live10; the newest two (live09, live10) stay unparked.
-	want := []string{"live01@1h0m0s", "live02@1h0m0s", "live03@1h0m0s", "live04@1h0m0s",
-		"live05@1h0m0s", "live06@1h0m0s", "live07@1h0m0s", "live08@1h0m0s"}
+	// The claimed rows are parked until their new lease lapses; of the live rows the claim
+	// walked past (live01..live10) all but the newest two are parked until theirs.
+	var want []string
+	for i := 1; i <= 8; i++ {
+		want = append(want, fmt.Sprintf("live%02d@1h0m0s", i))
+	}
+	want = append(want, "orph11@1m0s", "orph12@1m0s")
 	if got := parked(t, pool); !slices.Equal(got, want) {
 		t.Fatalf("parked after the first claim: %v, want %v", got, want)
 	}
 	if got := claimKeys(t, s, "inst-b", 0, 10); got != "orph13 orph14 orph15 free17" {
 		t.Fatalf("second claim: %q", got)
 	}
-	// Fewer than asked for: every live row but the newest two (live10, live16) is parked;
-	// inst-b's own claims are not.
-	want = append(want, "live09@1h0m0s")
+	// Fewer than asked for: every live row but the newest two (live16, live10) is parked.
+	want = []string{"free17@1m0s"}
+	for i := 1; i <= 9; i++ {
+		want = append(want, fmt.Sprintf("live%02d@1h0m0s", i))
+	}
+	for i := 11; i <= 15; i++ {
+		want = append(want, fmt.Sprintf("orph%02d@1m0s", i))
+	}
 	if got := parked(t, pool); !slices.Equal(got, want) {
 		t.Fatalf("parked after the second claim: %v, want %v", got, want)
 	}
@@ -119,20 +129,26 @@ func TestClaimExpiredParksLiveRows(t *testing.T) {
 	if got := claimKeys(t, s, "inst-c", time.Minute-time.Nanosecond, 10); got != "live02" {
 		t.Fatalf("claim after a Release: %q, want the released row at once", got)
 	}
-	// An hour later the busy owner's leases have lapsed but live01's, renewed: it is parked
-	// again until its new expiry, the rest come back and are claimed, oldest first.
-	rest := "live03 live04 live05 live06 live07 live08 live09 live10 orph11 orph12 orph13 orph14 orph15 live16 free17"
-	if got := claimKeys(t, s, "inst-c", time.Hour, 100); got != "live02 "+rest {
-		t.Fatalf("claim at the busy leases' expiry: %q", got)
+	// An hour later every lease but live01's (renewed) has lapsed: live01 is parked again
+	// until its new expiry, the rest come back and are claimed, oldest first, and parked
+	// until inst-c's leases lapse.
+	order := "live02 live03 live04 live05 live06 live07 live08 live09 live10 orph11 orph12 orph13 orph14 orph15 live16 free17"
+	if got := claimKeys(t, s, "inst-c", time.Hour, 100); got != order {
+		t.Fatalf("claim at the busy leases' expiry: %q, want %q", got, order)
 	}
-	if got := parked(t, pool); !slices.Equal(got, []string{"live01@3h0m0s"}) {
-		t.Fatalf("parked after the expiry: %v, want live01 until its renewed lease", got)
+	want = []string{"live01@3h0m0s"}
+	for _, k := range strings.Fields(order) {
+		want = append(want, k+"@1h1m0s")
 	}
-	if got := claimKeys(t, s, "inst-d", 3*time.Hour, 100); !strings.HasPrefix(got, "live01 live02 live03") {
-		t.Fatalf("claim at the renewed lease's expiry: %q, want live01 first", got)
+	slices.Sort(want)
+	if got := parked(t, pool); !slices.Equal(got, want) {
+		t.Fatalf("parked after the expiry: %v, want %v", got, want)
 	}
-	if got := parked(t, pool); len(got) != 0 {
-		t.Fatalf("parked at the end: %v", got)
+	if got := claimKeys(t, s, "inst-d", 3*time.Hour, 100); got != "live01 "+order {
+		t.Fatalf("claim at the renewed lease's expiry: %q, want every record, live01 first", got)
+	}
+	if got := parked(t, pool); len(got) != 17 {
+		t.Fatalf("parked at the end: %v, want every record, claimed", got)
 	}
 	all, err := s.List(ctx, keystore.StatePending)
 	if err != nil || len(all) != 17 {
@@ -151,8 +167,8 @@ func TestParkedRowClaimedByKey(t *testing.T) {
 	if got := claimKeys(t, s, "inst-b", 0, 1); got != "b" {
 		t.Fatalf("claim: %q", got)
 	}
-	if got := parked(t, pool); !slices.Equal(got, []string{"a@1m0s"}) {
-		t.Fatalf("parked: %v", got)
+	if got := parked(t, pool); !slices.Equal(got, []string{"a@1m0s", "b@1m0s"}) {
+		t.Fatalf("parked: %v, want a (walked past) and b (claimed)", got)
 	}
 	now := parkT0.Add(time.Minute)
 	if _, err := s.Claim(context.Background(), "t", "a", keystore.Lease{Owner: "inst-c", Now: now, Until: now.Add(time.Hour)}); err != nil {
@@ -161,7 +177,7 @@ func TestParkedRowClaimedByKey(t *testing.T) {
 	if got := claimKeys(t, s, "inst-d", 2*time.Minute, 10); got != "b" {
 		t.Fatalf("claim after Claim of the parked row: %q, want only b (a is live)", got)
 	}
-	if got := parked(t, pool); !slices.Equal(got, []string{"a@1h1m0s"}) {
-		t.Fatalf("parked: %v, want a until inst-c's lease", got)
+	if got := parked(t, pool); !slices.Equal(got, []string{"a@1h1m0s", "b@3m0s"}) {
+		t.Fatalf("parked: %v, want a until inst-c's lease, b until inst-d's", got)
 	}
 }
