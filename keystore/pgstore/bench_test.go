@@ -89,8 +89,8 @@ func BenchmarkPersist(b *testing.B) {
 				key := []byte(uuid.NewString())
 				_, err := pool.Exec(ctx, `INSERT INTO raw_records (tenant, key, intent, fingerprint, method, url,
 					request_header, request_body, state, attempts, last_status, reason, not_executed, error,
-					created_ns, updated_ns, fence)
-					VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, 0, '', false, '', $9, $9, 0)`,
+					created_ns, updated_ns, fence, note)
+					VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, 0, '', false, '', $9, $9, 0, '')`,
 					[]byte(tmpl.Scope), key, append([]byte("order-"), key...), tmpl.Fingerprint, tmpl.Request.Method,
 					tmpl.Request.URL, hdr, tmpl.Request.Body, time.Now().UnixNano())
 				return err
