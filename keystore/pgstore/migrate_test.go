@@ -210,4 +210,20 @@ func TestVersion1ClaimBesideVersion2(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT version FROM idem_schema`).Scan(&version); err != nil || version != 2 {
 		t.Fatalf("schema version %d (%v), want 2", version, err)
 	}
+
+	// Going back, as docs/KEYSTORE.md says: the release before finds version 1 and its rows.
+	if _, err := pool.Exec(ctx, `BEGIN;
+		DROP INDEX idem_records_unparked, idem_records_parked;
+		ALTER TABLE idem_records DROP COLUMN parked_until_ns;
+		UPDATE idem_schema SET version = 1;
+		COMMIT;`); err != nil {
+		t.Fatalf("going back to version 1: %v", err)
+	}
+	if got := oldClaim(3*time.Hour, 4*time.Hour); got != "live1 orph2" {
+		t.Fatalf("version 1 claim after going back: %q, want live1 orph2", got)
+	}
+	var ve *pgstore.SchemaVersionError
+	if _, err := pgstore.Open(ctx, pool, nil); !errors.As(err, &ve) || ve.Found != 1 {
+		t.Fatalf("Open after going back: %v, want *SchemaVersionError{Found: 1}", err)
+	}
 }
