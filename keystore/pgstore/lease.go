@@ -130,8 +130,9 @@ func (s *Store) notHolder(ctx context.Context, scope, key, owner string, fence i
 // l.Now, oldest CreatedAt first, and returns them. The orphans are selected FOR UPDATE SKIP
 // LOCKED and claimed by the same statement: a row another reclaimer is claiming is skipped,
 // not waited for, and never handed out twice. It may return fewer than limit while others
-// reclaim too. Rows whose live lease it walked past are parked so that later claims skip them
-// until that lease's expiry (park.go); parked rows whose time has passed are put back first.
+// reclaim too. The rows it claims, and the rows whose live lease it walked past, are parked so
+// that later claims skip them until that lease's expiry (park.go); parked rows whose time has
+// passed are put back first.
 // Rows that do not decode are skipped (ListPage reports them). Errors: keystore.ErrInvalid
 // (bad lease, limit < 1), keystore.ErrClosed, or the database's error.
 func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) ([]*keystore.Record, error) {

@@ -78,13 +78,14 @@ CREATE INDEX idem_records_pending ON idem_records (created_ns, key, tenant) WHER
 CREATE INDEX idem_records_purge ON idem_records (updated_ns) WHERE state IN ('succeeded', 'failed');
 `
 
-// schemaV2 raises version 1 to 2. parked_until_ns is set on a pending row whose lease a
-// reclaim found live while it walked past it (park.go): the claim's index leaves such rows out
-// until that time. Adding a nullable column without a default rewrites nothing, but it locks
-// the table until Migrate's transaction ends, and the index on the unparked rows is built from
-// every pending row in it: reads and writes of idem_records wait for the build (3 s for a
-// million pending rows on a 2-core machine). The parked index starts empty. idem_records_pending stays: ListPage and List walk it, and a version 1
-// release still running beside this one claims with it.
+// schemaV2 raises version 1 to 2. parked_until_ns is set on a pending row that a claim took,
+// or whose live lease a claim walked past (park.go): the claims' index leaves it out until
+// then. Adding a nullable column without a default rewrites nothing, but it locks the table
+// until Migrate's transaction ends, and the index on the unparked rows is built from every
+// pending row in it: reads and writes of idem_records wait for the build (3 s for a million
+// pending rows on a 2-core machine). The parked index starts empty. idem_records_pending
+// stays: ListPage and List walk it, and a version 1 release still running beside this one
+// claims with it.
 const schemaV2 = `
 ALTER TABLE idem_records ADD COLUMN parked_until_ns bigint;
 CREATE INDEX idem_records_unparked ON idem_records (created_ns, key, tenant)
