@@ -416,7 +416,7 @@ func TestPostgres(t *testing.T) {
 	assert.Contains(t, errs, "run idemctl migrate -dsn first")
 	code, out, errs := runCmd(t, "migrate", "-dsn", sdsn)
 	require.Equal(t, 0, code, errs)
-	assert.Equal(t, "idem schema at version 1\n", out)
+	assert.Equal(t, "idem schema at version 2\n", out)
 
 	cfg, err := pgxpool.ParseConfig(sdsn)
 	require.NoError(t, err)

@@ -89,8 +89,8 @@ func BenchmarkPersist(b *testing.B) {
 				key := []byte(uuid.NewString())
 				_, err := pool.Exec(ctx, `INSERT INTO raw_records (tenant, key, intent, fingerprint, method, url,
 					request_header, request_body, state, attempts, last_status, reason, not_executed, error,
-					created_ns, updated_ns, fence)
-					VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, 0, '', false, '', $9, $9, 0)`,
+					created_ns, updated_ns, fence, note)
+					VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, 0, '', false, '', $9, $9, 0, '')`,
 					[]byte(tmpl.Scope), key, append([]byte("order-"), key...), tmpl.Fingerprint, tmpl.Request.Method,
 					tmpl.Request.URL, hdr, tmpl.Request.Body, time.Now().UnixNano())
 				return err
@@ -142,11 +142,11 @@ func benchReclaim(b *testing.B, recoverers int) {
 			rec.Owner, rec.LeaseUntil, rec.Fence = "dead-instance", dead, 1
 			rows[i] = []any{[]byte(rec.Scope), []byte(rec.Key), []byte(rec.Intent), rec.Fingerprint, rec.Request.Method,
 				rec.Request.URL, []byte(`{}`), rec.Request.Body, "pending", int64(1), int64(0), "", false, "",
-				rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Owner, rec.LeaseUntil.UnixNano(), rec.Fence}
+				rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Owner, rec.LeaseUntil.UnixNano(), rec.Fence, ""}
 		}
 		_, err := pool.CopyFrom(ctx, pgx.Identifier{"idem_records"}, []string{"tenant", "key", "intent", "fingerprint",
 			"method", "url", "request_header", "request_body", "state", "attempts", "last_status", "reason",
-			"not_executed", "error", "created_ns", "updated_ns", "owner", "lease_until_ns", "fence"}, pgx.CopyFromRows(rows))
+			"not_executed", "error", "created_ns", "updated_ns", "owner", "lease_until_ns", "fence", "note"}, pgx.CopyFromRows(rows))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -100,7 +100,8 @@ func (s *Store) Release(ctx context.Context, scope, key, owner string, fence int
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE idem_records SET owner = NULL, lease_until_ns = NULL
+	// A released record is an orphan at once: it leaves the parked rows too (park.go).
+	tag, err := s.pool.Exec(ctx, `UPDATE idem_records SET owner = NULL, lease_until_ns = NULL, parked_until_ns = NULL
 		WHERE tenant = $1 AND key = $2 AND fence = $4 AND (owner = $3 OR owner IS NULL)`,
 		[]byte(scope), []byte(key), owner, fence)
 	if err != nil {
@@ -129,8 +130,11 @@ func (s *Store) notHolder(ctx context.Context, scope, key, owner string, fence i
 // l.Now, oldest CreatedAt first, and returns them. The orphans are selected FOR UPDATE SKIP
 // LOCKED and claimed by the same statement: a row another reclaimer is claiming is skipped,
 // not waited for, and never handed out twice. It may return fewer than limit while others
-// reclaim too. Rows that do not decode are skipped (ListPage reports them). Errors:
-// keystore.ErrInvalid (bad lease, limit < 1), keystore.ErrClosed, or the database's error.
+// reclaim too. The rows it claims, and the rows whose live lease it walked past, are parked so
+// that later claims skip them until that lease's expiry (park.go); parked rows whose time has
+// passed are put back first.
+// Rows that do not decode are skipped (ListPage reports them). Errors: keystore.ErrInvalid
+// (bad lease, limit < 1), keystore.ErrClosed, or the database's error.
 func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) ([]*keystore.Record, error) {
 	if err := keystore.CheckClaimExpired(l, limit); err != nil {
 		return nil, err
@@ -142,6 +146,12 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 	if err != nil {
 		return nil, err
 	}
+	// Parked rows whose time has passed go back among the candidates first, so that the
+	// oldest orphans are among them; the rows claimed here are parked until l.Until, so
+	// that no later claim walks past them while this owner works on them (park.go).
+	if err := s.unpark(ctx, now); err != nil {
+		return nil, err
+	}
 	// A row that does not decode is claimed with the others but not returned: its lease
 	// lapses unused, and ListPage reports it. Failing on it would strand the good rows this
 	// statement has already claimed, and every reclaim pass would fail the same way. Claimed,
@@ -151,11 +161,12 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 	for len(out) < limit {
 		recs, n, err := s.queryRows(ctx, true, `WITH orphans AS (
 				SELECT tenant, key FROM idem_records
-				WHERE state = 'pending' AND (owner IS NULL OR lease_until_ns IS NULL OR lease_until_ns <= $1)
+				WHERE state = 'pending' AND parked_until_ns IS NULL
+				AND (owner IS NULL OR lease_until_ns IS NULL OR lease_until_ns <= $1)
 				ORDER BY created_ns, key, tenant
 				LIMIT $4
 				FOR UPDATE SKIP LOCKED)
-			UPDATE idem_records r SET owner = $2, lease_until_ns = $3, fence = r.fence + 1
+			UPDATE idem_records r SET owner = $2, lease_until_ns = $3, fence = r.fence + 1, parked_until_ns = $3
 			FROM orphans o WHERE r.tenant = o.tenant AND r.key = o.key
 			RETURNING `+qualified, now, l.Owner, until, limit-len(out))
 		if err != nil {
@@ -170,5 +181,27 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 		}
 	}
 	keystore.SortRecords(out)
+	// Park the live rows this claim walked past: those before its newest orphan when it
+	// filled the batch, else every one. A failure leaves them for the next claim to park;
+	// the records claimed are handed out all the same.
+	var last *keystore.Record
+	if len(out) == limit {
+		last = out[len(out)-1]
+	}
+	if err := s.parkBehind(ctx, now, last); err != nil && len(out) == 0 {
+		return nil, err
+	}
 	return out, nil
+}
+
+// parkBehind parks the live rows before last in claim order, or anywhere if last is nil.
+func (s *Store) parkBehind(ctx context.Context, now int64, last *keystore.Record) error {
+	if last == nil {
+		return s.park(ctx, now, false, 0, nil, nil)
+	}
+	created, err := nanos("CreatedAt", last.CreatedAt)
+	if err != nil {
+		return err
+	}
+	return s.park(ctx, now, true, created, []byte(last.Key), []byte(last.Scope))
 }

@@ -20,10 +20,14 @@ import (
 	"github.com/idemkit/idem/keystore/pgstore"
 )
 
-// needPG returns the DSN of the test database, or skips t with one line if it is not set.
+// needPG returns the DSN of the test database, or skips t with one line if it is not set; in
+// CI (CI set), where scripts/test.sh starts a server, a missing DSN fails the test instead.
 func needPG(t testing.TB) string {
 	t.Helper()
 	dsn := os.Getenv("IDEM_TEST_PG_DSN")
+	if dsn == "" && os.Getenv("CI") != "" {
+		t.Fatal("IDEM_TEST_PG_DSN not set in CI: the PostgreSQL tests must run there (scripts/test.sh starts a server)")
+	}
 	if dsn == "" {
 		t.Skip("IDEM_TEST_PG_DSN not set: skipping PostgreSQL tests (e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable)")
 	}

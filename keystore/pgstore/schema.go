@@ -12,8 +12,10 @@ import (
 )
 
 // SchemaVersion is the schema version this package writes and reads. Migrate and Open refuse a
-// database whose schema is newer (*SchemaVersionError).
-const SchemaVersion = 1
+// database whose schema is newer (*SchemaVersionError); Open also refuses an older one. Version
+// 2 added the column parked_until_ns and two partial indexes (see park.go); a release that
+// knows only version 1 refuses to open a version 2 database.
+const SchemaVersion = 2
 
 // migrateLock is the pg_advisory_xact_lock key that serialises concurrent Migrate calls.
 const migrateLock = 0x6964656d // "idem"
@@ -76,6 +78,22 @@ CREATE INDEX idem_records_pending ON idem_records (created_ns, key, tenant) WHER
 CREATE INDEX idem_records_purge ON idem_records (updated_ns) WHERE state IN ('succeeded', 'failed');
 `
 
+// schemaV2 raises version 1 to 2. parked_until_ns is set on a pending row that a claim took,
+// or whose live lease a claim walked past (park.go): the claims' index leaves it out until
+// then. Adding a nullable column without a default rewrites nothing, but it locks the table
+// until Migrate's transaction ends, and the index on the unparked rows is built from every
+// pending row in it: reads and writes of idem_records wait for the build (3 s for a million
+// pending rows on a 2-core machine). The parked index starts empty. idem_records_pending
+// stays: ListPage and List walk it, and a version 1 release still running beside this one
+// claims with it.
+const schemaV2 = `
+ALTER TABLE idem_records ADD COLUMN parked_until_ns bigint;
+CREATE INDEX idem_records_unparked ON idem_records (created_ns, key, tenant)
+	WHERE state = 'pending' AND parked_until_ns IS NULL;
+CREATE INDEX idem_records_parked ON idem_records (parked_until_ns)
+	WHERE state = 'pending' AND parked_until_ns IS NOT NULL;
+`
+
 // Migrate creates the idem tables in the first existing schema of the search_path, or upgrades
 // them to SchemaVersion. It is idempotent, and concurrent calls are serialised by an advisory
 // lock. It returns a *SchemaVersionError if the database holds a newer schema, changing
@@ -131,11 +149,19 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		if v == SchemaVersion {
 			return nil
 		}
-		// v == 0: nothing yet. Later versions add their steps here, each from the one before.
-		if _, err := tx.Exec(ctx, schemaV1); err != nil {
-			return fmt.Errorf("pgstore: migrate to version 1: %w", err)
+		// Each step raises the version by one, from the one before, in this transaction.
+		if v == 0 {
+			if _, err := tx.Exec(ctx, schemaV1); err != nil {
+				return fmt.Errorf("pgstore: migrate to version 1: %w", err)
+			}
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO idem_schema (version) VALUES ($1)`, SchemaVersion); err != nil {
+		if v <= 1 {
+			if _, err := tx.Exec(ctx, schemaV2); err != nil {
+				return fmt.Errorf("pgstore: migrate to version 2: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO idem_schema (version) VALUES ($1)
+			ON CONFLICT (one) DO UPDATE SET version = EXCLUDED.version`, SchemaVersion); err != nil {
 			return fmt.Errorf("pgstore: migrate: %w", err)
 		}
 		return nil
