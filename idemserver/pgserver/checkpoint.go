@@ -44,21 +44,11 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 		return fmt.Errorf("pgserver: checkpoint: %w", err)
 	}
 	s := c.scope
-	var err error
-	if c.rowless { // the key's first row: processing, owned by this claim
-		_, err = c.tx.Exec(ctx, `INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, recovery_point, owner, created_at, locked_until)
-			VALUES ($1, $2, $3, $4, 1, $5, $6, $7, $8)`, s.Tenant, s.Operation, s.Key, c.fp, point, c.owner, c.created, now.Add(lease))
-	} else {
-		_, err = c.tx.Exec(ctx, fmt.Sprintf(ownedUpdate, "recovery_point = $5, locked_until = $6"),
-			s.Tenant, s.Operation, s.Key, c.owner, point, now.Add(lease))
-	}
-	if err != nil {
+	if _, err := c.tx.Exec(ctx, fmt.Sprintf(ownedUpdate, "recovery_point = $5, locked_until = $6"),
+		s.Tenant, s.Operation, s.Key, c.owner, point, now.Add(lease)); err != nil {
 		c.end(ctx)
-		switch {
-		case isDivisionByZero(err):
+		if isDivisionByZero(err) {
 			err = idemserver.ErrNotOwner
-		case isKeyTaken(err): // another request's row, committed since the claim's snapshot
-			err = fmt.Errorf("%w: %w", idemserver.ErrNotOwner, err)
 		}
 		return fmt.Errorf("pgserver: checkpoint: %w", err)
 	}
@@ -66,13 +56,13 @@ func (c *claim) Checkpoint(ctx context.Context, point string, now time.Time, lea
 		c.end(ctx)
 		return fmt.Errorf("pgserver: checkpoint: %w", err)
 	}
-	err = c.tx.Commit(ctx)
+	err := c.tx.Commit(ctx)
 	c.tx = nil
 	if err != nil {
 		c.end(ctx)
 		return fmt.Errorf("pgserver: checkpoint commit: %w", err)
 	}
-	c.committed, c.point, c.rowless = true, point, false
+	c.committed, c.point = true, point
 	if err := c.nextPhase(ctx); err != nil {
 		c.end(ctx)
 		return fmt.Errorf("pgserver: checkpoint: next phase: %w", err)

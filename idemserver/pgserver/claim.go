@@ -42,10 +42,8 @@ type claim struct {
 	committed bool // a checkpoint committed the row: a rollback leaves it processing
 	fp        []byte
 	created   time.Time
-	until     time.Time // the claim's lease (locked_until), as its row stores it
-	rowless   bool      // the key has no row in the claim's transaction: Checkpoint and Complete insert it
-	ended     bool      // the handler ended the claim's transaction itself: its writes may stand
-	refuse    bool      // ended by a Checkpoint's check: the next Complete (the handler's answer) is refused
+	ended     bool // the handler ended the claim's transaction itself: its writes may stand
+	refuse    bool // ended by a Checkpoint's check: the next Complete (the handler's answer) is refused
 
 	failMu sync.Mutex
 	fails  []failure // the handler's failed calls (fail), less those of savepoints rolled back since

@@ -51,40 +51,6 @@ SELECT CASE
 	WHEN 1 / ((SELECT count(*) FROM u) = 1)::int = 1 THEN set_config('synchronous_commit', 'on', true) = 'on' AND pg_advisory_unlock($10)
 END`
 
-// completeInsertSQL is completeSQL for a claim whose key has no row (claimSQL writes none):
-// the row is inserted once, with the answer, instead of inserted at the claim and updated
-// here (one heap tuple and one primary-key entry fewer per fresh key, and their WAL). The
-// same checks in the same order; the INSERT runs only in the claim's transaction. A row for
-// the key committed since the claim's snapshot (which claimSQL's check reads again for) makes
-// it fail on the primary key, never overwrite: the transaction, the handler's writes with it,
-// is rolled back (idemserver.ErrNotOwner) and a retry replays the stored answer.
-const completeInsertSQL = `WITH i AS (
-	INSERT INTO idem_server_keys (tenant, operation, key, fingerprint, state, owner, created_at, locked_until,
-		expires_at, response_status, response_header, response_body)
-	SELECT $1::text, $2::text, $3::text, $4::bytea, 2, NULL, $5::timestamptz, $6::timestamptz,
-		$7::timestamptz, $8::integer, $9::jsonb, $10::bytea
-	WHERE pg_current_xact_id_if_assigned()::text IS NOT DISTINCT FROM $11::text
-	RETURNING 1
-)
-SELECT CASE
-	WHEN pg_current_xact_id_if_assigned()::text IS DISTINCT FROM $11::text THEN ('` + txEndedMark + ` ' || clock_timestamp())::int = 0
-	WHEN 1 / ((SELECT count(*) FROM i) = 1)::int = 1 THEN set_config('synchronous_commit', 'on', true) = 'on' AND pg_advisory_unlock($12)
-END`
-
-// isKeyTaken reports the error an INSERT of the key's row raises when a row for it was
-// committed since the claim's snapshot: unique_violation, or serialization_failure (which
-// PostgreSQL may raise instead outside read committed).
-func isKeyTaken(err error) bool {
-	pe := (*pgconn.PgError)(nil)
-	return errors.As(err, &pe) && (pe.Code == uniqueViolation || pe.Code == serializationFailure)
-}
-
-// SQLSTATEs isKeyTaken reads.
-const (
-	uniqueViolation      = "23505"
-	serializationFailure = "40001"
-)
-
 // txEndedMark is in the error completeSQL raises when the open transaction is not the
 // claim's (invalid_text_representation, its value quoted in the message).
 const txEndedMark = "pgserver: claim transaction ended"
@@ -98,9 +64,8 @@ func isTxEnded(err error) bool {
 // invalidTextRepresentation is the SQLSTATE of completeSQL's txEndedMark.
 const invalidTextRepresentation = "22P02"
 
-// Complete writes the answer into the row (inserts the row with it, for a key that has none
-// yet) and commits it with the handler's writes: two statements in one round trip
-// (completeSQL or completeInsertSQL, and COMMIT, pipelined). It rolls back instead
+// Complete writes the answer into the row and commits it with the handler's writes: two
+// statements in one round trip (completeSQL and COMMIT, pipelined). It rolls back instead
 // when a statement of the handler was still running as it began (ErrHandlerStillRunning) or
 // one failed (ErrStatementFailed).
 func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, expires time.Time) error {
@@ -138,11 +103,7 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 	}
 	s := c.scope
 	batch := &pgx.Batch{}
-	if c.rowless {
-		batch.Queue(completeInsertSQL, s.Tenant, s.Operation, s.Key, c.fp, c.created, c.until, expires, resp.StatusCode, string(header), body, c.xid, c.lock)
-	} else {
-		batch.Queue(completeSQL, s.Tenant, s.Operation, s.Key, c.owner, expires, resp.StatusCode, string(header), body, c.xid, c.lock) // header as text: jsonb takes no bytea
-	}
+	batch.Queue(completeSQL, s.Tenant, s.Operation, s.Key, c.owner, expires, resp.StatusCode, string(header), body, c.xid, c.lock) // header as text: jsonb takes no bytea
 	batch.Queue("COMMIT")
 	br := c.tx.SendBatch(ctx, batch)
 	var unlocked *bool
@@ -176,8 +137,6 @@ func (c *claim) Complete(ctx context.Context, resp *idemserver.Response, now, ex
 		return nil
 	case isDivisionByZero(err):
 		return fmt.Errorf("pgserver: complete: %w", idemserver.ErrNotOwner)
-	case isKeyTaken(err): // another request's answer, committed since the claim's snapshot
-		return fmt.Errorf("pgserver: complete: %w: %w", idemserver.ErrNotOwner, err)
 	case err != nil:
 		return fmt.Errorf("pgserver: complete: %w", err)
 	}

@@ -3,10 +3,11 @@
 //
 // For each keyed request the backend opens a transaction, takes an advisory lock on the key's
 // scope (pg_try_advisory_xact_lock, and the same lock at session level until the answer
-// commits: a second request with the key gets 409 at once instead of queueing), and hands
-// the transaction to the handler through the request context (Tx). The handler does its
-// business writes (and, for example, an outbox row) in that transaction; the middleware then
-// writes the key's row with the answer (once: a fresh key has no row before) and commits. A crash at any point (process killed, connection lost, panic, commit
+// commits: a second request with the key gets 409 at once instead of queueing), inserts the
+// processing row, and hands the transaction to the
+// handler through the request context (Tx). The handler does its business writes (and, for
+// example, an outbox row) in that transaction; the middleware then writes the answer into the
+// row and commits. A crash at any point (process killed, connection lost, panic, commit
 // failure) rolls back all three together: the key is free again and a retry executes once.
 // Nothing is visible to other requests until the commit, and nothing reaches the client
 // before it.
@@ -24,15 +25,13 @@
 // handler's other writes without it (ErrStatementFailed).
 //
 // A fresh key costs five statements in three round trips, the handler's one INSERT included:
-// BEGIN and the claim, pipelined (one statement takes the key's advisory locks, reads the row
-// a stored answer is replayed from, and tells whether a row may have been committed since its
-// snapshot); the handler's own statements; the answer and COMMIT, pipelined (one statement
-// checks that the open transaction is still the claim's and inserts the key's row with the
-// answer, or updates the claim's own row where one exists, and fails otherwise, so that the
-// COMMIT behind it is skipped). A replay is BEGIN and the claim, then ROLLBACK and the
-// unlock: four statements in two round trips. A key whose row is not a final stored answer
-// (an expired one, a checkpoint), or whose claim ran while another transaction committed, is
-// read once more after the lock.
+// BEGIN and the claim, pipelined (one statement takes the key's advisory locks, inserts its
+// row unless one exists, and reads the row a stored answer is replayed from); the handler's
+// own statements; the answer and COMMIT, pipelined (one statement checks that the open
+// transaction is still the claim's and that the answer's UPDATE changed the claim's own row,
+// and fails otherwise, so that the COMMIT behind it is skipped). A replay is BEGIN and the
+// claim, then ROLLBACK and the unlock: four statements in two round trips. A key whose row is
+// not a final stored answer (an expired one, a checkpoint) is read once more after the lock.
 // TestStatementsPerRequest counts them on the wire. These counts hold in pgx's default
 // query mode (cache_statement) and the other cached ones; with default_query_exec_mode=
 // describe_exec every statement is described first, one more round trip each (a fresh key

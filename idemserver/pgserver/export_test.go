@@ -8,7 +8,3 @@ func SetTurnTimeout(d time.Duration) (restore func()) {
 	old := turnTimeout.Swap(int64(d))
 	return func() { turnTimeout.Store(old) }
 }
-
-// LockID is the advisory lock id of a scope, for the test that plays the previous release's
-// statements beside this one.
-var LockID = lockID

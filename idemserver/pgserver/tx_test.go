@@ -27,13 +27,7 @@ type txServer struct {
 
 func newTxServer(t *testing.T, h http.HandlerFunc) *txServer {
 	t.Helper()
-	return newTxServerWith(t, nil, h)
-}
-
-// newTxServerWith is newTxServer with configure applied to its pool's configuration.
-func newTxServerWith(t *testing.T, configure func(*pgxpool.Config), h http.HandlerFunc) *txServer {
-	t.Helper()
-	pool := testPoolWith(t, 8, configure)
+	pool := testPool(t, 8)
 	if _, err := pool.Exec(context.Background(), paymentsSchema+
 		`ALTER TABLE payments ADD COLUMN status text NOT NULL DEFAULT 'succeeded';`); err != nil {
 		t.Fatal(err)
