@@ -27,7 +27,13 @@ type txServer struct {
 
 func newTxServer(t *testing.T, h http.HandlerFunc) *txServer {
 	t.Helper()
-	pool := testPool(t, 8)
+	return newTxServerWith(t, nil, h)
+}
+
+// newTxServerWith is newTxServer over a pool that configure adjusts first (nil: as is).
+func newTxServerWith(t *testing.T, configure func(*pgxpool.Config), h http.HandlerFunc) *txServer {
+	t.Helper()
+	pool := testPoolWith(t, 8, configure)
 	if _, err := pool.Exec(context.Background(), paymentsSchema+
 		`ALTER TABLE payments ADD COLUMN status text NOT NULL DEFAULT 'succeeded';`); err != nil {
 		t.Fatal(err)
