@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/keystore"
 )
 
 // A recovery claims an orphan with ClaimExpired (lease: one minute, so the row is parked
@@ -59,5 +61,57 @@ func TestAdvRenewShorterHidesWalkedPastRow(t *testing.T) {
 	}
 	if got := claimKeys(t, s, "inst-c", 2*time.Second, 1); got != "live000" {
 		t.Fatalf("claim 1 s after live000's lease lapsed: %q, want live000", got)
+	}
+}
+
+// version1Release is the Release of the release before schema version 2 (commit e4e68a8): it
+// clears the lease but knows nothing of parked_until_ns.
+const version1Release = `UPDATE idem_records SET owner = NULL, lease_until_ns = NULL
+	WHERE tenant = $1 AND key = $2 AND fence = $4 AND (owner = $3 OR owner IS NULL)`
+
+// An instance of the release before version 2, running beside it as docs/KEYSTORE.md allows,
+// has a call in flight whose row a version 2 claim walked past and parked until its lease
+// (one hour). The call gives up and the old instance releases the record: by the contract
+// ClaimExpired may take it at once. Version 2 claims leave it out for the hour; a newer
+// orphan comes out first.
+func TestAdvVersion1ReleaseLeavesRowParked(t *testing.T) {
+	pool := testSchema(t)()
+	s := openStore(t, pool, nil)
+	ctx := context.Background()
+	for i := range 257 { // the default parkKeep (256) and one more
+		version1Row(t, pool, fmt.Sprintf("live%03d", i), i+1, "old", time.Hour)
+	}
+	pendingAt(t, s, "orph", 300, "dead", -time.Second)
+	if got := claimKeys(t, s, "inst-new", 0, 1); got != "orph" {
+		t.Fatalf("first claim: %q, want orph", got)
+	}
+	tag, err := pool.Exec(ctx, version1Release, []byte("t"), []byte("live000"), "old", int64(1))
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("version 1 Release: %v, %d rows", err, tag.RowsAffected())
+	}
+	pendingAt(t, s, "newer", 301, "dead", -time.Second)
+	if got := claimKeys(t, s, "inst-new", time.Second, 1); got != "live000" {
+		t.Fatalf("claim after the old instance released live000: %q, want live000 (released, the oldest orphan); parked: %v",
+			got, parked(t, pool)[:1])
+	}
+}
+
+// The holder claims its own record again (Claim: "the holder itself may claim again") with a
+// shorter lease than the one the row is parked until, and dies: the record is hidden until
+// the old lease's expiry.
+func TestAdvHolderReclaimShorterHidesParkedRow(t *testing.T) {
+	pool := testSchema(t)()
+	s := openStore(t, pool, nil)
+	ctx := context.Background()
+	pendingAt(t, s, "a", 1, "dead", -time.Second)
+	if got := claimKeys(t, s, "inst-b", 0, 1); got != "a" { // parked until parkT0 + 1 min
+		t.Fatalf("first claim: %q, want a", got)
+	}
+	now := parkT0.Add(time.Second)
+	if _, err := s.Claim(ctx, "t", "a", keystore.Lease{Owner: "inst-b", Now: now, Until: now.Add(4 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimKeys(t, s, "inst-c", 10*time.Second, 1); got != "a" {
+		t.Fatalf("claim 5 s after a's lease lapsed: %q, want a; parked: %v", got, parked(t, pool))
 	}
 }
