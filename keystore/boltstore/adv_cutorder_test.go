@@ -1,0 +1,65 @@
+package boltstore
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// A ClaimExpired of 100 records (one commit before claim commits gave way) is now cut after
+// minClaimsPerCommit claims when a caller waits, and the waiting caller's write goes between
+// its commits. If that write releases a record older than every orphan, ClaimExpired returns
+// it after 32 newer ones: the result is not oldest CreatedAt first (the keystore contract,
+// List order), and not the 100 oldest orphans at any instant (k100 is left while R, older,
+// was taken last).
+func TestAdvCutClaimExpiredOutOfOrder(t *testing.T) {
+	s := openInternal(t)
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	now := t0.Add(time.Hour)
+	// R, the oldest, is held by x with a live lease; k001..k100 are orphans.
+	r := indexRecord("R", t0, "x", now.Add(time.Hour))
+	r.Fence = 1
+	if err := s.Create(ictx, r); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 100; i++ {
+		if err := s.Create(ictx, indexRecord(fmt.Sprintf("k%03d", i), t0.Add(time.Duration(i)*time.Second), "", time.Time{})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// After the first claim commit, x gives R up: its Release waits for a commit while
+	// ClaimExpired is between its commits (the caller whose wait cut the claim commit).
+	settle := s.commit.done
+	var once sync.Once
+	var wg sync.WaitGroup
+	var relErr error
+	s.commit.done = func(batch []*op) {
+		for _, o := range batch {
+			if o.background {
+				once.Do(func() {
+					wg.Go(func() { relErr = s.Release(ictx, "", "R", "x", 1) })
+					waitQueued(t, s, 1)
+				})
+			}
+		}
+		settle(batch)
+	}
+	s.commit.live.Store(1) // a caller waits behind the first claim commit: it is cut
+	got, err := s.ClaimExpired(ictx, keystore.Lease{Owner: "me", Now: now, Until: now.Add(time.Minute)}, 100)
+	wg.Wait()
+	if err != nil || relErr != nil {
+		t.Fatal(err, relErr)
+	}
+	if len(got) != 100 {
+		t.Fatalf("claimed %d, want 100", len(got))
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].CreatedAt.Before(got[i-1].CreatedAt) {
+			t.Fatalf("claim %d is %s (created %v) after %s (created %v): not oldest first",
+				i, got[i].Key, got[i].CreatedAt.Format(time.TimeOnly), got[i-1].Key, got[i-1].CreatedAt.Format(time.TimeOnly))
+		}
+	}
+}
