@@ -155,7 +155,7 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 		var got []*keystore.Record
 		more, cut := false, false
 		n := min(limit-len(out), maxClaimsPerCommit)
-		if pre == nil { // kept over commits that only move expired leases, or cut short
+		if pre == nil { // kept over commits that only move expired leases
 			pre = s.prepareClaims(l, n)
 		}
 		err := s.commit.doBackground(ctx, func(tx *bbolt.Tx) error {
@@ -171,7 +171,7 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 			got, cut, err = s.claimOrphans(tx, l, n, pre, s.commit.callsWaiting)
 			return err
 		})
-		if !more && !cut {
+		if !more {
 			pre = nil
 		}
 		if err != nil {
@@ -181,7 +181,14 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 			return nil, err
 		}
 		out = append(out, got...)
-		if !more && !cut && len(got) < n {
+		if cut {
+			// Hand out what this commit took: a next commit would run after the writer that
+			// cut it, which may release an older record or claim and release one of these, so
+			// the result would be neither the oldest orphans of one moment nor free of
+			// repeats. The caller asks again (fewer than limit is allowed).
+			break
+		}
+		if !more && len(got) < n {
 			break
 		}
 	}
@@ -195,7 +202,8 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 const maxClaimsPerCommit = 128
 
 // minClaimsPerCommit is how many records a claim commit takes before it stops for a writer
-// waiting behind it (yield.go); the rest of its batch goes in ClaimExpired's next commit.
+// waiting behind it (yield.go); ClaimExpired then returns what it took, and its caller
+// asks again.
 // Fewer per commit would spend the pipeline on the fixed cost of commits (two fdatasyncs
 // each): fixed commits of 16 made a recovery 2-3× slower.
 const minClaimsPerCommit = 32
@@ -260,8 +268,10 @@ func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int, pre map[
 			last = ik[:timeKeyLen]
 		}
 	}
+	// The index orders CreatedAt ties by the records key (scope length first), not by Key
+	// then Scope: sort even within limit.
+	keystore.SortRecords(orphans)
 	if len(orphans) > limit {
-		keystore.SortRecords(orphans)
 		orphans = orphans[:limit]
 	}
 	for _, ik := range stale {

@@ -103,8 +103,9 @@ func TestBackgroundAloneTakesAll(t *testing.T) {
 }
 
 // A claim commit that a live writer waits for stops at minClaimsPerCommit claims, the oldest
-// by (CreatedAt, Key) even where CreatedAt ties across the cut, and ClaimExpired claims the
-// rest in its next commit: the same records, oldest first, as without the writer.
+// by (CreatedAt, Key) even where CreatedAt ties across the cut, and ClaimExpired returns
+// them (fewer than its limit); a second call claims the rest: the same records, oldest first,
+// as without the writer.
 func TestClaimExpiredStopsForWaitingWriter(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	now := t0.Add(time.Hour)
@@ -145,20 +146,28 @@ func TestClaimExpiredStopsForWaitingWriter(t *testing.T) {
 	s = setup(t)
 	before := s.commit.commits.Load()
 	s.commit.live.Store(1) // taken with the first batch, as a writer queued before it
-	all, err := s.ClaimExpired(ictx, l, n)
+	first, err := s.ClaimExpired(ictx, l, n)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(first) < minClaimsPerCommit || len(first) >= n {
+		t.Fatalf("a cut ClaimExpired returned %d, want at least %d and fewer than %d", len(first), minClaimsPerCommit, n)
+	}
+	if c := s.commit.commits.Load() - before; c != 1 {
+		t.Fatalf("%d commits, want 1 (cut short, then returned)", c)
+	}
+	rest, err := s.ClaimExpired(ictx, l, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(first, rest...)
 	if len(all) != n {
-		t.Fatalf("claimed %d, want %d", len(all), n)
+		t.Fatalf("claimed %d in two calls, want %d", len(all), n)
 	}
 	for i, r := range all {
 		if want := fmt.Sprintf("k%03d", i); r.Key != want || r.Owner != "me" {
 			t.Fatalf("claim %d is %s (owner %q), want %s", i, r.Key, r.Owner, want)
 		}
-	}
-	if c := s.commit.commits.Load() - before; c != 2 {
-		t.Fatalf("%d commits, want 2 (one cut short, one for the rest)", c)
 	}
 	if more, err := s.ClaimExpired(ictx, l, n); err != nil || len(more) != 0 {
 		t.Fatalf("claimed again %d, %v; want none", len(more), err)

@@ -9,13 +9,12 @@ import (
 	"github.com/idemkit/idem/keystore"
 )
 
-// A ClaimExpired of 100 records (one commit before claim commits gave way) is now cut after
-// minClaimsPerCommit claims when a caller waits, and the waiting caller's write goes between
-// its commits. If that write releases a record older than every orphan, ClaimExpired returns
-// it after 32 newer ones: the result is not oldest CreatedAt first (the keystore contract,
-// List order), and not the 100 oldest orphans at any instant (k100 is left while R, older,
-// was taken last).
-func TestAdvCutClaimExpiredOutOfOrder(t *testing.T) {
+// A ClaimExpired of 100 records is cut after minClaimsPerCommit claims when a caller waits,
+// and the waiting caller's write runs next. If that write releases a record older than every
+// orphan, a ClaimExpired that went on claiming in a second commit would return it after 32
+// newer ones (not oldest first, not the 100 oldest at any instant). A cut ClaimExpired
+// returns what its one commit took; the next call returns the released record first.
+func TestCutClaimExpiredStaysOldestFirst(t *testing.T) {
 	s := openInternal(t)
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	now := t0.Add(time.Hour)
@@ -53,13 +52,19 @@ func TestAdvCutClaimExpiredOutOfOrder(t *testing.T) {
 	if err != nil || relErr != nil {
 		t.Fatal(err, relErr)
 	}
-	if len(got) != 100 {
-		t.Fatalf("claimed %d, want 100", len(got))
+	if len(got) < minClaimsPerCommit || len(got) >= 100 {
+		t.Fatalf("claimed %d, want a cut batch: at least %d, fewer than 100", len(got), minClaimsPerCommit)
 	}
-	for i := 1; i < len(got); i++ {
-		if got[i].CreatedAt.Before(got[i-1].CreatedAt) {
-			t.Fatalf("claim %d is %s (created %v) after %s (created %v): not oldest first",
-				i, got[i].Key, got[i].CreatedAt.Format(time.TimeOnly), got[i-1].Key, got[i-1].CreatedAt.Format(time.TimeOnly))
+	for i, r := range got {
+		if want := fmt.Sprintf("k%03d", i+1); r.Key != want {
+			t.Fatalf("claim %d is %s, want %s (oldest first)", i, r.Key, want)
 		}
+	}
+	next, err := s.ClaimExpired(ictx, keystore.Lease{Owner: "me", Now: now, Until: now.Add(time.Minute)}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(next) != 100-len(got)+1 || next[0].Key != "R" {
+		t.Fatalf("next claim: %d records, first %v; want R (released, the oldest) and the %d left", len(next), next[0].Key, 100-len(got))
 	}
 }

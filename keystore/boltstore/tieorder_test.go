@@ -7,7 +7,10 @@ import (
 	"github.com/idemkit/idem/keystore"
 )
 
-func TestAdvTieOrderAcrossScopes(t *testing.T) {
+// Two orphans created at the same instant in scopes "bb" and "c": List order is Key, then
+// Scope, so bb/a comes first, though the index's records key puts the shorter scope "c"
+// ahead.
+func TestClaimExpiredTieOrderAcrossScopes(t *testing.T) {
 	s := openInternal(t)
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	a := indexRecord("a", t0, "", time.Time{})

@@ -9,13 +9,11 @@ import (
 	"github.com/idemkit/idem/keystore"
 )
 
-// A ClaimExpired of 100 records cut after its first commit (a caller waits) hands the rest
-// of its batch to a second commit. A record claimed by the first commit that a caller of the
-// same owner (a Do of this instance, which Claim lets take a record its owner holds) claims
-// and releases between the two commits is claimed again by the second: ClaimExpired returns
-// one key twice, under two fences, in one result. Before claim commits gave way, a limit of
-// at most 128 was claimed in one commit and this could not happen.
-func TestAdvCutClaimExpiredReturnsKeyTwice(t *testing.T) {
+// A ClaimExpired of 100 records cut after its first commit (a caller waits). A record claimed
+// by that commit that a caller of the same owner (a Do of this instance, which Claim lets
+// take a record its owner holds) claims and releases right after must not come back in the
+// same result under a second fence: a cut ClaimExpired returns what its one commit took.
+func TestCutClaimExpiredReturnsEachKeyOnce(t *testing.T) {
 	s := openInternal(t)
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	now := t0.Add(time.Hour)
