@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemkit/idem/keystore"
 	"go.etcd.io/bbolt"
 )
 
@@ -43,7 +44,8 @@ import (
 // file it names, so that two processes opening the file by two names exclude each other. A
 // link that names no file is refused (creating through it would not be atomic).
 //
-// Other errors (permissions, a directory) are returned wrapped, with path in the message.
+// An empty path is keystore.ErrInvalid. Other errors (permissions, a directory) are returned
+// wrapped, with path in the message.
 func Open(path string, opts *Options) (*Store, error) {
 	o := opts.withDefaults()
 	path, err := realPath(path)
@@ -273,6 +275,9 @@ func initLayout(db *bbolt.DB, path string) error {
 // realPath returns path with a symbolic link in its last element resolved; a link whose
 // target does not exist is an error. A path that does not exist yet is returned as it is.
 func realPath(path string) (string, error) {
+	if path == "" { // else the lock file would be ".lock" in the working directory
+		return "", errors.Join(keystore.ErrInvalid, errors.New("boltstore: empty path; give the keystore file's path"))
+	}
 	fi, err := os.Lstat(path)
 	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		return path, nil

@@ -256,3 +256,15 @@ func wantIs(t *testing.T, what string, err, target error) {
 		t.Fatalf("%s: %v, want %v", what, err, target)
 	}
 }
+
+// An empty path is refused before anything is created: no ".lock" appears in the working
+// directory.
+func TestOpenEmptyPath(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if _, err := boltstore.Open("", nil); !errors.Is(err, keystore.ErrInvalid) {
+		t.Fatalf("Open(\"\"): %v, want keystore.ErrInvalid", err)
+	}
+	if entries, err := os.ReadDir("."); err != nil || len(entries) != 0 {
+		t.Fatalf("working directory after Open(\"\"): %v, %v; want empty", entries, err)
+	}
+}
