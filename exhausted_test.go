@@ -2,9 +2,11 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/outcome"
 	"github.com/stretchr/testify/assert"
@@ -56,8 +58,43 @@ func TestStatusChecksRunOutNamesWhyTheOutcomeIsUnknown(t *testing.T) {
 	op := payment(1, "order-s", WithIntent("order-s"))
 	_, err := c.Do(context.Background(), op)
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
-	assert.Contains(t, err.Error(), "status endpoint gave no final answer in 2 checks; attempt 1 failed: ")
+	assert.Contains(t, err.Error(), "status endpoint gave no final answer in 2 checks (the last gave no usable answer); attempt 1 failed: ")
 	_, err = c.Do(context.Background(), op) // resumed: no attempt of its own before the checks
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
-	assert.Contains(t, err.Error(), "status endpoint gave no final answer in 2 checks; an earlier call or process may have sent the key")
+	assert.Contains(t, err.Error(), "status endpoint gave no final answer in 2 checks (the last gave no usable answer); an earlier call or process may have sent the key")
+}
+
+// When the checks themselves fail (the API is down), the message carries the last check's
+// error, so that an operator tells "down" from an answer that settles nothing. (A server
+// that says "executing" at every check gets the key resent instead: see statuscheck.go.)
+func TestStatusChecksRunOutNameTheLastCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		st   outcome.KeyStatus
+		err  error
+		want string
+	}{
+		{"down", outcome.KeyStatus{}, errors.New("dial tcp 127.0.0.1:1: connect: connection refused"),
+			"status endpoint gave no final answer in 2 checks (the last failed: dial tcp 127.0.0.1:1: connect: connection refused)"},
+		{"redirect", outcome.KeyStatus{State: outcome.KeyStatusCompleted, ResponseStatusCode: 102}, nil,
+			"status endpoint gave no final answer in 2 checks (the last reported HTTP 102, which settles nothing)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newLedgerAPI(t, func(a *ledgerAPI, w http.ResponseWriter, key, ref string, _ int64) {
+				panic(http.ErrAbortHandler) // no answer
+			})
+			checks := 0
+			c, _ := ledgerClient(t, a, func(cfg *Config) {
+				cfg.Policy = Policy{MaxAttempts: 3, MaxKeyStatusChecks: 2, MaxElapsed: time.Hour}
+				cfg.KeyStatusFunc = func(context.Context, outcome.KeyStatusRequest) (outcome.KeyStatus, error) {
+					checks++
+					return tc.st, tc.err
+				}
+			})
+			_, err := c.Do(context.Background(), payment(1, "order-"+tc.name, WithIntent("order-"+tc.name)))
+			require.ErrorIs(t, err, ErrOutcomeUnknown)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, 2, checks)
+		})
+	}
 }

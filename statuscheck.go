@@ -52,6 +52,7 @@ func (cl *call) resolveStatus(ctx context.Context) bool {
 	var wait time.Duration
 	var fromRA bool
 	processing := 0 // answers that said the server is executing the key
+	var last string // what the last check got, for the message when none was final
 	for i := 0; i < cl.s.policy.MaxKeyStatusChecks; i++ {
 		if i > 0 && !cl.wait(ctx, wait, fromRA) {
 			return false
@@ -60,6 +61,7 @@ func (cl *call) resolveStatus(ctx context.Context) bool {
 		st, err := cl.s.status(sctx, req)
 		cancel()
 		cl.statusChecks++
+		last = lastCheck(st, err)
 		if err != nil || st.State == outcome.KeyStatusCompleted && (st.ResponseStatusCode < 200 || st.ResponseStatusCode > 599 || outcome.NotFinal(st.ResponseStatusCode)) {
 			st = outcome.KeyStatus{State: outcome.KeyStatusUnknown} // garbage, a 1xx, or a "come back later": proves nothing
 		}
@@ -134,8 +136,23 @@ func (cl *call) resolveStatus(ctx context.Context) bool {
 		cl.expire()
 		return false
 	}
-	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks%s", cl.s.policy.MaxKeyStatusChecks, cl.unknownCause))
+	cl.halt(ErrOutcomeUnknown, fmt.Errorf("status endpoint gave no final answer in %d checks (the last %s)%s", cl.s.policy.MaxKeyStatusChecks, last, cl.unknownCause))
 	return false
+}
+
+// lastCheck says what a status check got, so that an operator tells "the API is down" (the
+// transport's error) from "the API says it is still executing".
+func lastCheck(st outcome.KeyStatus, err error) string {
+	switch {
+	case err != nil:
+		return "failed: " + err.Error()
+	case st.State == outcome.KeyStatusProcessing:
+		return "said the key is still executing"
+	case st.State == outcome.KeyStatusCompleted:
+		return fmt.Sprintf("reported HTTP %d, which settles nothing", st.ResponseStatusCode)
+	default:
+		return "gave no usable answer"
+	}
 }
 
 // maxStatusBody bounds a status answer (or a lookup's) read into memory, in bytes, beyond
