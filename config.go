@@ -53,9 +53,12 @@ type Config struct {
 	// Store persists records. Use one Client per store in a process: the lock that keeps two
 	// calls of one key from sending at once lives in the Client; across processes sharing a
 	// store (keystore/pgstore), the record's lease does (see LeaseTTL). Default:
-	// keystore.NewMemory(), which does not survive a restart (finished records are dropped
-	// after Retention by the background purge, see PurgeInterval): use it for tests and
-	// short-lived processes, and keystore/boltstore for durability.
+	// keystore.NewMemory(), which is NOT durable: a restart or crash loses every pending key,
+	// so Recover cannot finish those payments and a new run mints new keys for their intents
+	// (a second charge if the first landed). A payment service must set a durable store
+	// (keystore/boltstore for one process, keystore/pgstore for a fleet); Memory is for tests
+	// and short-lived tools. (Memory drops finished records after Retention, see
+	// PurgeInterval.)
 	Store keystore.Store
 	// Tenant scopes keys locally (WithTenant overrides it per operation). The server scopes
 	// keys by its own notion of tenant, usually the credentials. Valid UTF-8, else

@@ -43,3 +43,29 @@ func ExampleConfig_profile() {
 	fmt.Println(res.Source, "attempts:", res.Attempts, "charges:", charged)
 	// Output: lookup attempts: 1 charges: 1
 }
+
+// A profile's settling routes carry the simulator's paths (idemtest, the demo): against a
+// provider's real API, copy the profile and set each route's path to that API's endpoint.
+func ExampleConfig_profileRoutePath() {
+	p := profile.Stripe.Clone()
+	for i := range p.Settle {
+		if p.Settle[i].Kind == profile.SearchByReference {
+			p.Settle[i].Path = "/v1/payment_intents/search?query=metadata['reference']:'{reference}'" // keep {reference}
+		}
+	}
+	if err := p.Validate(); err != nil { // a path without its placeholder is refused
+		panic(err)
+	}
+	c, err := idem.NewClient(idem.Config{BaseURL: "https://api.stripe.com", Profile: p, Store: keystore.NewMemory()})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	search, _ := p.Route(profile.SearchByReference)
+	shipped, _ := profile.Stripe.Route(profile.SearchByReference) // the package's value is untouched
+	fmt.Println(search.Path)
+	fmt.Println(shipped.Path)
+	// Output:
+	// /v1/payment_intents/search?query=metadata['reference']:'{reference}'
+	// /v1/payments/search?query=metadata['reference']:'{reference}'
+}

@@ -43,9 +43,21 @@ type RecoverReport struct {
 // endpoint first, resend with the same key only when that is safe (the server says it never
 // executed the key, or there is no status endpoint and the key is younger than KeyTTL). A key
 // older than KeyTTL whose outcome cannot be learned is never resent: it becomes manual and is
-// reported. Each outcome is persisted, then handed to handle (which may be nil) so that the
-// application can, say, mark its order paid; handle is called from several goroutines at once
-// (Config.RecoverConcurrency), so it must be safe for that. Recover returns only after every
+// reported. Each outcome is written to the Store, then handed to handle (which may be nil) so
+// that the application can, say, mark its order paid; handle is called from several
+// goroutines at once (Config.RecoverConcurrency), so it must be safe for that.
+//
+// What is durable when handle runs depends on the Store. A failed outcome (ErrPermanent,
+// ErrKeyConflict, or not executed) is written with Update and is durable. Other outcomes
+// (succeeded, manual, still pending) are written with UpdateDeferred when the store is a
+// keystore.DeferredUpdater, as keystore/boltstore is: visible to reads at once, durable only
+// with the store's next commit, a flush within boltstore's Options.FlushDelay (50 ms by
+// default), or the store's Close. A process that exits without closing the store can lose
+// them: the records are then still pending, and the next Recover asks the status endpoint
+// again and hands the same outcomes to handle again. So handle must be idempotent (marking
+// an order paid twice must do no harm), and a process should Close the store before it
+// exits (Client.Close does not). Memory and keystore/pgstore write every outcome
+// synchronously (Memory survives no restart in any case). Recover returns only after every
 // handle call has returned, even when ctx ends. If handle panics, the other records are
 // still reconciled and handed to it, and Recover then panics with the first value on the
 // caller's goroutine (where a deferred recover can catch it) instead of a worker's.

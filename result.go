@@ -25,7 +25,7 @@ type Result struct {
 	StatusCode      int            // HTTP status of the operation's answer (2xx)
 	Header          http.Header    // response headers (nil when the answer came from the status endpoint, or from the keystore and had none worth keeping)
 	Body            []byte         // the response body, byte for byte
-	Attempts        int            // requests sent in this call (0 when answered from the store)
+	Attempts        int            // requests sent in this call: 0 when it sent none (answered from the store, or a record an earlier call left pending settled by the status endpoint)
 	KeyStatusChecks int            // status-endpoint asks made in this call
 	Source          outcome.Source // where the answer came from
 }

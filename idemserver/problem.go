@@ -8,6 +8,9 @@ import (
 
 // Problem types (RFC 9457 "type" members) of the answers the middleware writes itself. Clients
 // recognise key reuse by ProblemKeyReused or by the code member "idempotency_key_reused".
+// The URIs are identifiers, compared as strings (RFC 9457 §3.1.1), not links: no page is
+// published at them and they are not expected to resolve; each one's meaning is its
+// constant's doc here.
 const (
 	// ProblemKeyReused: 422, the key was used before with another request (fingerprint).
 	ProblemKeyReused = "https://idemkit.dev/problems/idempotency-key-reused"

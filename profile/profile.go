@@ -11,7 +11,17 @@
 // at /v1/payments?reference=...), which idemtest serves. Against a provider's real API, copy
 // the profile and set each Route.Path to that API's endpoint; a route left at the
 // convention's path answers 404 there, which idem reads as "could not tell" (never as "not
-// executed"), so payments wait for a person instead of settling.
+// executed"), so payments wait for a person instead of settling. Everything else in a
+// profile (key header or field, key length, retention, status and error codes, replay) is
+// the provider's own. To set a route's real path:
+//
+//	p := profile.Stripe.Clone() // a copy: the package's value stays as it is
+//	for i := range p.Settle {
+//		if p.Settle[i].Kind == profile.SearchByReference {
+//			p.Settle[i].Path = "/v1/..." // the provider's search; keep the {reference} placeholder
+//		}
+//	}
+//	// then idem.Config{Profile: p}; p.Validate checks the placeholders
 //
 // A caller composes its own profile by copying one (Clone) and changing fields, or by
 // filling a Profile from scratch; Validate says what is missing.

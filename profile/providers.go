@@ -7,7 +7,9 @@ import (
 )
 
 // Idem is idem's own contract (idemserver, idemtest): a status endpoint by key, stored
-// answers replayed, a consistent search by reference.
+// answers replayed, a consistent search by reference. Its route paths are the project's
+// convention, which idemtest serves; an API of your own that puts them elsewhere sets them
+// on a Clone (see the package doc).
 var Idem = Profile{
 	Name: "idem", KeyHeader: "Idempotency-Key", Replay: ReplayStored,
 	Settle: []Route{
@@ -22,6 +24,7 @@ var Idem = Profile{
 // -07): 409 while a request of the key runs, 422 for the key with another payload, replay
 // expected, retention advertised if at all, no status or lookup: an unknown outcome is
 // resent with the key, and a key the server can tell no more about waits for a person.
+// It has no route with a path: nothing to set against a real server.
 var IETF = Profile{
 	Name: "ietf", KeyHeader: "Idempotency-Key", Replay: ReplayStored,
 	Rules: []Rule{
@@ -39,6 +42,12 @@ var IETF = Profile{
 // 409); Stripe-Should-Retry hints (idem's default classifiers). No lookup by key: the
 // Search API finds a payment by metadata, but may lag about a minute, so "not found" counts
 // only a minute after the last send. client_secret is never stored.
+//
+// Real, from Stripe's documentation: the key header, key length, retention, status and
+// error codes, replay and the search's lag. The search route's Path
+// (/v1/payments/search?query=...) is the simulator's (docs/DIALECTS.md's convention, served by idemtest), not Stripe's: set it
+// to Stripe's endpoint on a Clone (see the package doc), or it answers 404 there and
+// payments wait for a person.
 var Stripe = Profile{
 	Name: "stripe", KeyHeader: "Idempotency-Key", MaxKeyLength: 255, Retention: 24 * time.Hour,
 	Replay: ReplayStored,
@@ -56,7 +65,8 @@ var Stripe = Profile{
 }
 
 // StripeV2 is Stripe's v2 APIs: as Stripe, except that a retry of the key completes failed
-// or partial work and returns the final answer instead of replaying a 500.
+// or partial work and returns the final answer instead of replaying a 500. Its search
+// route's Path is Stripe's, the simulator's: set it as for Stripe.
 var StripeV2 = func() Profile {
 	p := Stripe.Clone()
 	p.Name, p.Replay = "stripe-v2", ReplayCurrent
@@ -71,6 +81,12 @@ var StripeV2 = func() Profile {
 // be (a 502 or 504 of a proxy in front of it keeps the default reading). No
 // status API: an unknown outcome is settled by a cancel by the caller's reference, after
 // which "not executed" is definite.
+//
+// Real, from Adyen's documentation: the key header, key length, retention, status and
+// errorCode values, the transient-error hint. The cancel route's Path and Body
+// (/v1/cancels, {"paymentReference":...}) are the simulator's (docs/DIALECTS.md's convention, served by idemtest), not Adyen's: set it
+// to Adyen's endpoint on a Clone (see the package doc), or it answers 404 there and
+// payments wait for a person.
 var Adyen = Profile{
 	Name: "adyen", KeyHeader: "Idempotency-Key", MaxKeyLength: 64, Retention: 7 * 24 * time.Hour,
 	Replay: ReplayStored,
@@ -98,7 +114,8 @@ var Adyen = Profile{
 // returns the resource as it is now; a key used with another body is
 // PAYPAL_REQUEST_ID_PREVIOUSLY_USED (DUPLICATE_REQUEST_ID in older APIs). A resource can
 // be fetched only by the id of a 2xx answer, which an unknown outcome lacks: past the
-// retention, a person settles it.
+// retention, a person settles it. Everything here is PayPal's own; it has no route with
+// a path to set.
 var PayPal = Profile{
 	Name: "paypal", KeyHeader: "PayPal-Request-Id", Retention: 6 * time.Hour, Replay: ReplayCurrent,
 	Rules: []Rule{
@@ -113,6 +130,11 @@ var PayPal = Profile{
 // 409 while the first request runs; only 2xx answers are kept, so after a 4xx or 5xx the
 // same key executes again. An unknown outcome is therefore settled by the search by
 // reference first: a charge found is the answer; only "not there" allows the resend.
+//
+// Real, from Checkout.com's documentation: the key header, retention, status codes, which
+// answers are kept. The search route's Path (/v1/payments?reference=...) is the simulator's (docs/DIALECTS.md's convention, served by idemtest), not Checkout.com's: set it
+// to Checkout.com's endpoint on a Clone (see the package doc), or it answers 404 there and
+// payments wait for a person.
 var Checkout = Profile{
 	Name: "checkout", KeyHeader: "Cko-Idempotency-Key", Retention: 24 * time.Hour,
 	Replay: ReplayNothingOnError,
@@ -127,6 +149,11 @@ var Checkout = Profile{
 // GoCardless: a repeat of a key whose resource was created is not replayed but answered
 // 409 invalid_state, reason idempotent_creation_conflict, naming the resource in
 // links.conflicting_resource_id; its SDKs fetch that resource, and so does idem.
+//
+// Real, from GoCardless's documentation: the key header, the 409 and its fields. The fetch
+// route's Path (/v1/payments/{id}) is the simulator's (docs/DIALECTS.md's convention, served by idemtest), not GoCardless's: set it
+// to GoCardless's endpoint on a Clone (see the package doc), or it answers 404 there and
+// payments wait for a person.
 var GoCardless = Profile{
 	Name: "gocardless", KeyHeader: "Idempotency-Key", Replay: ReplayPointer,
 	Rules: []Rule{{Status: 409, Field: "error.errors.reason", Value: "idempotent_creation_conflict",
@@ -141,7 +168,8 @@ var GoCardless = Profile{
 // Square: the key is the request body's idempotency_key (at most 45 characters for
 // CreatePayment); a repeat returns the first successful answer; a key used with another
 // body is IDEMPOTENCY_KEY_REUSED. No lookup by key: a person (or the payment.created
-// webhook) settles what a resend cannot.
+// webhook) settles what a resend cannot. Everything here is Square's own; it has no route
+// with a path to set.
 var Square = Profile{
 	Name: "square", KeyField: "idempotency_key", MaxKeyLength: 45, Replay: ReplayStored,
 	Rules:   []Rule{{Field: "errors.code", Value: "IDEMPOTENCY_KEY_REUSED", Meaning: KeyReuse}},
@@ -152,6 +180,12 @@ var Square = Profile{
 // Increase: keys up to 200 characters; replays marked Idempotent-Replayed; a key used with
 // another body is 409 idempotency_key_already_used_error with the resource_id; every list
 // endpoint filters by idempotency_key, which settles an unknown outcome.
+//
+// Real, from Increase's documentation: the key header, key length, replay marking, the 409
+// and its fields, the list filter by idempotency_key. The list route's Path
+// (/v1/payments?idempotency_key=...) is the simulator's (docs/DIALECTS.md's convention, served by idemtest), not Increase's: set it
+// to Increase's endpoint on a Clone (see the package doc), or it answers 404 there and
+// payments wait for a person.
 var Increase = Profile{
 	Name: "increase", KeyHeader: "Idempotency-Key", MaxKeyLength: 200, Replay: ReplayStored,
 	Rules: []Rule{{Field: "type", Value: "idempotency_key_already_used_error", Meaning: KeyReuse}},

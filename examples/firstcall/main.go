@@ -36,5 +36,5 @@ func main() {
 	if err != nil {
 		log.Fatal(err) // errors.Is(err, idem.ErrOutcomeUnknown): maybe paid; run again, never pay anew
 	}
-	fmt.Println(res.StatusCode, string(res.Body)) // run again: the same answer, from idem.db
+	fmt.Println(res.StatusCode, string(res.Body), "from", res.Source) // run again: the same answer, "from store" (idem.db)
 }

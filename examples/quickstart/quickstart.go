@@ -62,7 +62,8 @@ func pay(ctx context.Context, baseURL, dbPath, apiKey string) (string, error) {
 		return "pay again", err
 	case errors.Is(err, idem.ErrPermanent): // declined / invalid (4xx, any 422 that is not key reuse): never retried
 		return "declined", err
-	case errors.Is(err, idem.ErrKeyConflict): // a bug: the intent's key holds other bytes (maybe paid): never pay again
+	case errors.Is(err, idem.ErrKeyConflict): // the intent's key holds other bytes; the error says what became of them:
+		// failed (a 4xx) or not executed: a corrected request is a new intent; else never pay again
 		return "bug", err
 	default: // not executed yet (exhausted, throttled, deadline, budget, canceled):
 		// the record stays pending; Do again later or let Recover finish it
