@@ -21,7 +21,7 @@ func claimWith(t *testing.T, s *Store, l keystore.Lease, n int, pre map[string]*
 			return err
 		}
 		var err error
-		got, _, err = s.claimOrphans(tx, l, n, pre, nil)
+		got, err = s.claimOrphans(tx, l, n, pre)
 		return err
 	}); err != nil {
 		t.Fatal(err)

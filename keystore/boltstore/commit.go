@@ -20,8 +20,6 @@ import (
 // ends, the leader hands leadership to the first of them, which commits everything queued by
 // then, and wakes the ops it committed. A lone writer therefore pays exactly one Update, and
 // no one ever waits for a timer. Unlike bbolt's DB.Batch, each op runs exactly once.
-// Background ops (ClaimExpired's commits, see yield.go) give way to live writers: a commit
-// that has a live writer to serve leaves them queued for the next one.
 type committer struct {
 	db      *bbolt.DB
 	mu      sync.Mutex
@@ -30,11 +28,6 @@ type committer struct {
 	running bool      // a leader exists: committing, or designated and about to
 	closed  bool
 	commits atomic.Uint64 // bbolt Update transactions run, for tests
-
-	// live counts the queued ops that are neither deferred nor background: writers waiting
-	// for a commit. It changes under mu; background work reads it without mu (callsWaiting).
-	live      atomic.Int32
-	batchLive atomic.Bool // the commit under way carries a live writer (callsWaiting)
 
 	// Deferred writes (see deferred.go): they wait in queue like other ops but never lead;
 	// the next leader commits them, or a flush armed for flushDelay does.
@@ -63,9 +56,6 @@ type op struct {
 
 	deferred bool   // no caller waits for it (UpdateDeferred)
 	key      []byte // records bucket key of a deferred op
-
-	background bool // gives way to live writers (doBackground)
-	passed     int  // commits that left this background op queued for live writers
 }
 
 // errNothingWritten rolls back a batch in which every op failed with a logical error.
@@ -89,26 +79,19 @@ func (c *committer) init(db *bbolt.DB) {
 // honoured until a leader takes the op: a cancelled op still in the queue is dropped and
 // returns ctx.Err(); an op already being committed completes and returns its result.
 func (c *committer) do(ctx context.Context, apply func(tx *bbolt.Tx) error) error {
-	return c.run(ctx, &op{apply: apply, wake: make(chan struct{}, 1)})
-}
-
-// run queues o, a write someone waits for, and returns its result once committed (do).
-func (c *committer) run(ctx context.Context, o *op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := c.refused(); err != nil {
 		return err
 	}
+	o := &op{apply: apply, wake: make(chan struct{}, 1)}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return keystore.ErrClosed
 	}
 	c.queue = append(c.queue, o)
-	if !o.background {
-		c.live.Add(1)
-	}
 	if !c.running {
 		c.running, o.lead = true, true
 	}
@@ -122,7 +105,7 @@ func (c *committer) run(ctx context.Context, o *op) error {
 			return o.err
 		}
 	}
-	c.commit(o)
+	c.commit()
 	return o.err
 }
 
@@ -157,9 +140,6 @@ func (c *committer) wait(ctx context.Context, o *op) bool {
 	c.mu.Lock()
 	if i := slices.Index(c.queue, o); i >= 0 {
 		c.queue = slices.Delete(c.queue, i, i+1)
-		if !o.background {
-			c.live.Add(-1)
-		}
 		if o.lead { // designated but not started: pass it on
 			c.handoffLocked()
 		}
@@ -171,12 +151,11 @@ func (c *committer) wait(ctx context.Context, o *op) bool {
 	return true
 }
 
-// commit runs one commit for everything queued (but background ops that give way to live
-// writers, see take), then hands leadership on and wakes the ops. lead is the op of the
-// caller running it (nil for a flush or Close): it is always in the batch.
-func (c *committer) commit(lead *op) {
+// commit runs one commit for everything queued, then hands leadership on and wakes the ops.
+func (c *committer) commit() {
 	c.mu.Lock()
-	batch := c.takeLocked(lead)
+	batch := c.queue
+	c.queue = nil
 	c.mu.Unlock()
 	// However the commit ends, even by a panic that guard did not expect to recover, the ops
 	// are woken and leadership is handed on: a waiter never hangs.
@@ -262,26 +241,15 @@ func (c *committer) finish(batch []*op) {
 	c.mu.Unlock()
 }
 
-// handoffLocked designates the next leader: the first queued live writer, else the first
-// background op, or marks the committer idle if neither is queued. c.mu is held.
+// handoffLocked designates the first queued op as the next leader, or marks the committer
+// idle if the queue is empty. c.mu is held.
 func (c *committer) handoffLocked() {
-	var next *op
-	for _, o := range c.queue {
-		if o.deferred { // the leader commits the deferred ops queued before it too
-			continue
+	for _, next := range c.queue {
+		if !next.deferred { // the leader commits the deferred ops queued before it too
+			next.lead = true
+			next.wake <- struct{}{}
+			return
 		}
-		if !o.background {
-			next = o
-			break
-		}
-		if next == nil {
-			next = o
-		}
-	}
-	if next != nil {
-		next.lead = true
-		next.wake <- struct{}{}
-		return
 	}
 	c.running = false
 	c.idle.Broadcast()
@@ -305,7 +273,7 @@ func (c *committer) close() bool {
 	if len(c.queue) > 0 { // deferred writes: commit them before the file closes
 		c.running = true
 		c.mu.Unlock()
-		c.commit(nil)
+		c.commit()
 		c.mu.Lock()
 		for c.running {
 			c.idle.Wait()

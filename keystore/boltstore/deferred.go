@@ -155,5 +155,5 @@ func (c *committer) flush() {
 	}
 	c.running = true
 	c.mu.Unlock()
-	c.commit(nil)
+	c.commit()
 }

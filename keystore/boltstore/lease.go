@@ -134,9 +134,7 @@ func (s *Store) holder(ctx context.Context, scope, key string, change func(*keys
 // oldest of those, at most maxClaimsPerCommit (128) per commit, each decoded and encoded
 // before its commit where it can be (claimprep.go), so a call costs time in proportion to
 // limit (and to the leases that expired since the last call), whatever the number of
-// records, and no commit of it holds the writers behind it for long. Its commits give way
-// to other writers (yield.go): they never go ahead of a write someone waits for, and one
-// that a waiting write would follow stops after minClaimsPerCommit claims. A record that
+// records, and no commit of it holds the writers behind it for long. A record that
 // cannot be decoded is skipped and left untouched (ListPage reports it), as pgstore does.
 // Errors (nothing claimed; when a later commit of a large limit fails, the records claimed by
 // the earlier ones are returned without the error): keystore.ErrInvalid (bad lease,
@@ -153,13 +151,13 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 	var pre map[string]*preparedClaim
 	for len(out) < limit {
 		var got []*keystore.Record
-		more, cut := false, false
+		more := false
 		n := min(limit-len(out), maxClaimsPerCommit)
 		if pre == nil { // kept over commits that only move expired leases
 			pre = s.prepareClaims(l, n)
 		}
-		err := s.commit.doBackground(ctx, func(tx *bbolt.Tx) error {
-			got, more, cut = nil, false, false
+		err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
+			got, more = nil, false
 			moved, err := expireLeases(tx, l.Now, maxExpiryMoves)
 			if err != nil {
 				return err
@@ -168,7 +166,7 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 				more = true
 				return nil
 			}
-			got, cut, err = s.claimOrphans(tx, l, n, pre, s.commit.callsWaiting)
+			got, err = s.claimOrphans(tx, l, n, pre)
 			return err
 		})
 		if !more {
@@ -181,13 +179,6 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 			return nil, err
 		}
 		out = append(out, got...)
-		if cut {
-			// Hand out what this commit took: a next commit would run after the writer that
-			// cut it, which may release an older record or claim and release one of these, so
-			// the result would be neither the oldest orphans of one moment nor free of
-			// repeats. The caller asks again (fewer than limit is allowed).
-			break
-		}
 		if !more && len(got) < n {
 			break
 		}
@@ -201,22 +192,13 @@ func (s *Store) ClaimExpired(ctx context.Context, l keystore.Lease, limit int) (
 // page's write. Recover asks for at most RecoverConcurrency × 8 (128 by default) at a time.
 const maxClaimsPerCommit = 128
 
-// minClaimsPerCommit is how many records a claim commit takes before it stops for a writer
-// waiting behind it (yield.go); ClaimExpired then returns what it took, and its caller
-// asks again.
-// Fewer per commit would spend the pipeline on the fixed cost of commits (two fdatasyncs
-// each): fixed commits of 16 made a recovery 2-3× slower.
-const minClaimsPerCommit = 32
-
 // claimOrphans claims for l.Owner the oldest (CreatedAt, then Key, then Scope) up to limit
-// records of the "unleased" index that are orphaned at l.Now; once it holds
-// minClaimsPerCommit of them and yield reports a writer waiting, it claims no more (cut
-// true: there may be more orphans than it took). It reads the index in key order
+// records of the "unleased" index that are orphaned at l.Now. It reads the index in key order
 // (CreatedAt, then the records key) and decodes each record it finds there, unless pre holds
 // a claim prepared from exactly its stored value (claimprep.go): those still orphaned are
 // taken, records with a lease live at l.Now (moved here by a caller whose clock was ahead)
 // are skipped, and entries naming no pending record at that CreatedAt are deleted.
-func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int, pre map[string]*preparedClaim, yield func() bool) (_ []*keystore.Record, cut bool, _ error) {
+func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int, pre map[string]*preparedClaim) ([]*keystore.Record, error) {
 	records, unleased := tx.Bucket(bucketRecords), tx.Bucket(bucketUnleased)
 	var orphans []*keystore.Record
 	var taken map[*keystore.Record]*preparedClaim // orphans whose prepared claim holds
@@ -225,12 +207,9 @@ func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int, pre map[
 	c := unleased.Cursor()
 	for ik, _ := c.First(); ik != nil; ik, _ = c.Next() {
 		if err := checkIndexKey("unleased", ik, prev, timeKeyLen); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		prev = ik
-		if !cut && len(orphans) >= minClaimsPerCommit && len(orphans) < limit && yield != nil && yield() {
-			limit, cut = len(orphans), true // the ties of the last one taken still come
-		}
 		// Past limit only while CreatedAt ties with the last one taken: ties are ordered by
 		// Key, then Scope, which the index's records key order is not.
 		if len(orphans) >= limit && !bytes.Equal(ik[:timeKeyLen], last) {
@@ -255,7 +234,7 @@ func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int, pre map[
 		rec, err := s.codec.decode(k, v)
 		if err != nil {
 			if err := skipDamaged(err); err != nil {
-				return nil, false, err // nothing written yet
+				return nil, err // nothing written yet
 			}
 			continue
 		}
@@ -276,7 +255,7 @@ func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int, pre map[
 	}
 	for _, ik := range stale {
 		if err := unleased.Delete(ik); err != nil {
-			return nil, false, abort(err)
+			return nil, abort(err)
 		}
 	}
 	for _, rec := range orphans {
@@ -287,18 +266,18 @@ func (s *Store) claimOrphans(tx *bbolt.Tx, l keystore.Lease, limit int, pre map[
 			keystore.ApplyClaim(rec, l)
 			v, err := s.codec.value(k, rec)
 			if err != nil {
-				return nil, false, abort(err)
+				return nil, abort(err)
 			}
 			p = &preparedClaim{before: old, claimed: rec, value: v}
 		}
 		if err := s.putValue(tx, k, p.value, p.before, rec); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		// The claimed record's next write is its call's final one: the summary cache keeps
 		// the new value's summary, so that this update need not decode it in its commit.
 		s.summaries.put(&encoded{rec: rec, key: k, value: p.value, codec: &s.codec})
 	}
-	return orphans, cut, nil
+	return orphans, nil
 }
 
 // putRecord writes rec, a record decoded from the file (so valid, its secrets already
