@@ -47,7 +47,7 @@ func createPayment(ctx context.Context, baseURL string, store keystore.Store, ad
 		return "unknown", err
 	case errors.Is(err, idem.ErrNotExecuted): // settled as not executed: only now pay again, as a new intent
 		return "pay again", err
-	default: // not executed yet, or a bug (ErrKeyConflict): errors.As(err, new(*idem.OperationError))
+	default: // not executed yet, or ErrKeyConflict (its message says whether a corrected request is a new intent): errors.As(err, new(*idem.OperationError))
 		return "later", err
 	}
 }
