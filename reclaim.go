@@ -37,8 +37,9 @@ const reclaimAhead = 8
 // its key, so it was skipped). It returns the records it claimed, and the first ClaimExpired
 // error. A panic of a record's call (the application's code) is kept in g, and the workers
 // go on with the other records.
-func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Reconciled, bool), g *panicGuard) (map[scopedKey]bool, error) {
+func (c *Client) reclaimPass(ctx context.Context, s callSettings, self int64, out func(Reconciled, bool), g *panicGuard) (map[scopedKey]bool, error) {
 	workers := c.cfg.RecoverConcurrency
+	pace := c.newPacer(self)
 	claimed := make(map[scopedKey]bool)
 	var (
 		wg   sync.WaitGroup
@@ -114,7 +115,8 @@ func (c *Client) reclaimPass(ctx context.Context, s callSettings, out func(Recon
 			claimed[name] = true
 			fresh++
 			c.stats.orphans.Add(1)
-			work <- rec // room for n: only this loop sends
+			pace.wait(ctx, pace.delay()) // the cores go to live calls first
+			work <- rec                  // room for n: only this loop sends
 		}
 		if len(recs) == 0 || (fresh == 0 && len(recs) < n) {
 			break
@@ -219,7 +221,7 @@ func (c *Client) reclaimNow(ctx context.Context) {
 	}
 	var g panicGuard // no caller to raise it on: logged, and the pass went on without it
 	g.run(func() {   // the pass's own store calls and hooks too (ClaimExpired, OnClockSkew)
-		if _, err := c.reclaimPass(ctx, s, func(Reconciled, bool) {}, &g); err != nil && !errors.Is(err, ErrClockSkew) {
+		if _, err := c.reclaimPass(ctx, s, 0, func(Reconciled, bool) {}, &g); err != nil && !errors.Is(err, ErrClockSkew) {
 			c.warnf("background reclaim", err) // a skew is reported already
 		}
 	})

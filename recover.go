@@ -72,7 +72,9 @@ type RecoverReport struct {
 // twice (Stats.OrphansReclaimed); records it leaves pending are released when it ends.
 // Records another instance, or a call in this process, holds a live lease on are skipped
 // (RecoverReport.Skipped). A listing then claims one at a time the pending records the
-// batches did not take. Records are sent with their persisted headers, which never include
+// batches did not take. While Do calls are in flight on c, those batches start at most 6,500
+// records a second, leaving the cores to the calls (unpaced when none is; the pace never
+// stops a Recover). Records are sent with their persisted headers, which never include
 // credentials: set Config.Credentials. opts apply to every record, as with Do. It also purges
 // terminal records older than Config.Retention. Pending records are read a page at a time
 // when the store is a keystore.Pager; a record that cannot be decoded is then skipped, left
@@ -131,7 +133,7 @@ func (c *Client) Recover(ctx context.Context, handle func(Reconciled), opts ...C
 		}
 	}
 	// First the orphans, claimed in batches: records other instances hold are left to them.
-	claimed, claimErr := c.reclaimPass(ctx, s, record, &guard)
+	claimed, claimErr := c.reclaimPass(ctx, s, 1, record, &guard)
 	if errors.Is(claimErr, ErrClockSkew) { // the clock stepped since the purge's check
 		return rep, claimErr
 	}
