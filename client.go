@@ -113,6 +113,9 @@ func NewClient(cfg Config) (*Client, error) {
 	if cfg.RecoverConcurrency == 0 {
 		c.cfg.RecoverConcurrency = defaultRecoverConcurrency
 	}
+	if cfg.RecoverBusyRate == 0 {
+		c.cfg.RecoverBusyRate = defaultRecoverBusyRate
+	}
 	if cfg.Now == nil {
 		c.cfg.Now = time.Now
 	}

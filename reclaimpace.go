@@ -9,13 +9,12 @@ import (
 // calls and the final writes flat out: on a small machine the process then wants more cores
 // than it has, and the store's committer, which every durable Do waits for, waits to be
 // scheduled again after each of its syscalls (docs/PERFORMANCE.md section j). While Do calls
-// are in flight a reclaim pass therefore starts at most reclaimBusyRate records per second;
+// are in flight a reclaim pass therefore starts at most Config.RecoverBusyRate records per second;
 // with no call in flight it runs unpaced. The pace never stops a pass, so a pass finishes
 // under any steady traffic.
 
-// reclaimBusyRate is the most records per second a reclaim pass starts while Do calls are in
-// flight on the same client.
-const reclaimBusyRate = 6500
+// defaultRecoverBusyRate is Config.RecoverBusyRate's default, in records per second.
+const defaultRecoverBusyRate = 6500
 
 // reclaimPaceMin is the shortest wait a pacer sleeps: shorter debts accumulate, so the pass
 // runs in short bursts instead of waking a timer per record.
@@ -33,9 +32,10 @@ type pacer struct {
 // newPacer returns the pacer of a pass run by c; self is how many of c's running calls the
 // pass itself counts (1 for Recover, which enters as a call, 0 for a background pass).
 func (c *Client) newPacer(self int64) *pacer {
+	rate := c.cfg.RecoverBusyRate
 	return &pacer{
-		every: time.Second / reclaimBusyRate,
-		busy:  func() bool { return c.owner.running.Load() > self },
+		every: time.Second / time.Duration(max(rate, 1)),
+		busy:  func() bool { return rate > 0 && c.owner.running.Load() > self },
 		now:   time.Now,
 	}
 }

@@ -69,9 +69,9 @@ func TestPacerSpacesStartsWhileBusy(t *testing.T) {
 func TestPacerRate(t *testing.T) {
 	for _, busy := range []bool{true, false} {
 		now := time.Unix(1_700_000_000, 0)
-		p := &pacer{every: time.Second / reclaimBusyRate, busy: func() bool { return busy }, now: func() time.Time { return now }}
+		p := &pacer{every: time.Second / defaultRecoverBusyRate, busy: func() bool { return busy }, now: func() time.Time { return now }}
 		start, waits := now, 0
-		const n = 10 * reclaimBusyRate
+		const n = 10 * defaultRecoverBusyRate
 		for range n {
 			d := p.delay()
 			if d > 0 {
@@ -86,7 +86,7 @@ func TestPacerRate(t *testing.T) {
 			assert.Zero(t, waits)
 			continue
 		}
-		// n starts at reclaimBusyRate per second take 10 s less one burst, the late
+		// n starts at defaultRecoverBusyRate per second take 10 s less one burst, the late
 		// wakes made up
 		assert.InDelta(t, 10*time.Second, took, float64(2*reclaimPaceMin), "took %v", took)
 		assert.Greater(t, waits, n/20, "bursts of about a millisecond")
@@ -108,4 +108,26 @@ func TestPacerBusyCountsLiveCalls(t *testing.T) {
 	c.exit()
 	c.exit()
 	assert.False(t, background.busy())
+}
+
+// Config.RecoverBusyRate sets the pace (records per second while busy); negative turns it off.
+func TestPacerFollowsRecoverBusyRate(t *testing.T) {
+	for _, tc := range []struct {
+		rate      int
+		every     time.Duration
+		pacedBusy bool
+	}{
+		{0, time.Second / defaultRecoverBusyRate, true},
+		{1000, time.Millisecond, true},
+		{-1, time.Second, false},
+	} {
+		c, err := NewClient(Config{BaseURL: "http://127.0.0.1:1", Store: keystore.NewMemory(), RecoverBusyRate: tc.rate})
+		require.NoError(t, err)
+		p := c.newPacer(0)
+		c.enter() // a Do in flight
+		assert.Equal(t, tc.every, p.every, "rate %d", tc.rate)
+		assert.Equal(t, tc.pacedBusy, p.busy(), "rate %d", tc.rate)
+		c.exit()
+		require.NoError(t, c.Close())
+	}
 }

@@ -72,9 +72,9 @@ type RecoverReport struct {
 // twice (Stats.OrphansReclaimed); records it leaves pending are released when it ends.
 // Records another instance, or a call in this process, holds a live lease on are skipped
 // (RecoverReport.Skipped). A listing then claims one at a time the pending records the
-// batches did not take. While Do calls are in flight on c, those batches start at most 6,500
-// records a second, leaving the cores to the calls (unpaced when none is; the pace never
-// stops a Recover). Records are sent with their persisted headers, which never include
+// batches did not take. While Do calls are in flight on c, those batches start at most
+// Config.RecoverBusyRate records a second (6,500 by default), leaving the cores to the calls
+// (unpaced when none is; the pace never stops a Recover). Records are sent with their persisted headers, which never include
 // credentials: set Config.Credentials. opts apply to every record, as with Do. It also purges
 // terminal records older than Config.Retention. Pending records are read a page at a time
 // when the store is a keystore.Pager; a record that cannot be decoded is then skipped, left
