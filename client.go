@@ -46,7 +46,8 @@ type Client struct {
 // field: a BaseURL that is not absolute or carries user info, a query or a fragment, a
 // relative KeyStatusURL without BaseURL, a Retention shorter than KeyTTL, a LeaseTTL not
 // longer than Policy.AttemptTimeout, a KeyHeader that is a credential or secret header, a
-// negative KeyTTL, Retention, RecoverConcurrency or PurgeBatch) or ErrInvalidPolicy. A negative
+// negative KeyTTL, Retention, RecoverConcurrency or PurgeBatch, a RecoverBusyRate too low for
+// LeaseTTL) or ErrInvalidPolicy. A negative
 // PurgeInterval is valid: it disables the background purge.
 func NewClient(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, policy: cfg.Policy.withDefaults()}
@@ -126,6 +127,9 @@ func NewClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	if err := c.leaseDefaults(); err != nil {
+		return nil, err
+	}
+	if err := c.checkBusyRate(); err != nil {
 		return nil, err
 	}
 	if err := c.skewDefaults(); err != nil {

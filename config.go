@@ -155,7 +155,9 @@ type Config struct {
 	// unpaced, and the pace never stops a recovery. Default 6,500 (on a 2-core host it kept
 	// a recovery of 100,000 records at about 5,800 records/s while one caller's p99 fell
 	// from 10.4 to 6.4 ms: docs/PERFORMANCE.md section j); raise it on a larger host;
-	// negative means never paced.
+	// negative means never paced. A rate so low that starting one claimed batch
+	// (RecoverConcurrency × 8 records) takes more than a tenth of Fleet.LeaseTTL is
+	// ErrInvalidConfig: the batch's leases would run out before its records are sent.
 	RecoverBusyRate int
 	// Profile is the provider's idempotency dialect (package profile: profile.Stripe,
 	// profile.PayPal, ..., or one of the caller's own): the key carrier (header or body

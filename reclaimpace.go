@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -15,6 +16,23 @@ import (
 
 // defaultRecoverBusyRate is Config.RecoverBusyRate's default, in records per second.
 const defaultRecoverBusyRate = 6500
+
+// checkBusyRate refuses a Config.RecoverBusyRate so low that pacing one claimed batch
+// (RecoverConcurrency × reclaimAhead records, claimed before they are queued) would take more
+// than a tenth of Fleet.LeaseTTL: their leases would run out in the queue and another
+// instance could take them while this one still means to send them.
+func (c *Client) checkBusyRate() error {
+	rate := c.cfg.RecoverBusyRate
+	if rate < 0 {
+		return nil
+	}
+	batch := c.cfg.RecoverConcurrency * reclaimAhead
+	if time.Duration(batch)*time.Second/time.Duration(rate) > c.cfg.Fleet.LeaseTTL/10 {
+		return fmt.Errorf("%w: RecoverBusyRate %d records/s would take more than a tenth of Fleet.LeaseTTL %s to start a batch of %d claimed records (RecoverConcurrency × %d): raise it, or set it negative to turn the pace off",
+			ErrInvalidConfig, rate, c.cfg.Fleet.LeaseTTL, batch, reclaimAhead)
+	}
+	return nil
+}
 
 // reclaimPaceMin is the shortest wait a pacer sleeps: shorter debts accumulate, so the pass
 // runs in short bursts instead of waking a timer per record.

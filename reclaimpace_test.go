@@ -131,3 +131,22 @@ func TestPacerFollowsRecoverBusyRate(t *testing.T) {
 		require.NoError(t, c.Close())
 	}
 }
+
+// A rate too low for the batch a pass claims at once, against the lease the batch holds, is
+// refused; at the edge it is accepted.
+func TestRecoverBusyRateAgainstLease(t *testing.T) {
+	// 16 × 8 = 128 records; a 30 s lease allows 3 s: at least 43 records/s (42 gives 3.05 s).
+	for _, tc := range []struct {
+		rate int
+		ok   bool
+	}{{43, true}, {42, false}, {1, false}, {-1, true}, {0, true}} {
+		c, err := NewClient(Config{BaseURL: "http://127.0.0.1:1", Store: keystore.NewMemory(), RecoverBusyRate: tc.rate})
+		if !tc.ok {
+			require.ErrorIs(t, err, ErrInvalidConfig, "rate %d", tc.rate)
+			assert.Contains(t, err.Error(), "RecoverBusyRate")
+			continue
+		}
+		require.NoError(t, err, "rate %d", tc.rate)
+		require.NoError(t, c.Close())
+	}
+}
