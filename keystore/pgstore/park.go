@@ -24,8 +24,10 @@ import (
 //     then (renewed meanwhile, or claimed again by a release before version 2) is parked
 //     again until its lease's expiry, any other goes back among the candidates, so the
 //     oldest orphans come out first as before.
-//   - Release clears the column, so a released record is an orphan at once. Claim, Renew and
-//     Update leave it as it is (a Renew stays a write of one column that no index holds).
+//   - Release clears the column, so a released record is an orphan at once. Claim and Renew
+//     clear it when the new lease ends before the parked time (a pending call's short hold),
+//     so the record is an orphan when that lease lapses; otherwise they leave it, and a Renew
+//     stays a write that changes no indexed column. Update leaves it.
 //
 // The orphans of a dead instance, the common case after an outage, are claimed with no
 // extra write unless they were themselves claimed by a ClaimExpired (a recovery that died
