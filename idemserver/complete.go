@@ -20,20 +20,14 @@ func (m *Middleware) complete(ctx context.Context, claim Claim, rec *recorder) (
 	resp := rec.response()
 	// The stored answer is handed to the backend (Claim.Complete), which may keep it as it
 	// is: its header values are copied (into one slice, as http.Header.Clone does), since the
-	// recorder's go on to the ResponseWriter, where an outer handler may change them. The
-	// answer and, when they are few, the values share one allocation.
+	// recorder's go on to the ResponseWriter, where an outer handler may change them. Only
+	// keepFailed's rare answers come here; the handler's own go through completeHandingOver.
+	stored := &Response{StatusCode: resp.StatusCode, Header: make(http.Header, len(m.cfg.StoredHeaders)), Body: resp.Body}
 	n := 0
 	for _, h := range m.cfg.StoredHeaders {
 		n += len(rec.header[h])
 	}
-	sa := &storedAnswer{Response: Response{StatusCode: resp.StatusCode, Header: make(http.Header, len(m.cfg.StoredHeaders)), Body: resp.Body}}
-	stored := &sa.Response
-	var values []string
-	if n <= len(sa.values) {
-		values = sa.values[:0:n]
-	} else {
-		values = make([]string, 0, n)
-	}
+	values := make([]string, 0, n)
 	for _, h := range m.cfg.StoredHeaders {
 		if vs, ok := rec.header[h]; ok {
 			values = append(values, vs...)
@@ -42,13 +36,6 @@ func (m *Middleware) complete(ctx context.Context, claim Claim, rec *recorder) (
 	}
 	now := m.cfg.Now()
 	return stored, claim.Complete(dctx, stored, now, now.Add(m.cfg.Retention))
-}
-
-// storedAnswer is a stored Response with room for the values of its first headers (one
-// Content-Type, one Location: most answers have no more), so that both are one allocation.
-type storedAnswer struct {
-	Response
-	values [2]string
 }
 
 // completeHandingOver is complete for the handler's own answer, stored once: the recorder's
