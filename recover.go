@@ -48,7 +48,8 @@ type RecoverReport struct {
 // goroutines at once (Config.RecoverConcurrency), so it must be safe for that.
 //
 // What is durable when handle runs depends on the Store. A failed outcome (ErrPermanent,
-// ErrKeyConflict, or not executed) is written with Update and is durable. Other outcomes
+// ErrKeyConflict, or not executed), and a manual one whose Config.Lookup acts (a cancel by
+// reference), is written with Update and is durable. Other outcomes
 // (succeeded, manual, still pending) are written with UpdateDeferred when the store is a
 // keystore.DeferredUpdater, as keystore/boltstore is: visible to reads at once, durable only
 // with the store's next commit, a flush within boltstore's Options.FlushDelay (50 ms by
@@ -74,8 +75,8 @@ type RecoverReport struct {
 // (RecoverReport.Skipped). A listing then claims one at a time the pending records the
 // batches did not take. While Do calls are in flight on c, those batches start at most
 // Config.RecoverBusyRate records a second (6,500 by default), leaving the cores to the calls
-// (unpaced when none is; the pace never stops a Recover). Records are sent with their persisted headers, which never include
-// credentials: set Config.Credentials. opts apply to every record, as with Do. It also purges
+// (unpaced when none is; the pace never stops a Recover). Records are sent with their
+// persisted headers, which never include credentials: set Config.Credentials. opts apply to every record, as with Do. It also purges
 // terminal records older than Config.Retention. Pending records are read a page at a time
 // when the store is a keystore.Pager; a record that cannot be decoded is then skipped, left
 // as it is, counted in Stats.DamagedRecords and passed to Hooks.OnDamagedRecord, every other
