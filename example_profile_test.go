@@ -46,6 +46,9 @@ func ExampleConfig_profile() {
 
 // A profile's settling routes carry the simulator's paths (idemtest, the demo): against a
 // provider's real API, copy the profile and set each route's path to that API's endpoint.
+// The path below follows Stripe's documented search of PaymentIntents by metadata; it is not
+// exercised against Stripe here. A search route must answer {"data": [...]}, as Stripe's
+// does (idem.LookupByReference says how the list is read).
 func ExampleConfig_profileRoutePath() {
 	p := profile.Stripe.Clone()
 	for i := range p.Settle {
