@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,6 +40,7 @@ func timed(b *testing.B, c int, op func() error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	start := time.Now()
 	for range c {
 		wg.Go(func() {
@@ -59,6 +61,9 @@ func timed(b *testing.B, c int, op func() error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	if cpu := cpuTime() - cpu0; cpu > 0 {
+		b.ReportMetric(cpu.Seconds()/elapsed.Seconds(), "cpu-cores")
+	}
 	slices.Sort(lat)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
@@ -71,7 +76,14 @@ func timed(b *testing.B, c int, op func() error) {
 //   - floor/c=1: one loopback POST (net/http) plus one 4 KiB write and fdatasync of a file,
 //     the least a call that persists before sending can cost;
 //   - retryablehttp/c=N: go-retryablehttp (Logger nil), nothing persisted;
-//   - idem-bolt/c=N: Client.Do with boltstore, a fresh UUIDv7 key per call (minted by NewOperation).
+//   - idem-bolt/c=N: Client.Do with boltstore, a fresh UUIDv7 key per call (minted by NewOperation);
+//   - idem-shardF/c=64: the same with the records spread by key over F bbolt files, each with
+//     its own commit pipeline (routedStore, a measuring device, not a keystore): what a
+//     sharded store could gain when one file's commits bound the 64 callers.
+//
+// Every variant also reports cpu-cores, the process's CPU time (user and system) over the
+// wall time of the timed loop: near the number of cores means the run is bound by the CPU,
+// not by the disk.
 //
 // Targets: idem-bolt/c=1 p50 <= 3x floor p50; idem-bolt/c=64 calls/s >= 0.4x
 // retryablehttp/c=64.
@@ -126,6 +138,33 @@ func BenchmarkDurable(b *testing.B) {
 				return resp.Body.Close()
 			})
 		})
+		for _, files := range []int{2, 4} {
+			if c == 1 {
+				break // a lone call waits for one commit whatever the number of files
+			}
+			b.Run(fmt.Sprintf("idem-shard%d/c=%d", files, c), func(b *testing.B) {
+				rs := &routedStore{}
+				for i := range files {
+					s, err := boltstore.Open(filepath.Join(b.TempDir(), fmt.Sprintf("keys%d.db", i)), nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					rs.shards = append(rs.shards, s)
+				}
+				defer rs.Close()
+				cl, err := idem.NewClient(idem.Config{BaseURL: srv.URL, HTTPClient: hc, Store: rs})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer cl.Close()
+				ctx := b.Context()
+				hdr := http.Header{"Content-Type": {"application/json"}}
+				timed(b, c, func() error {
+					_, err := cl.Do(ctx, idem.NewOperation(http.MethodPost, benchPath, benchBody, idem.WithHeader(hdr)))
+					return err
+				})
+			})
+		}
 		b.Run(fmt.Sprintf("idem-bolt/c=%d", c), func(b *testing.B) {
 			store, err := boltstore.Open(filepath.Join(b.TempDir(), "keys.db"), nil)
 			if err != nil {
@@ -213,4 +252,13 @@ func rssMiB() float64 {
 	}
 	pages, _ := strconv.ParseFloat(f[1], 64)
 	return pages * float64(os.Getpagesize()) / (1 << 20)
+}
+
+// cpuTime is the process's user plus system CPU time so far (getrusage), or 0.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

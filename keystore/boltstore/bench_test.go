@@ -23,10 +23,17 @@ import (
 // record per op; "store" is Store.Create of a comparable record (JSON encoding, secret
 // stripping, the key and intent checks and the intent index included). Files live in
 // b.TempDir(), so set TMPDIR to a real disk, not a tmpfs, for meaningful figures.
+// "filesN/c=64" is "store" over N files (N commit pipelines at once). Every variant also
+// reports cpu-µs/op, the process's CPU time (user and system) per persist.
 func BenchmarkPersist(b *testing.B) {
 	for _, c := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("raw-update/c=%d", c), func(b *testing.B) { benchRaw(b, c) })
 		b.Run(fmt.Sprintf("store/c=%d", c), func(b *testing.B) { benchStore(b, c) })
+		if c == 64 {
+			for _, n := range []int{2, 4} {
+				b.Run(fmt.Sprintf("files%d/c=%d", n, c), func(b *testing.B) { benchStores(b, c, n) })
+			}
+		}
 	}
 }
 
@@ -48,11 +55,13 @@ func benchRecord(int) *keystore.Record {
 	}
 }
 
-// runConcurrent calls op b.N times from c goroutines and reports persists/s.
+// runConcurrent calls op b.N times from c goroutines and reports persists/s and the CPU
+// time per persist.
 func runConcurrent(b *testing.B, c int, op func(i int) error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	start := time.Now()
 	for range c {
 		wg.Go(func() {
@@ -72,6 +81,9 @@ func runConcurrent(b *testing.B, c int, op func(i int) error) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "persists/s")
+	if cpu := cpuTime() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+	}
 }
 
 func benchRaw(b *testing.B, c int) {
@@ -104,4 +116,19 @@ func benchStore(b *testing.B, c int) {
 	defer s.Close()
 	ctx := b.Context()
 	runConcurrent(b, c, func(i int) error { return s.Create(ctx, benchRecord(i)) })
+}
+
+// benchStores is benchStore over n files, op i going to file i%n: n commit pipelines at once.
+func benchStores(b *testing.B, c, n int) {
+	ss := make([]*boltstore.Store, n)
+	for i := range ss {
+		s, err := boltstore.Open(filepath.Join(b.TempDir(), fmt.Sprintf("keys%d.db", i)), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		ss[i] = s
+	}
+	ctx := b.Context()
+	runConcurrent(b, c, func(i int) error { return ss[i%n].Create(ctx, benchRecord(i)) })
 }
