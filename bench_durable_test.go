@@ -40,7 +40,7 @@ func timed(b *testing.B, c int, op func() error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	user0, sys0 := cpuTime()
 	start := time.Now()
 	for range c {
 		wg.Go(func() {
@@ -61,8 +61,11 @@ func timed(b *testing.B, c int, op func() error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	if cpu := cpuTime() - cpu0; cpu > 0 {
-		b.ReportMetric(cpu.Seconds()/elapsed.Seconds(), "cpu-cores")
+	if user, sys := cpuTime(); user > 0 {
+		user, sys = user-user0, sys-sys0
+		b.ReportMetric((user+sys).Seconds()/elapsed.Seconds(), "cpu-cores")
+		b.ReportMetric(float64((user+sys).Nanoseconds())/1e3/float64(b.N), "cpu-µs/call")
+		b.ReportMetric(float64(sys.Nanoseconds())/1e3/float64(b.N), "sys-µs/call")
 	}
 	slices.Sort(lat)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
@@ -81,9 +84,10 @@ func timed(b *testing.B, c int, op func() error) {
 //     its own commit pipeline (routedStore, a measuring device, not a keystore): what a
 //     sharded store could gain when one file's commits bound the 64 callers.
 //
-// Every variant also reports cpu-cores, the process's CPU time (user and system) over the
-// wall time of the timed loop: near the number of cores means the run is bound by the CPU,
-// not by the disk.
+// Every variant also reports the process's CPU time (user and system) in the timed loop:
+// cpu-cores, over its wall time (near the number of cores means the run is bound by the CPU,
+// not by the disk), and per call, cpu-µs/call and its system part sys-µs/call (the kernel's
+// work: the loopback exchange, and for idem the keystore's page writes and fdatasyncs).
 //
 // Targets: idem-bolt/c=1 p50 <= 3x floor p50; idem-bolt/c=64 calls/s >= 0.4x
 // retryablehttp/c=64.
@@ -254,11 +258,11 @@ func rssMiB() float64 {
 	return pages * float64(os.Getpagesize()) / (1 << 20)
 }
 
-// cpuTime is the process's user plus system CPU time so far (getrusage), or 0.
-func cpuTime() time.Duration {
+// cpuTime is the process's user and system CPU time so far (getrusage), or zeros.
+func cpuTime() (user, sys time.Duration) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
