@@ -28,8 +28,13 @@ const concurrentRound = 256
 // shared machine's drift hits all three alike. b.N is the number of requests per variant. It
 // reports each variant's requests per second, idemserver's throughput as a fraction of the
 // other two's (the target: idem/tx >= 0.7), and the statements and round trips per request
-// each variant sent PostgreSQL (counted on the wire: countWire). One pool of 32 connections
-// serves all three. Needs IDEM_TEST_PG_DSN; run it against a server with fsync on for a
+// each variant sent PostgreSQL (counted on the wire: countWire). Per request and variant it
+// also reports the WAL written (walB: the server's insert position around each round) and,
+// on Linux with the server on this host, the CPU time of PostgreSQL's processes (pgCPUus)
+// and of this process (goCPUus, the clients' included), which a loaded machine moves less
+// than throughput; and once, the key table's updates per fresh key and the share of them
+// that were HOT (idem-hot/upd, from pg_stat_user_tables). One pool of 32 connections serves
+// all three. Needs IDEM_TEST_PG_DSN; run it against a server with fsync on for a
 // durable commit (docs/PERFORMANCE.md, section i).
 func BenchmarkPostgresConcurrent(b *testing.B) {
 	var wire wireCount
