@@ -23,6 +23,18 @@ type memRecord struct {
 	// allocation: a fresh key costs one allocation instead of three.
 	first memClaim
 	fp    [sha256.Size]byte
+	// The stored answer (encodeAnswer), nil until completed; Record.Response stays nil.
+	answer []byte
+}
+
+// snapshot returns a copy of the record that shares no memory with it, its answer decoded.
+func (r *memRecord) snapshot() *Record {
+	cp := r.Record
+	cp.Fingerprint = bytes.Clone(r.Fingerprint)
+	if r.answer != nil {
+		cp.Response = decodeAnswer(r.answer)
+	}
+	return &cp
 }
 
 // NewMemory returns an empty memory backend.
@@ -42,9 +54,9 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) (Claim, *Record, e
 		case r.State == StateCompleted && !req.Now.Before(r.ExpiresAt):
 			expired = true
 		case !bytes.Equal(r.Fingerprint, req.Fingerprint):
-			return nil, copyRecord(&r.Record), nil
+			return nil, r.snapshot(), nil
 		case r.State == StateCompleted, r.owner != nil, req.Now.Before(r.LockedUntil):
-			return nil, copyRecord(&r.Record), nil
+			return nil, r.snapshot(), nil
 		}
 	}
 	if r != nil && !expired { // taking over a checkpointed record whose owner is gone
@@ -77,7 +89,7 @@ func (m *Memory) Lookup(ctx context.Context, s Scope, now time.Time) (*Record, e
 	if r == nil || r.State == StateCompleted && !now.Before(r.ExpiresAt) {
 		return nil, nil
 	}
-	return copyRecord(&r.Record), nil
+	return r.snapshot(), nil
 }
 
 // Purge implements Backend: it deletes up to limit expired completed records, in no
@@ -157,9 +169,11 @@ func (c *memClaim) Complete(ctx context.Context, resp *Response, now, expires ti
 	if err != nil {
 		return err
 	}
-	// Kept as it is, not copied: Claim.Complete hands resp over (the middleware builds it
-	// for this call and never touches it again). Lookup and Claim return copies.
-	r.State, r.Response, r.ExpiresAt, r.owner = StateCompleted, resp, expires, nil
+	// Kept encoded (memanswer.go), resp itself is not kept. Lookup and Claim decode copies.
+	if resp != nil {
+		r.answer = encodeAnswer(resp)
+	}
+	r.State, r.ExpiresAt, r.owner = StateCompleted, expires, nil
 	c.done = true
 	return nil
 }
@@ -178,20 +192,6 @@ func (c *memClaim) Release(ctx context.Context) error {
 	}
 	delete(c.m.recs, c.scope)
 	return nil
-}
-
-func copyRecord(r *Record) *Record {
-	cp := *r
-	cp.Fingerprint = bytes.Clone(r.Fingerprint)
-	cp.Response = copyResponse(r.Response)
-	return &cp
-}
-
-func copyResponse(r *Response) *Response {
-	if r == nil {
-		return nil
-	}
-	return &Response{StatusCode: r.StatusCode, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
 }
 
 var _ Backend = (*Memory)(nil)
