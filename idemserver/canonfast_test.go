@@ -15,7 +15,7 @@ func fullCanonical(body []byte) canonical {
 	return canonicalizeFull(body, &canonScratch{})
 }
 
-func TestAlreadyCanonical(t *testing.T) {
+func TestCanonicalJSON(t *testing.T) {
 	deep := strings.Repeat("[", maxFastDepth+1) + strings.Repeat("]", maxFastDepth+1)
 	for _, tc := range []struct {
 		in   string
@@ -36,10 +36,16 @@ func TestAlreadyCanonical(t *testing.T) {
 		{`{"a": 1}`, false},           // whitespace
 		{" {}", false},
 		{deep, false},
+		{`[1,-0.5e+7,0,true,false,null,"\u00e9\n"]`, true},
+		// Invalid JSON is never taken for canonical: the full pass decides (not JSON).
+		{``, false}, {`{"a":01}`, false}, {`[1,]`, false}, {`{"a":1,}`, false}, {`"\u12"`, false},
+		{`-`, false}, {`1.`, false}, {`1e`, false}, {`{"a"}`, false}, {`tru`, false}, {`nul`, false},
+		{`{"a":1}x`, false}, {`[1 2]`, false}, {"\"a\x01\"", false}, {`"\x"`, false}, {`{1:2}`, false},
+		{`"abc`, false}, {`[`, false}, {`{"a":`, false}, {`+1`, false}, {`.5`, false},
 		{strings.Repeat("[", maxFastDepth) + strings.Repeat("]", maxFastDepth), true},
 	} {
-		if got := alreadyCanonical([]byte(tc.in)); got != tc.fast {
-			t.Errorf("alreadyCanonical(%q) = %v, want %v", tc.in, got, tc.fast)
+		if got := canonicalJSON([]byte(tc.in)); got != tc.fast {
+			t.Errorf("canonicalJSON(%q) = %v, want %v", tc.in, got, tc.fast)
 		}
 		checkFastPath(t, []byte(tc.in))
 	}
@@ -67,6 +73,7 @@ func FuzzCanonicalFastPath(f *testing.F) {
 		`{"a":{"x":[1,{"p":null,"q":"s p"}],"y":true},"b":"}\"{"}`,
 		`{"A":1,"a":2}`, `{"a!":1,"a":2}`, `{"a":1,"a":2}`, `{"\u0061":1,"a":2}`, `{"a":1,"b":{}}`,
 		"{\"\xff\":1,\"\xfe\":2}", `[[],{},"",0,true,null]`, `{"b":1,"a":2}`,
+		`{"a":01}`, `[1,]`, `"\u12"`, `-0.5e+7`, `1.`, `{"a":1}x`, `"\ud800"`, "\"\xff\"",
 	} {
 		f.Add([]byte(s))
 	}

@@ -25,7 +25,7 @@ import (
 func CanonicalBody(body []byte) (canonical []byte, isJSON bool) {
 	c := canonicalize(body)
 	if c.isJSON && len(c.out) > 0 && &c.out[0] == &body[0] {
-		return bytes.Clone(c.out), true // already canonical (alreadyCanonical): a copy, as before
+		return bytes.Clone(c.out), true // already canonical (canonicalJSON): a copy, as before
 	}
 	return c.out, c.isJSON
 }
@@ -70,19 +70,22 @@ func (s *canonScratch) release() {
 }
 
 // canonicalizeWith is canonicalize working in s: the canonical form it returns lives in s
-// until s is reused, or is body itself when body is already canonical (alreadyCanonical).
+// until s is reused, or is body itself when body is already canonical (canonicalJSON).
 func canonicalizeWith(body []byte, s *canonScratch) canonical {
-	if len(body) > math.MaxInt32 || len(bytes.TrimSpace(body)) == 0 || !json.Valid(body) {
+	if len(body) > math.MaxInt32 {
 		return canonical{out: body}
 	}
-	if alreadyCanonical(body) {
+	if canonicalJSON(body) { // valid and already canonical: json.Valid and the tables are not needed
 		return canonical{out: body, isJSON: true}
+	}
+	if len(bytes.TrimSpace(body)) == 0 || !json.Valid(body) {
+		return canonical{out: body}
 	}
 	return canonicalizeFull(body, s)
 }
 
 // canonicalizeFull is canonicalizeWith for a valid document that is not already canonical
-// (alreadyCanonical): the passes that build its tables and write its canonical form in s.
+// (canonicalJSON): the passes that build its tables and write its canonical form in s.
 func canonicalizeFull(body []byte, s *canonScratch) canonical {
 	c := canon{in: body}
 	objects, members := count(body)
