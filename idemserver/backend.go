@@ -97,7 +97,8 @@ type Claim interface {
 	// Complete stores resp as the key's answer, kept until expires (with pgserver, in the
 	// same transaction as the handler's writes, then commits). resp is handed over: the
 	// middleware builds it for this call and neither reads nor changes it afterwards, so a
-	// backend may keep it as it is (NewMemory's does) instead of copying it. Errors:
+	// backend may keep it as it is instead of copying it (NewMemory's encodes it into one
+	// byte slice, which the collector need not scan). Errors:
 	// ErrNotOwner, or the backend's; on error nothing of this claim's last phase is stored.
 	Complete(ctx context.Context, resp *Response, now, expires time.Time) error
 	// Release forgets the claim: the key is free again, unless a checkpoint was committed,

@@ -24,6 +24,9 @@ import (
 // see ProblemBodyDuplicateMember.)
 func CanonicalBody(body []byte) (canonical []byte, isJSON bool) {
 	c := canonicalize(body)
+	if c.isJSON && len(c.out) > 0 && &c.out[0] == &body[0] {
+		return bytes.Clone(c.out), true // already canonical (canonicalJSON): a copy, as before
+	}
 	return c.out, c.isJSON
 }
 
@@ -67,11 +70,23 @@ func (s *canonScratch) release() {
 }
 
 // canonicalizeWith is canonicalize working in s: the canonical form it returns lives in s
-// until s is reused.
+// until s is reused, or is body itself when body is already canonical (canonicalJSON).
 func canonicalizeWith(body []byte, s *canonScratch) canonical {
-	if len(body) > math.MaxInt32 || len(bytes.TrimSpace(body)) == 0 || !json.Valid(body) {
+	if len(body) > math.MaxInt32 {
 		return canonical{out: body}
 	}
+	if canonicalJSON(body) { // valid and already canonical: json.Valid and the tables are not needed
+		return canonical{out: body, isJSON: true}
+	}
+	if len(bytes.TrimSpace(body)) == 0 || !json.Valid(body) {
+		return canonical{out: body}
+	}
+	return canonicalizeFull(body, s)
+}
+
+// canonicalizeFull is canonicalizeWith for a valid document that is not already canonical
+// (canonicalJSON): the passes that build its tables and write its canonical form in s.
+func canonicalizeFull(body []byte, s *canonScratch) canonical {
 	c := canon{in: body}
 	objects, members := count(body)
 	c.objs, c.members, c.stack = reuse(s.objs, objects), reuse(s.members, members), s.stack[:0]

@@ -174,7 +174,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.StoredHeaders = hs
 	if c.Operation == nil {
-		c.Operation = func(r *http.Request) string { return r.Method + " " + r.URL.Path }
+		c.Operation = new(lastOperation).operation // r.Method + " " + r.URL.Path
 	}
 	if c.Required == nil {
 		c.Required = func(*http.Request) bool { return true }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"hash/maphash"
 	"net/http"
 	"sync"
 	"time"
@@ -12,8 +13,66 @@ import (
 // Memory is a Backend in one process's memory: for tests and single-instance servers whose
 // handlers keep no state that outlives the process. Create it with NewMemory.
 type Memory struct {
-	mu   sync.Mutex
-	recs map[Scope]*memRecord
+	mu sync.Mutex
+	// recs holds the records by the hash of their scope (hash): a map slot of 16 bytes, not
+	// of 56 (the scope's three strings and the pointer), so the table a claim probes is a
+	// third of the size and its cache misses fewer, and the collector finds one pointer per
+	// slot instead of four. Records whose scopes share a hash are chained by next; a lookup
+	// compares the scope itself, so a collision costs a step, never a wrong record.
+	recs map[uint64]*memRecord
+	n    int // records held
+	seed maphash.Seed
+	hash func(seed maphash.Seed, s Scope) uint64 // scopeHash; tests make every scope collide
+}
+
+// scopeHash hashes the three strings of s with seed (a fresh random one per Memory).
+func scopeHash(seed maphash.Seed, s Scope) uint64 {
+	return maphash.String(seed, s.Key) ^ maphash.String(seed, s.Operation)*0x9e3779b97f4a7c15 ^
+		maphash.String(seed, s.Tenant)*0xbf58476d1ce4e5b9
+}
+
+// find returns the record of s (nil when none) and the hash it is stored under. Callers
+// hold m.mu.
+func (m *Memory) find(s Scope) (*memRecord, uint64) {
+	h := m.hash(m.seed, s)
+	r := m.recs[h]
+	for r != nil && r.first.scope != s {
+		r = r.next
+	}
+	return r, h
+}
+
+// insert stores r under hash h, replacing old (r's scope's previous record) if not nil.
+// Callers hold m.mu.
+func (m *Memory) insert(h uint64, r, old *memRecord) {
+	if old != nil {
+		m.unlink(h, old)
+	}
+	r.next = m.recs[h]
+	m.recs[h] = r
+	m.n++
+}
+
+// unlink removes r, stored under hash h, from the map. Callers hold m.mu.
+func (m *Memory) unlink(h uint64, r *memRecord) {
+	head := m.recs[h]
+	if head == r {
+		if r.next == nil {
+			delete(m.recs, h)
+		} else {
+			m.recs[h] = r.next
+		}
+		r.next = nil
+		m.n--
+		return
+	}
+	for p := head; p != nil; p = p.next {
+		if p.next == r {
+			p.next, r.next = r.next, nil
+			m.n--
+			return
+		}
+	}
 }
 
 type memRecord struct {
@@ -21,12 +80,27 @@ type memRecord struct {
 	owner *memClaim // the live claim, nil when none
 	// The claim that made the record and the fingerprint's bytes, in the record's own
 	// allocation: a fresh key costs one allocation instead of three.
-	first memClaim
+	first memClaim   // first.scope is the record's scope
+	next  *memRecord // the next record whose scope has the same hash
 	fp    [sha256.Size]byte
+	// The stored answer (encodeAnswer), nil until completed; Record.Response stays nil.
+	answer []byte
+}
+
+// snapshot returns a copy of the record that shares no memory with it, its answer decoded.
+func (r *memRecord) snapshot() *Record {
+	cp := r.Record
+	cp.Fingerprint = bytes.Clone(r.Fingerprint)
+	if r.answer != nil {
+		cp.Response = decodeAnswer(r.answer)
+	}
+	return &cp
 }
 
 // NewMemory returns an empty memory backend.
-func NewMemory() *Memory { return &Memory{recs: make(map[Scope]*memRecord)} }
+func NewMemory() *Memory {
+	return &Memory{recs: make(map[uint64]*memRecord), seed: maphash.MakeSeed(), hash: scopeHash}
+}
 
 // Claim implements Backend.
 func (m *Memory) Claim(ctx context.Context, req ClaimRequest) (Claim, *Record, error) {
@@ -35,16 +109,17 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) (Claim, *Record, e
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.recs[req.Scope]
+	r, h := m.find(req.Scope)
+	old := r // replaced below when expired
 	expired := false
 	if r != nil {
 		switch {
 		case r.State == StateCompleted && !req.Now.Before(r.ExpiresAt):
 			expired = true
 		case !bytes.Equal(r.Fingerprint, req.Fingerprint):
-			return nil, copyRecord(&r.Record), nil
+			return nil, r.snapshot(), nil
 		case r.State == StateCompleted, r.owner != nil, req.Now.Before(r.LockedUntil):
-			return nil, copyRecord(&r.Record), nil
+			return nil, r.snapshot(), nil
 		}
 	}
 	if r != nil && !expired { // taking over a checkpointed record whose owner is gone
@@ -62,7 +137,7 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) (Claim, *Record, e
 	}
 	r.first = memClaim{m: m, rec: r, scope: req.Scope, expired: expired}
 	r.owner = &r.first
-	m.recs[req.Scope] = r
+	m.insert(h, r, old)
 	return r.owner, nil, nil
 }
 
@@ -73,11 +148,11 @@ func (m *Memory) Lookup(ctx context.Context, s Scope, now time.Time) (*Record, e
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.recs[s]
+	r, _ := m.find(s)
 	if r == nil || r.State == StateCompleted && !now.Before(r.ExpiresAt) {
 		return nil, nil
 	}
-	return copyRecord(&r.Record), nil
+	return r.snapshot(), nil
 }
 
 // Purge implements Backend: it deletes up to limit expired completed records, in no
@@ -91,13 +166,17 @@ func (m *Memory) Purge(ctx context.Context, now time.Time, limit int) (int, erro
 	// Stop at limit: collecting and sorting every due record for each batch made a purge of n
 	// records cost n/limit full scans and sorts, with every request waiting on m.mu.
 	n := 0
-	for s, r := range m.recs {
+	for h, head := range m.recs {
+		for r := head; r != nil && n < limit; {
+			next := r.next
+			if r.State == StateCompleted && !now.Before(r.ExpiresAt) {
+				m.unlink(h, r) // changing the entry during range is allowed
+				n++
+			}
+			r = next
+		}
 		if n >= limit {
 			break
-		}
-		if r.State == StateCompleted && !now.Before(r.ExpiresAt) {
-			delete(m.recs, s) // deleting during range is allowed; the entry is not visited again
-			n++
 		}
 	}
 	return n, nil
@@ -107,7 +186,7 @@ func (m *Memory) Purge(ctx context.Context, now time.Time, limit int) (int, erro
 func (m *Memory) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.recs)
+	return m.n
 }
 
 type memClaim struct {
@@ -157,9 +236,11 @@ func (c *memClaim) Complete(ctx context.Context, resp *Response, now, expires ti
 	if err != nil {
 		return err
 	}
-	// Kept as it is, not copied: Claim.Complete hands resp over (the middleware builds it
-	// for this call and never touches it again). Lookup and Claim return copies.
-	r.State, r.Response, r.ExpiresAt, r.owner = StateCompleted, resp, expires, nil
+	// Kept encoded (memanswer.go), resp itself is not kept. Lookup and Claim decode copies.
+	if resp != nil {
+		r.answer = encodeAnswer(resp)
+	}
+	r.State, r.ExpiresAt, r.owner = StateCompleted, expires, nil
 	c.done = true
 	return nil
 }
@@ -176,22 +257,8 @@ func (c *memClaim) Release(ctx context.Context) error {
 		r.owner = nil
 		return nil
 	}
-	delete(c.m.recs, c.scope)
+	c.m.unlink(c.m.hash(c.m.seed, c.scope), r)
 	return nil
-}
-
-func copyRecord(r *Record) *Record {
-	cp := *r
-	cp.Fingerprint = bytes.Clone(r.Fingerprint)
-	cp.Response = copyResponse(r.Response)
-	return &cp
-}
-
-func copyResponse(r *Response) *Response {
-	if r == nil {
-		return nil
-	}
-	return &Response{StatusCode: r.StatusCode, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
 }
 
 var _ Backend = (*Memory)(nil)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -135,10 +136,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	scratch.release() // canon is not read again (on the paths that return before, it is left to the collector)
 
 	ctx := r.Context()
-	deadline := m.cfg.Now().Add(m.cfg.Wait)
+	var deadline time.Time // the first claim's clock reading plus Config.Wait
 	var claim Claim
 	for waited := false; ; waited = true {
-		c, rec, err := m.cfg.Backend.Claim(ctx, ClaimRequest{Scope: scope, Fingerprint: fp, Now: m.cfg.Now(), Lease: m.cfg.Lease})
+		now := m.cfg.Now()
+		if !waited {
+			deadline = now.Add(m.cfg.Wait)
+		}
+		c, rec, err := m.cfg.Backend.Claim(ctx, ClaimRequest{Scope: scope, Fingerprint: fp, Now: now, Lease: m.cfg.Lease})
 		if err != nil {
 			m.unavailable(w, r, scope, err)
 			return
