@@ -37,9 +37,13 @@ import (
 // load average 10 (logged).
 // IDEM_BENCH_RECOVER_KEYS=v4 uses random UUIDv4 keys instead, the worst case, where every
 // claim and final write rewrites a page of its own; setting up 1,000,000 of them takes
-// several minutes.
+// several minutes. IDEM_BENCH_RECOVER_BUSY_RATE and IDEM_BENCH_RECOVER_CONCURRENCY set
+// Config.RecoverBusyRate and Config.RecoverConcurrency (default: the Config defaults), to
+// measure the pace's trade-off between records/s and the calls' p99 from one binary.
 func BenchmarkRecoverExpired(b *testing.B) {
 	sizes := []int{10_000, 100_000}
+	busyRate := benchEnvInt(b, "IDEM_BENCH_RECOVER_BUSY_RATE")
+	concurrency := benchEnvInt(b, "IDEM_BENCH_RECOVER_CONCURRENCY")
 	if env := os.Getenv("IDEM_BENCH_RECOVER_SIZES"); env != "" {
 		sizes = nil
 		for _, f := range strings.Split(env, ",") {
@@ -84,7 +88,8 @@ func BenchmarkRecoverExpired(b *testing.B) {
 				createOrphans(b, store, n)
 				b.Logf("setup of %d records: %v", n, time.Since(t0))
 				cl, err := idem.NewClient(idem.Config{BaseURL: srv.URL, Store: store, HTTPClient: hc,
-					KeyStatusURL: "/v1/payments/operations/{key}"})
+					KeyStatusURL:    "/v1/payments/operations/{key}",
+					RecoverBusyRate: busyRate, RecoverConcurrency: concurrency})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -163,6 +168,19 @@ func BenchmarkRecoverExpired(b *testing.B) {
 			b.ReportMetric(float64(len(during))/elapsed.Seconds(), "calls/s-during")
 		})
 	}
+}
+
+// benchEnvInt reads an integer setting of a benchmark from the environment: 0 when unset.
+func benchEnvInt(b *testing.B, name string) int {
+	env := os.Getenv(name)
+	if env == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(env))
+	if err != nil {
+		b.Fatalf("%s: %q is not an integer", name, env)
+	}
+	return n
 }
 
 // p99 returns the 99th percentile of d (sorted in place).
