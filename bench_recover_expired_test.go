@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,7 +30,8 @@ import (
 // client and store. One iteration is one Recover of N records; run it with -benchtime 1x.
 // It reports records/s, and the Do calls' p99 latency during the Recover against their p99
 // over the same number of calls just before it (p99-ratio: the target is at most 2), and the
-// caller's calls per second before and during it (the inverse of its mean latency). The
+// caller's calls per second before and during it (the inverse of its mean latency), and the
+// process's CPU time during it per record (cpu-µs/record). The
 // sizes are IDEM_BENCH_RECOVER_SIZES (comma-separated, default "10000,100000"). The records
 // are made with Create from 256 goroutines (the group commit takes many at once) under
 // UUIDv7 keys of their CreatedAt, as NewOperation mints them, so records created together
@@ -37,9 +39,13 @@ import (
 // load average 10 (logged).
 // IDEM_BENCH_RECOVER_KEYS=v4 uses random UUIDv4 keys instead, the worst case, where every
 // claim and final write rewrites a page of its own; setting up 1,000,000 of them takes
-// several minutes.
+// several minutes. IDEM_BENCH_RECOVER_BUSY_RATE and IDEM_BENCH_RECOVER_CONCURRENCY set
+// Config.RecoverBusyRate and Config.RecoverConcurrency (default: the Config defaults), to
+// measure the pace's trade-off between records/s and the calls' p99 from one binary.
 func BenchmarkRecoverExpired(b *testing.B) {
 	sizes := []int{10_000, 100_000}
+	busyRate := benchEnvInt(b, "IDEM_BENCH_RECOVER_BUSY_RATE")
+	concurrency := benchEnvInt(b, "IDEM_BENCH_RECOVER_CONCURRENCY")
 	if env := os.Getenv("IDEM_BENCH_RECOVER_SIZES"); env != "" {
 		sizes = nil
 		for _, f := range strings.Split(env, ",") {
@@ -71,7 +77,7 @@ func BenchmarkRecoverExpired(b *testing.B) {
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			const quiet = 2000
-			var elapsed, quietTime time.Duration
+			var elapsed, quietTime, cpuTime time.Duration
 			var total int
 			var before, during []time.Duration
 			for i := 0; i < b.N; i++ {
@@ -84,7 +90,8 @@ func BenchmarkRecoverExpired(b *testing.B) {
 				createOrphans(b, store, n)
 				b.Logf("setup of %d records: %v", n, time.Since(t0))
 				cl, err := idem.NewClient(idem.Config{BaseURL: srv.URL, Store: store, HTTPClient: hc,
-					KeyStatusURL: "/v1/payments/operations/{key}"})
+					KeyStatusURL:    "/v1/payments/operations/{key}",
+					RecoverBusyRate: busyRate, RecoverConcurrency: concurrency})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -128,9 +135,11 @@ func BenchmarkRecoverExpired(b *testing.B) {
 					}
 				})
 				b.StartTimer()
+				cpu0 := processCPU(b)
 				start := time.Now()
 				rep, err := cl.Recover(ctx, nil)
 				elapsed += time.Since(start)
+				cpuTime += processCPU(b) - cpu0
 				b.StopTimer()
 				close(stop)
 				wg.Wait()
@@ -152,6 +161,10 @@ func BenchmarkRecoverExpired(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(total)/elapsed.Seconds(), "records/s")
+			// The process's CPU time during the Recover per record (the caller's calls and
+			// the in-process server included): what the pace spends of the cores, steadier
+			// than the latencies when other jobs share the machine.
+			b.ReportMetric(float64(cpuTime.Microseconds())/float64(total), "cpu-µs/record")
 			pb, pd := p99(before), p99(during)
 			b.ReportMetric(float64(pb.Microseconds()), "p99-before-µs")
 			b.ReportMetric(float64(pd.Microseconds()), "p99-during-µs")
@@ -163,6 +176,28 @@ func BenchmarkRecoverExpired(b *testing.B) {
 			b.ReportMetric(float64(len(during))/elapsed.Seconds(), "calls/s-during")
 		})
 	}
+}
+
+// processCPU returns the user and system CPU time this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchEnvInt reads an integer setting of a benchmark from the environment: 0 when unset.
+func benchEnvInt(b *testing.B, name string) int {
+	env := os.Getenv(name)
+	if env == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(env))
+	if err != nil {
+		b.Fatalf("%s: %q is not an integer", name, env)
+	}
+	return n
 }
 
 // p99 returns the 99th percentile of d (sorted in place).
