@@ -12,8 +12,11 @@ import (
 // Called on a body json.Unmarshal accepted: it walks the top level's member names and skips
 // their values without building them (every status check's answer goes through it, so a
 // json.Decoder's tokens cost a Recover as much as the request did); a body that is not
-// valid JSON gives false.
+// valid JSON gives false (json.Valid first: the walk skips values without checking them).
 func DuplicateMember(body []byte) bool {
+	if !json.Valid(body) {
+		return false
+	}
 	var small [16]string // the names seen, while few: no map for the usual answer
 	seen := small[:0]
 	var many map[string]bool
