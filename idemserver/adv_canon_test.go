@@ -138,6 +138,14 @@ func TestAdvHeldCanonicalEdges(t *testing.T) {
 	for _, s := range bodies {
 		checkAdvCanon(t, []byte(s))
 	}
+	// Every prefix of a fast-path body (truncated uploads): no panic, the same answer.
+	whole := `{"a":[1,-0.5e+7,{"b":"\u00e9\ud83d\ude00\/","c":null}],"d":true,"e":"x"}`
+	if !canonicalJSON([]byte(whole)) {
+		t.Fatalf("%s is not on the fast path", whole)
+	}
+	for i := range len(whole) {
+		checkAdvCanon(t, []byte(whole[:i]))
+	}
 	// Different payloads never share a fingerprint, on the fast path or off it.
 	distinct := []string{`{"a":1}`, `{"a":1.0}`, `{"a":1e0}`, `{"a":-0}`, `{"a":0}`, `{"a":"A"}`, `{"a":"\u0041"}`,
 		`{"a":"/"}`, `{"a":"\/"}`, `{"A":1}`, `{"a":1,"b":1}`, `[{"a":1}]`, `{"a":[1]}`, `"{\"a\":1}"`, `{"a":10}`}
