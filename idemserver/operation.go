@@ -25,7 +25,7 @@ func (o *lastOperation) operation(r *http.Request) string {
 	}
 	op := r.Method + " " + r.URL.Path
 	if last == nil || rand.Uint32()%64 == 0 {
-		kept := new(string) // op itself stays on the stack when not kept
+		kept := new(string) // allocated only when kept: &op would move op to the heap on every call
 		*kept = op
 		o.last.Store(kept)
 	}

@@ -15,12 +15,12 @@ import (
 	"time"
 )
 
-// TestAdvHeldMemoryChainDifferential drives the same random sequence of claims, checkpoints,
+// TestMemoryChainDifferential drives the same random sequence of claims, checkpoints,
 // completions, releases, expiries and purges through Memories that differ only in their
 // scope hash (the real one, one shared by every scope, one that splits scopes into three
 // chains) and requires identical answers from all: the collision chains never return another
 // scope's record, lose one on release, purge or expiry, or miscount Len. It held.
-func TestAdvHeldMemoryChainDifferential(t *testing.T) {
+func TestMemoryChainDifferential(t *testing.T) {
 	ctx := context.Background()
 	hashes := []func(maphash.Seed, Scope) uint64{
 		scopeHash,
@@ -150,11 +150,11 @@ func snapshotAll(t *testing.T, m *Memory, scopes []Scope, now time.Time) string 
 	return b.String()
 }
 
-// TestAdvHeldAnswerEncodingShapes encodes answers the fuzz target cannot shape: many header
+// TestAnswerEncodingShapes encodes answers the fuzz target cannot shape: many header
 // fields, lengths and counts across the varint boundaries (127/128, 16383/16384), extreme
 // status codes, binary and large bodies, and checks Memory's copies are independent of the
 // handed-over Response and of each other. It held.
-func TestAdvHeldAnswerEncodingShapes(t *testing.T) {
+func TestAnswerEncodingShapes(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	lens := []int{0, 1, 127, 128, 129, 16383, 16384, 70000}
 	for i := range 200 {
@@ -219,11 +219,11 @@ func TestAdvHeldAnswerEncodingShapes(t *testing.T) {
 	}
 }
 
-// TestAdvHeldOperationConcurrent calls the default Operation from many goroutines with
+// TestOperationConcurrent calls the default Operation from many goroutines with
 // methods and paths that differ in one byte or only in where the space falls: it must return
 // exactly r.Method + " " + r.URL.Path every time (never another route's cached string), and
 // with -race show no race. It held.
-func TestAdvHeldOperationConcurrent(t *testing.T) {
+func TestOperationConcurrent(t *testing.T) {
 	cfg, err := Config{Backend: NewMemory(), Tenant: func(*http.Request) (string, error) { return "t", nil }}.withDefaults()
 	if err != nil {
 		t.Fatal(err)

@@ -16,19 +16,19 @@ import (
 	"time"
 )
 
-// advAnswer is one handler answer for TestAdvHeldReplayByteForByte.
+// advAnswer is one handler answer for TestReplayByteForByte.
 type advAnswer struct {
 	status int
 	header http.Header // set as given (several values, empty values, nil slices)
 	body   []byte      // nil: the handler writes nothing
 }
 
-// TestAdvHeldReplayByteForByte runs handlers through the middleware over Memory and replays
+// TestReplayByteForByte runs handlers through the middleware over Memory and replays
 // each key: the replay must carry the first answer's status, its stored header fields with
 // every value in order (several values, empty values), and its body byte for byte (empty,
 // binary, 1 MiB), and payloads that differ only in a number's or a string's spelling get 422
 // while the same payload indented or reordered is replayed. It held.
-func TestAdvHeldReplayByteForByte(t *testing.T) {
+func TestReplayByteForByte(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 5))
 	big := make([]byte, 1<<20)
 	for i := range big {
@@ -107,12 +107,12 @@ func TestAdvHeldReplayByteForByte(t *testing.T) {
 	}
 }
 
-// TestAdvHeldCollidingConcurrent serves many keys at once through the middleware over a
+// TestCollidingConcurrent serves many keys at once through the middleware over a
 // Memory whose scopes all share one hash, with answers expiring almost at once and a purger
 // running alongside: every answer, first or replayed, must be its own key's (a chain walk
 // that returned another scope's record would replay another key's body), and once all is
 // purged Len is 0 (nothing leaked in a chain). Run it with -race. It held.
-func TestAdvHeldCollidingConcurrent(t *testing.T) {
+func TestCollidingConcurrent(t *testing.T) {
 	mem := NewMemoryColliding()
 	var clock atomic.Int64
 	now := func() time.Time { return time.Unix(1_700_000_000, clock.Add(1)*int64(time.Microsecond)) }

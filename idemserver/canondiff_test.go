@@ -70,13 +70,13 @@ func advDoc(r *rand.Rand, b *bytes.Buffer, depth int, sorted bool) {
 	}
 }
 
-// TestAdvHeldCanonicalDifferential is a differential test of the canonical fast path over
+// TestCanonicalDifferential is a differential test of the canonical fast path over
 // generated documents (compact, sorted or not, with the names and numbers where a fast path
 // most easily goes wrong): for each, and for the same document indented, canonicalize must
 // give what the full pass and the original reference implementation give, and an indented
 // copy of a fast-path body must canonicalise to that body (a genuine retry sent pretty-printed
 // is replayed, not refused with 422). It held: no difference found.
-func TestAdvHeldCanonicalDifferential(t *testing.T) {
+func TestCanonicalDifferential(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	fast := 0
 	var b, ind bytes.Buffer
@@ -84,7 +84,7 @@ func TestAdvHeldCanonicalDifferential(t *testing.T) {
 		b.Reset()
 		advDoc(r, &b, 0, i%4 != 0)
 		body := bytes.Clone(b.Bytes())
-		checkAdvCanon(t, body)
+		checkCanonAgrees(t, body)
 		if canonicalJSON(body) {
 			fast++
 			ind.Reset()
@@ -101,8 +101,8 @@ func TestAdvHeldCanonicalDifferential(t *testing.T) {
 	}
 }
 
-// checkAdvCanon compares canonicalize with the full pass and with referenceCanonical.
-func checkAdvCanon(t *testing.T, body []byte) {
+// checkCanonAgrees compares canonicalize with the full pass and with referenceCanonical.
+func checkCanonAgrees(t *testing.T, body []byte) {
 	t.Helper()
 	checkFastPath(t, body)
 	got := canonicalize(body)
@@ -115,11 +115,11 @@ func checkAdvCanon(t *testing.T, body []byte) {
 	}
 }
 
-// TestAdvHeldCanonicalEdges runs hand-picked bodies at the fast path's edges through the same
+// TestCanonicalEdges runs hand-picked bodies at the fast path's edges through the same
 // comparison: numbers (1.0 vs 1, 1e2, -0, huge exponents, leading zeros), escapes (\u0041,
 // \/, surrogates, invalid UTF-8), duplicates, names around the closing quote, empty and
 // non-JSON bodies, a BOM, NUL, trailing bytes. It held.
-func TestAdvHeldCanonicalEdges(t *testing.T) {
+func TestCanonicalEdges(t *testing.T) {
 	bodies := []string{
 		``, ` `, `x`, "\xef\xbb\xbf{}", "{}\x00", `{}{}`, `{} `, `[1]]`, `00`, `-00`, `01`, `1.e5`,
 		`1e999999999999`, `-0`, `{"a":-0}`, `{"a":1.0}`, `{"a":1}`, `{"a":1E2}`, `{"a":1e+02}`,
@@ -136,7 +136,7 @@ func TestAdvHeldCanonicalEdges(t *testing.T) {
 		`{"Q":18,"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17}`,
 	}
 	for _, s := range bodies {
-		checkAdvCanon(t, []byte(s))
+		checkCanonAgrees(t, []byte(s))
 	}
 	// Every prefix of a fast-path body (truncated uploads): no panic, the same answer.
 	whole := `{"a":[1,-0.5e+7,{"b":"\u00e9\ud83d\ude00\/","c":null}],"d":true,"e":"x"}`
@@ -144,7 +144,7 @@ func TestAdvHeldCanonicalEdges(t *testing.T) {
 		t.Fatalf("%s is not on the fast path", whole)
 	}
 	for i := range len(whole) {
-		checkAdvCanon(t, []byte(whole[:i]))
+		checkCanonAgrees(t, []byte(whole[:i]))
 	}
 	// Different payloads never share a fingerprint, on the fast path or off it.
 	distinct := []string{`{"a":1}`, `{"a":1.0}`, `{"a":1e0}`, `{"a":-0}`, `{"a":0}`, `{"a":"A"}`, `{"a":"\u0041"}`,
@@ -159,9 +159,9 @@ func TestAdvHeldCanonicalEdges(t *testing.T) {
 	}
 }
 
-// FuzzAdvCanonicalReference holds canonicalize (fast path included) to referenceCanonical,
+// FuzzCanonicalReference holds canonicalize (fast path included) to referenceCanonical,
 // the original one-pass implementation, rather than to the full pass it shares code with.
-func FuzzAdvCanonicalReference(f *testing.F) {
+func FuzzCanonicalReference(f *testing.F) {
 	r := rand.New(rand.NewPCG(3, 4))
 	var b bytes.Buffer
 	for range 64 {
@@ -169,5 +169,5 @@ func FuzzAdvCanonicalReference(f *testing.F) {
 		advDoc(r, &b, 0, true)
 		f.Add(bytes.Clone(b.Bytes()))
 	}
-	f.Fuzz(func(t *testing.T, body []byte) { checkAdvCanon(t, body) })
+	f.Fuzz(func(t *testing.T, body []byte) { checkCanonAgrees(t, body) })
 }
