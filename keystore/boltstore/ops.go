@@ -178,14 +178,14 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*keystore.Record, e
 	k := scopedKey(scope, key)
 	var rec *keystore.Record
 	err := s.viewOverlayOf(k, func(tx *bbolt.Tx, ov versions) error {
-		if rec = ov.get(k); rec != nil { // a deferred write not committed yet
-			return nil
+		var err error
+		if rec, err = ov.get(k); rec != nil || err != nil { // a deferred write not committed yet
+			return err
 		}
 		v := tx.Bucket(bucketRecords).Get(k)
 		if v == nil {
 			return keystore.ErrNotFound
 		}
-		var err error
 		rec, err = s.codec.decode(k, v)
 		return err
 	})
@@ -216,8 +216,8 @@ func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystor
 			return structural(fmt.Errorf("%w: intent (%q, %q) names a key of %d bytes", ErrCorrupt, scope, intent, len(key)))
 		}
 		k := scopedKey(scope, key)
-		if rec = ov.get(k); rec != nil { // a deferred write not committed yet
-			return nil
+		if rec, err = ov.get(k); rec != nil || err != nil { // a deferred write not committed yet
+			return err
 		}
 		v := tx.Bucket(bucketRecords).Get(k)
 		if v == nil {
@@ -243,9 +243,11 @@ func (s *Store) List(ctx context.Context, states ...keystore.State) ([]*keystore
 	var out []*keystore.Record
 	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) error {
 		return forEachRecord(tx.Bucket(bucketRecords), func(k, v []byte) error {
-			rec := ov.get(k) // a deferred write not committed yet
+			rec, err := ov.get(k) // a deferred write not committed yet
+			if err != nil {
+				return err
+			}
 			if rec == nil {
-				var err error
 				if rec, err = s.codec.decode(k, v); err != nil {
 					return err
 				}
