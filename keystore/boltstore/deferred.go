@@ -24,10 +24,24 @@ type overlay struct {
 }
 
 // deferredValue is what a deferred op will write under key: a value the commit never modifies
-// (keepLease makes a new one), so reads need no lock to decode it.
+// (keepLease makes a new one), so reads need no lock to decode it; and the locations of the
+// record's times as the caller gave them, which the value keeps only as offsets.
 type deferredValue struct {
 	key, value []byte
 	codec      *codec
+	locs       [3]*time.Location // CreatedAt, UpdatedAt, LeaseUntil
+}
+
+// record decodes the version, its times in the caller's locations: a read before the commit
+// returns what it returned when the overlay kept a copy of the caller's record (but for the
+// monotonic clock readings, which no stored time has).
+func (d deferredValue) record() (*keystore.Record, error) {
+	rec, err := d.codec.decode(d.key, d.value)
+	if err != nil {
+		return nil, err
+	}
+	rec.CreatedAt, rec.UpdatedAt, rec.LeaseUntil = rec.CreatedAt.In(d.locs[0]), rec.UpdatedAt.In(d.locs[1]), rec.LeaseUntil.In(d.locs[2])
+	return rec, nil
 }
 
 func (v *overlay) put(o *op, e *encoded) {
@@ -40,18 +54,19 @@ func (v *overlay) put(o *op, e *encoded) {
 		delete(v.vals, old)
 	}
 	v.recs[string(o.key)] = o
-	v.vals[o] = deferredValue{key: e.key, value: e.value, codec: e.codec}
+	v.vals[o] = deferredValue{key: e.key, value: e.value, codec: e.codec,
+		locs: [3]*time.Location{e.rec.CreatedAt.Location(), e.rec.UpdatedAt.Location(), e.rec.LeaseUntil.Location()}}
 }
 
 // versions maps records bucket keys to deferred versions not committed as of a read
 // transaction; get returns the one under k, decoded from the value its commit will write
-// (so it reads as it will once committed), or nil. Its error is the decoding's (ErrCorrupt,
+// (deferredValue.record), or nil. Its error is the decoding's (ErrCorrupt,
 // or a sealed body the key ring cannot open), which a value this store just made never has.
 type versions map[string]deferredValue
 
 func (m versions) get(k []byte) (*keystore.Record, error) {
 	if d, ok := m[string(k)]; ok {
-		return d.codec.decode(d.key, d.value)
+		return d.record()
 	}
 	return nil, nil
 }

@@ -104,6 +104,9 @@ func TestDeferredWriteOwnsItsVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			check("before the commit", got, want.LeaseUntil) // as written by the caller
+			if got.CreatedAt.Location() != rec.CreatedAt.Location() || got.LeaseUntil.Location() != rec.CreatedAt.Location() {
+				t.Fatalf("before the commit: times in %v and %v, want the caller's %v", got.CreatedAt.Location(), got.LeaseUntil.Location(), rec.CreatedAt.Location())
+			}
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
