@@ -145,7 +145,6 @@ func (s *Store) UpdateDeferred(ctx context.Context, rec *keystore.Record) error 
 	if err := s.commit.refused(); err != nil {
 		return err
 	}
-	e.detach()
 	o := &op{deferred: true, key: e.key, apply: func(tx *bbolt.Tx) error { return s.applyUpdate(tx, e, "") }}
 	c := &s.commit
 	c.mu.Lock()

@@ -320,10 +320,8 @@ func keepLease(e *encoded, old *keystore.Record) error {
 	if err != nil {
 		return err
 	}
-	e.rec, e.value = &rec, v
-	if e.detached {
-		e.detach()
-	}
+	e.value = v
+	e.setFields(&rec)
 	return nil
 }
 
