@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"net/http"
 	"slices"
 	"time"
@@ -54,23 +55,39 @@ func stateCode(s keystore.State) byte {
 	return 0
 }
 
-// binarySize is an upper bound of the encoded size of rec, to allocate the value once.
+// binarySize is an upper bound of the encoded size of rec, to allocate the value once. It
+// counts each length prefix at its own size rather than at binary.MaxVarintLen64: the value
+// is kept until its commit (and by the summary cache), and the looser bound allocated about
+// twice its size.
 func binarySize(rec *keystore.Record) int {
-	n := 64 + 3*(1+16) + len(rec.Scope) + len(rec.Key) + len(rec.Intent) + len(rec.Fingerprint) +
-		len(rec.Request.Method) + len(rec.Request.URL) + len(rec.Request.Body) +
-		len(rec.Reason) + len(rec.Error) + len(rec.Owner) + len(rec.Note) + headerSize(rec.Request.Header)
-	if rec.Response != nil {
-		n += 16 + len(rec.Response.Body) + headerSize(rec.Response.Header)
+	const (
+		varint = binary.MaxVarintLen64 // attempts, status codes, fence
+		timeN  = 1 + 16                // length byte, Unix seconds, nanoseconds, zone offset
+	)
+	n := 1 + strSize(rec.Scope) + strSize(rec.Key) + strSize(rec.Intent) + strSize(rec.Fingerprint) +
+		strSize(rec.Request.Method) + strSize(rec.Request.URL) + headerSize(rec.Request.Header) +
+		uvarintSize(len(rec.Request.Body)) + len(rec.Request.Body) +
+		1 + 2*varint + strSize(rec.Reason) + 1 + strSize(rec.Error) + 1 +
+		3*timeN + strSize(rec.Owner) + varint + strSize(rec.Note)
+	if r := rec.Response; r != nil {
+		n += varint + headerSize(r.Header) + uvarintSize(len(r.Body)) + len(r.Body)
 	}
-	return n + 16*binary.MaxVarintLen64
+	return n
 }
 
+// uvarintSize is the length of binary.AppendUvarint(nil, uint64(n)), n >= 0.
+func uvarintSize(n int) int {
+	return (bits.Len64(uint64(n)|1) + 6) / 7
+}
+
+func strSize(s string) int { return uvarintSize(len(s)) + len(s) }
+
 func headerSize(h http.Header) int {
-	n := binary.MaxVarintLen64
+	n := uvarintSize(len(h))
 	for k, vs := range h {
-		n += 2*binary.MaxVarintLen64 + len(k)
+		n += strSize(k) + uvarintSize(len(vs)+1)
 		for _, v := range vs {
-			n += binary.MaxVarintLen64 + len(v)
+			n += strSize(v)
 		}
 	}
 	return n

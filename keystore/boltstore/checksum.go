@@ -30,13 +30,26 @@ const crcSize = 4
 
 // entrySum is the checksum of the entry (k, rest).
 func entrySum(k []byte, rest ...[]byte) uint32 {
-	var n [binary.MaxVarintLen64]byte
-	c := crc32.Update(0, castagnoli, n[:binary.PutUvarint(n[:], uint64(len(k)))])
+	// The length's uvarint bytes go through the table one by one: a buffer handed to
+	// crc32.Update escapes, which cost every checksum an allocation.
+	c := uint32(0)
+	x := uint64(len(k))
+	for ; x >= 0x80; x >>= 7 {
+		c = crcByte(c, byte(x)|0x80)
+	}
+	c = crcByte(c, byte(x))
 	c = crc32.Update(c, castagnoli, k)
 	for _, r := range rest {
 		c = crc32.Update(c, castagnoli, r)
 	}
 	return c
+}
+
+// crcByte is crc32.Update(c, castagnoli, []byte{b}).
+func crcByte(c uint32, b byte) uint32 {
+	c = ^c
+	c = castagnoli[byte(c)^b] ^ (c >> 8)
+	return ^c
 }
 
 // seal returns the value of entry k: its checksum, then the parts of rest.
@@ -104,10 +117,11 @@ func lookupIntent(tx *bbolt.Tx, ik []byte) (key string, found bool, err error) {
 	a := tx.Bucket(bucketIntents).Get(ik)
 	hk := intentHash(ik)
 	h := tx.Bucket(bucketIntentHash).Get(hk)
+	if a == nil && h == nil { // a free intent: every Create with an intent looks it up
+		return "", false, nil
+	}
 	what := fmt.Sprintf("intent index entry %q", clip(ik))
 	switch {
-	case a == nil && h == nil:
-		return "", false, nil
 	case a == nil:
 		return "", false, fmt.Errorf("%w: %s: missing from \"intents\" but in \"intenthash\" (a damaged index key; run idemctl verify)", ErrCorrupt, what)
 	case h == nil:

@@ -39,6 +39,9 @@ type committer struct {
 	// Once it is set, every write fails with it, so that the damage does not spread.
 	damage atomic.Pointer[structuralError]
 
+	// cursors serves the point lookups of the commit under way (txcursor.go).
+	cursors txCursors
+
 	// watch checks after every commit that the file is still the one at its path (nil for a
 	// read-only store).
 	watch *fileWatch
@@ -197,6 +200,7 @@ func (c *committer) commit() {
 		}
 		return nil
 	})
+	c.cursors.release()
 	if errors.Is(err, errNothingWritten) {
 		err = nil
 	}

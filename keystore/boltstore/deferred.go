@@ -20,31 +20,55 @@ var _ keystore.DeferredUpdater = (*Store)(nil)
 type overlay struct {
 	mu   sync.RWMutex
 	recs map[string]*op // records bucket key -> the latest deferred op for it
-	vals map[*op]*keystore.Record
+	vals map[*op]deferredValue
 }
 
-func (v *overlay) put(o *op, rec *keystore.Record) {
+// deferredValue is what a deferred op will write under key: a value the commit never modifies
+// (keepLease makes a new one), so reads need no lock to decode it; and the locations of the
+// record's times as the caller gave them, which the value keeps only as offsets.
+type deferredValue struct {
+	key, value []byte
+	codec      *codec
+	locs       [3]*time.Location // CreatedAt, UpdatedAt, LeaseUntil
+}
+
+// record decodes the version, its times in the caller's locations: a read before the commit
+// returns what it returned when the overlay kept a copy of the caller's record (but for the
+// monotonic clock readings, which no stored time has).
+func (d deferredValue) record() (*keystore.Record, error) {
+	rec, err := d.codec.decode(d.key, d.value)
+	if err != nil {
+		return nil, err
+	}
+	rec.CreatedAt, rec.UpdatedAt, rec.LeaseUntil = rec.CreatedAt.In(d.locs[0]), rec.UpdatedAt.In(d.locs[1]), rec.LeaseUntil.In(d.locs[2])
+	return rec, nil
+}
+
+func (v *overlay) put(o *op, e *encoded) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.recs == nil {
-		v.recs, v.vals = make(map[string]*op), make(map[*op]*keystore.Record)
+		v.recs, v.vals = make(map[string]*op), make(map[*op]deferredValue)
 	}
 	if old := v.recs[string(o.key)]; old != nil {
 		delete(v.vals, old)
 	}
 	v.recs[string(o.key)] = o
-	v.vals[o] = rec
+	v.vals[o] = deferredValue{key: e.key, value: e.value, codec: e.codec,
+		locs: [3]*time.Location{e.rec.CreatedAt.Location(), e.rec.UpdatedAt.Location(), e.rec.LeaseUntil.Location()}}
 }
 
 // versions maps records bucket keys to deferred versions not committed as of a read
-// transaction; get returns a copy of the one under k, or nil.
-type versions map[string]*keystore.Record
+// transaction; get returns the one under k, decoded from the value its commit will write
+// (deferredValue.record), or nil. Its error is the decoding's (ErrCorrupt,
+// or a sealed body the key ring cannot open), which a value this store just made never has.
+type versions map[string]deferredValue
 
-func (m versions) get(k []byte) *keystore.Record {
-	if rec := m[string(k)]; rec != nil {
-		return rec.Clone()
+func (m versions) get(k []byte) (*keystore.Record, error) {
+	if d, ok := m[string(k)]; ok {
+		return d.record()
 	}
-	return nil
+	return nil, nil
 }
 
 // viewOverlay runs fn in a read transaction with the deferred writes that transaction does
@@ -128,7 +152,7 @@ func (s *Store) UpdateDeferred(ctx context.Context, rec *keystore.Record) error 
 	if c.closed {
 		return keystore.ErrClosed
 	}
-	s.pending.put(o, e.rec)
+	s.pending.put(o, e)
 	c.queue = append(c.queue, o)
 	if !c.running {
 		c.armFlushLocked()

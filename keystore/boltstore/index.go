@@ -98,6 +98,11 @@ func leasedKey(k []byte, rec *keystore.Record) []byte {
 // when both put it in the same place: an update that changes neither the state nor the lease
 // (most do) costs the index nothing. A failure is an abort (the transaction rolls back).
 func reindex(tx *bbolt.Tx, k []byte, old, rec *keystore.Record) error {
+	return reindexWith(tx, nil, k, old, rec)
+}
+
+// reindexWith is reindex deleting through the commit's cursors (txCursors; nil: none).
+func reindexWith(tx *bbolt.Tx, cur *txCursors, k []byte, old, rec *keystore.Record) error {
 	oldPending := old != nil && old.State == keystore.StatePending
 	newPending := rec != nil && rec.State == keystore.StatePending
 	if oldPending && newPending && leasedEntry(old) == leasedEntry(rec) &&
@@ -108,11 +113,13 @@ func reindex(tx *bbolt.Tx, k []byte, old, rec *keystore.Record) error {
 	unleased, leased := tx.Bucket(bucketUnleased), tx.Bucket(bucketLeased)
 	if oldPending {
 		// A leased entry may have been moved to "unleased" once its lease expired: delete both.
-		if err := unleased.Delete(unleasedKey(k, old)); err != nil {
+		// The keys are built on the stack (a lookup keeps no key): most record keys fit.
+		var buf [2*timeKeyLen + 64]byte
+		if err := cur.del(tx, cursorUnleased, append(appendTimeKey(buf[:0], old.CreatedAt), k...)); err != nil {
 			return abort(err)
 		}
 		if leasedEntry(old) {
-			if err := leased.Delete(leasedKey(k, old)); err != nil {
+			if err := cur.del(tx, cursorLeased, append(appendTimeKey(appendTimeKey(buf[:0], old.LeaseUntil), old.CreatedAt), k...)); err != nil {
 				return abort(err)
 			}
 		}

@@ -310,13 +310,18 @@ func keepLease(e *encoded, old *keystore.Record) error {
 	if keystore.SameLease(e.rec, old) {
 		return nil
 	}
-	rec := *e.rec
+	full, err := e.full()
+	if err != nil {
+		return err
+	}
+	rec := *full
 	keystore.KeepLease(&rec, old)
 	v, err := e.codec.value(e.key, &rec)
 	if err != nil {
 		return err
 	}
-	e.rec, e.value = &rec, v
+	e.value = v
+	e.setFields(&rec)
 	return nil
 }
 

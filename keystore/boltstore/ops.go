@@ -28,8 +28,8 @@ func (s *Store) Create(ctx context.Context, rec *keystore.Record) error {
 		return err
 	}
 	return s.commit.do(ctx, func(tx *bbolt.Tx) error {
-		records := tx.Bucket(bucketRecords)
-		if records.Get(e.key) != nil {
+		cur := &s.commit.cursors
+		if cur.get(tx, cursorRecords, e.key) != nil {
 			return keystore.ErrExists
 		}
 		if e.intent != nil {
@@ -38,7 +38,7 @@ func (s *Store) Create(ctx context.Context, rec *keystore.Record) error {
 				return cmp.Or(err, keystore.ErrExists)
 			}
 		}
-		if err := records.Put(e.key, e.value); err != nil {
+		if err := tx.Bucket(bucketRecords).Put(e.key, e.value); err != nil {
 			return abort(err)
 		}
 		if e.intent != nil {
@@ -46,7 +46,7 @@ func (s *Store) Create(ctx context.Context, rec *keystore.Record) error {
 				return abort(err)
 			}
 		}
-		if err := reindex(tx, e.key, nil, e.rec); err != nil {
+		if err := reindexWith(tx, cur, e.key, nil, e.rec); err != nil {
 			return err
 		}
 		s.summaries.put(e)
@@ -90,8 +90,8 @@ func (s *Store) UpdateFromState(ctx context.Context, rec *keystore.Record, from 
 // applyUpdate is the write of Update, UpdateDeferred and UpdateFromState (from set), inside
 // the shared transaction.
 func (s *Store) applyUpdate(tx *bbolt.Tx, e *encoded, from keystore.State) error {
-	records := tx.Bucket(bucketRecords)
-	v := records.Get(e.key)
+	cur := &s.commit.cursors
+	v := cur.get(tx, cursorRecords, e.key)
 	if v == nil {
 		return keystore.ErrNotFound
 	}
@@ -111,10 +111,10 @@ func (s *Store) applyUpdate(tx *bbolt.Tx, e *encoded, from keystore.State) error
 	if err := keepLease(e, old); err != nil {
 		return err
 	}
-	if err := records.Put(e.key, e.value); err != nil {
+	if err := tx.Bucket(bucketRecords).Put(e.key, e.value); err != nil {
 		return abort(err)
 	}
-	if err := reindex(tx, e.key, old, e.rec); err != nil {
+	if err := reindexWith(tx, cur, e.key, old, e.rec); err != nil {
 		return err
 	}
 	s.summaries.put(e)
@@ -178,14 +178,14 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*keystore.Record, e
 	k := scopedKey(scope, key)
 	var rec *keystore.Record
 	err := s.viewOverlayOf(k, func(tx *bbolt.Tx, ov versions) error {
-		if rec = ov.get(k); rec != nil { // a deferred write not committed yet
-			return nil
+		var err error
+		if rec, err = ov.get(k); rec != nil || err != nil { // a deferred write not committed yet
+			return err
 		}
 		v := tx.Bucket(bucketRecords).Get(k)
 		if v == nil {
 			return keystore.ErrNotFound
 		}
-		var err error
 		rec, err = s.codec.decode(k, v)
 		return err
 	})
@@ -216,8 +216,8 @@ func (s *Store) GetByIntent(ctx context.Context, scope, intent string) (*keystor
 			return structural(fmt.Errorf("%w: intent (%q, %q) names a key of %d bytes", ErrCorrupt, scope, intent, len(key)))
 		}
 		k := scopedKey(scope, key)
-		if rec = ov.get(k); rec != nil { // a deferred write not committed yet
-			return nil
+		if rec, err = ov.get(k); rec != nil || err != nil { // a deferred write not committed yet
+			return err
 		}
 		v := tx.Bucket(bucketRecords).Get(k)
 		if v == nil {
@@ -243,9 +243,11 @@ func (s *Store) List(ctx context.Context, states ...keystore.State) ([]*keystore
 	var out []*keystore.Record
 	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) error {
 		return forEachRecord(tx.Bucket(bucketRecords), func(k, v []byte) error {
-			rec := ov.get(k) // a deferred write not committed yet
+			rec, err := ov.get(k) // a deferred write not committed yet
+			if err != nil {
+				return err
+			}
 			if rec == nil {
-				var err error
 				if rec, err = s.codec.decode(k, v); err != nil {
 					return err
 				}

@@ -80,9 +80,11 @@ func (s *Store) ListPage(ctx context.Context, states []keystore.State, after key
 	var p keystore.Page
 	err := s.viewOverlay(func(tx *bbolt.Tx, ov versions) (err error) {
 		p.Next, err = scan(tx, after, limit, func(k, v []byte) error {
-			rec := ov.get(k) // a deferred write not committed yet
+			rec, err := ov.get(k) // a deferred write not committed yet
+			if err != nil {
+				return err
+			}
 			if rec == nil {
-				var err error
 				if rec, err = s.codec.decode(k, v); err != nil {
 					if _, ok := errors.AsType[*structuralError](err); ok {
 						return err
