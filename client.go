@@ -40,6 +40,7 @@ type Client struct {
 	owner      ownerHold             // this client's count in liveOwners (owners.go)
 	dialect    dialect               // what Config.Profile says (dialect.go)
 	redact     []string              // response members never stored (Config.RedactFields and the profile's)
+	pacerHook  func(*pacer)          // tests only: sees each reclaim pass's pacer (a clock in place of time)
 }
 
 // NewClient validates cfg and returns a Client. Errors match ErrInvalidConfig (naming the

@@ -41,21 +41,26 @@ const reclaimPaceMin = time.Millisecond
 // pacer spaces the starts of a reclaim pass's records while busy reports calls in flight.
 // Only the pass's claim loop uses it.
 type pacer struct {
-	every time.Duration    // the time one record start costs while busy
-	busy  func() bool      // whether Do calls are in flight
-	now   func() time.Time // the monotonic clock (time.Now)
-	next  time.Time        // when the next record may start while busy
+	every time.Duration                        // the time one record start costs while busy
+	busy  func() bool                          // whether Do calls are in flight
+	now   func() time.Time                     // the monotonic clock (time.Now)
+	next  time.Time                            // when the next record may start while busy
+	sleep func(context.Context, time.Duration) // nil: a timer; tests put a clock's here
 }
 
 // newPacer returns the pacer of a pass run by c; self is how many of c's running calls the
 // pass itself counts (1 for Recover, which enters as a call, 0 for a background pass).
 func (c *Client) newPacer(self int64) *pacer {
 	rate := c.cfg.RecoverBusyRate
-	return &pacer{
+	p := &pacer{
 		every: time.Second / time.Duration(max(rate, 1)),
 		busy:  func() bool { return rate > 0 && c.owner.running.Load() > self },
 		now:   time.Now,
 	}
+	if c.pacerHook != nil {
+		c.pacerHook(p)
+	}
+	return p
 }
 
 // delay records one record start and returns how long to wait before it: 0 while no call is
@@ -81,6 +86,10 @@ func (p *pacer) delay() time.Duration {
 // wait sleeps d, or until ctx ends.
 func (p *pacer) wait(ctx context.Context, d time.Duration) {
 	if d <= 0 {
+		return
+	}
+	if p.sleep != nil {
+		p.sleep(ctx, d)
 		return
 	}
 	t := time.NewTimer(d)
