@@ -1,0 +1,84 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// RebuildIntentIndex deletes and recreates the "unleased" and "leased" buckets inside its
+// commit. The commit's cursors (txcursor.go) are cached per transaction, not per bucket: a
+// write queued before the rebuild in the same commit leaves the cursor of the old, deleted
+// "unleased" bucket behind, and a write queued after it deletes its index entry through that
+// stale cursor. bbolt's deleted bucket has no nodes map, so the delete panics; the panic is
+// taken for page damage, the whole batch (the rebuild and both updates) is rolled back and the
+// healthy store refuses every later write. Before the change (Bucket.Delete on tx.Bucket) each
+// write found the live bucket. It matters because the rebuild is the repair tool: running it
+// while the store serves calls must not brick the store nor lose the calls' final writes.
+func TestAdvCursorSurvivesIndexRebuildInTheSameCommit(t *testing.T) {
+	s := openInternal(t)
+	ctx := context.Background()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	recs := make([]*keystore.Record, 3)
+	for i := range recs {
+		recs[i] = &keystore.Record{Key: fmt.Sprintf("k%d", i), Intent: fmt.Sprintf("i%d", i),
+			State: keystore.StatePending, Request: keystore.Request{Method: "POST", URL: "https://x/p"},
+			CreatedAt: at.Add(time.Duration(i) * time.Second), UpdatedAt: at}
+		if err := s.Create(ctx, recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	succeed := func(r *keystore.Record) *keystore.Record {
+		n := r.Clone()
+		n.State, n.Attempts, n.LastStatusCode = keystore.StateSucceeded, 1, 201
+		n.Response = &keystore.Response{StatusCode: 201, Body: []byte(`{"id":"p"}`)}
+		return n
+	}
+	release := holdLeader(t, s)
+	errs := make(chan error, 3)
+	go func() { errs <- s.Update(ctx, succeed(recs[0])) }() // deletes k0's "unleased" entry: cursor made
+	waitQueued(t, s, 1)
+	var rebuilt int
+	go func() { var err error; rebuilt, err = s.RebuildIntentIndex(ctx); errs <- err }()
+	waitQueued(t, s, 2)
+	go func() { errs <- s.Update(ctx, succeed(recs[1])) }() // deletes k1's entry from the new bucket
+	waitQueued(t, s, 3)
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Errorf("a write of the batch failed: %v", err)
+		}
+	}
+	if rebuilt != 3 {
+		t.Errorf("RebuildIntentIndex indexed %d intents, want 3", rebuilt)
+	}
+	for i, want := range []keystore.State{keystore.StateSucceeded, keystore.StateSucceeded, keystore.StatePending} {
+		got, err := s.Get(ctx, "", recs[i].Key)
+		if err != nil || got.State != want {
+			t.Errorf("Get(%s) = %v, %v; want state %s", recs[i].Key, got, err, want)
+		}
+	}
+	if err := s.Create(ctx, &keystore.Record{Key: "later", State: keystore.StatePending,
+		Request: keystore.Request{Method: "POST"}, CreatedAt: at, UpdatedAt: at}); err != nil {
+		t.Errorf("a write after the batch: %v (a healthy store refuses writes)", err)
+	}
+	// Only k2 is left pending: ClaimExpired must find it and nothing else.
+	l := keystore.Lease{Owner: "o", Now: at.Add(time.Hour), Until: at.Add(2 * time.Hour)}
+	claimed, err := s.ClaimExpired(ctx, l, 10)
+	if err != nil && !errors.Is(err, keystore.ErrClosed) {
+		t.Fatalf("ClaimExpired: %v", err)
+	}
+	var keys []string
+	for _, r := range claimed {
+		keys = append(keys, r.Key)
+	}
+	if fmt.Sprint(keys) != "[k2 later]" {
+		t.Errorf("ClaimExpired claimed %v, want [k2 later]", keys)
+	}
+}
