@@ -68,7 +68,7 @@ func TestAdvCursorSurvivesIndexRebuildInTheSameCommit(t *testing.T) {
 		Request: keystore.Request{Method: "POST"}, CreatedAt: at, UpdatedAt: at}); err != nil {
 		t.Errorf("a write after the batch: %v (a healthy store refuses writes)", err)
 	}
-	// Only k2 is left pending: ClaimExpired must find it and nothing else.
+	// Only k2 and later are left pending: ClaimExpired must find them and nothing else.
 	l := keystore.Lease{Owner: "o", Now: at.Add(time.Hour), Until: at.Add(2 * time.Hour)}
 	claimed, err := s.ClaimExpired(ctx, l, 10)
 	if err != nil && !errors.Is(err, keystore.ErrClosed) {
@@ -78,7 +78,7 @@ func TestAdvCursorSurvivesIndexRebuildInTheSameCommit(t *testing.T) {
 	for _, r := range claimed {
 		keys = append(keys, r.Key)
 	}
-	if fmt.Sprint(keys) != "[k2 later]" {
-		t.Errorf("ClaimExpired claimed %v, want [k2 later]", keys)
+	if fmt.Sprint(keys) != "[later k2]" { // oldest CreatedAt first
+		t.Errorf("ClaimExpired claimed %v, want [later k2]", keys)
 	}
 }
