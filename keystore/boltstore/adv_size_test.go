@@ -1,0 +1,48 @@
+package boltstore
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/keystore"
+)
+
+// binarySize counts a time as 17 bytes (timeN), but appendTime writes a length byte, Unix
+// seconds (zigzag varint: 6 bytes from about 545 years away from 1970), nanoseconds (5 bytes
+// from 2^28) and the zone offset (zigzag varint: 6 bytes for an offset of 2^34 s or more, which
+// time.FixedZone accepts and the year check lets through): 18 bytes. With every varint at its
+// widest (attempts, status codes, fence), nothing else in the bound has slack, so the bound
+// falls 3 bytes short: the value's buffer, sized once from binarySize in codec.value, is grown
+// (copied) in the middle of the encoding, against binarySize's doc ("an upper bound"). A valid
+// record (Validate passes, years within 0 to 9999) must never outgrow its bound.
+func TestAdvBinarySizeBoundsExtremeTimes(t *testing.T) {
+	zone := time.FixedZone("far", -(1<<34 + 1))
+	at := time.Date(9000, 12, 31, 23, 59, 59, 999_999_999, time.UTC).In(zone) // local year 8455
+	if y := at.Year(); y < 0 || y > 9999 {
+		t.Fatalf("local year %d outside the encodable range", y)
+	}
+	rec := &keystore.Record{Scope: "s", Key: "k", Owner: "o", Fence: math.MaxInt64,
+		Request: keystore.Request{Method: "POST"}, State: keystore.StateSucceeded,
+		Attempts: math.MinInt64, LastStatusCode: math.MinInt64,
+		Response:  &keystore.Response{StatusCode: math.MinInt64},
+		CreatedAt: at, UpdatedAt: at, LeaseUntil: at}
+	if err := rec.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := appendBinary(nil, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size := binarySize(rec); len(b) > size {
+		t.Errorf("encoding of %d bytes, binarySize %d: the bound is short by %d", len(b), size, len(b)-size)
+	}
+	k := scopedKey(rec.Scope, rec.Key)
+	v, err := (&codec{}).value(k, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := crcSize + 1 + binarySize(rec); cap(v) > want {
+		t.Errorf("codec.value grew its buffer mid-encode: cap %d, sized %d", cap(v), want)
+	}
+}
