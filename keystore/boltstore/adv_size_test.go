@@ -1,7 +1,10 @@
 package boltstore
 
 import (
+	"context"
+	"errors"
 	"math"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,7 +18,9 @@ import (
 // widest (attempts, status codes, fence), nothing else in the bound has slack, so the bound
 // falls 3 bytes short: the value's buffer, sized once from binarySize in codec.value, is grown
 // (copied) in the middle of the encoding, against binarySize's doc ("an upper bound"). A valid
-// record (Validate passes, years within 0 to 9999) must never outgrow its bound.
+// record (Validate passes, years within 0 to 9999) must never outgrow its bound. (Such an
+// offset is also one the decoder refuses, see TestAdvUnreadableZoneOffsetIsRefused: a fix
+// that refuses it on encode passes this test too.)
 func TestAdvBinarySizeBoundsExtremeTimes(t *testing.T) {
 	zone := time.FixedZone("far", -(1<<34 + 1))
 	at := time.Date(9000, 12, 31, 23, 59, 59, 999_999_999, time.UTC).In(zone) // local year 8455
@@ -31,6 +36,9 @@ func TestAdvBinarySizeBoundsExtremeTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, err := appendBinary(nil, rec)
+	if errors.Is(err, keystore.ErrInvalid) {
+		return // refused: nothing to bound
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,5 +52,47 @@ func TestAdvBinarySizeBoundsExtremeTimes(t *testing.T) {
 	}
 	if want := crcSize + 1 + binarySize(rec); cap(v) > want {
 		t.Errorf("codec.value grew its buffer mid-encode: cap %d, sized %d", cap(v), want)
+	}
+}
+
+// appendTime writes any zone offset, but the decoder refuses one of 24 hours or more
+// (binReader.time): Create and Update accept such a record (time.FixedZone makes it, Validate
+// and checkUTF8 pass), commit it, and every later read of the record fails with ErrCorrupt,
+// so a record persisted as valid is lost to Get, List and Recover. Since the change the
+// overlay decodes the deferred value too, so Get fails right after UpdateDeferred returned
+// nil. The store must refuse the record (ErrInvalid) or read back what it wrote. (Not new in
+// this change: the encoding is the same before it.)
+func TestAdvUnreadableZoneOffsetIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.db")
+	s, err := Open(path, &Options{FlushDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	at := time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC)
+	rec := &keystore.Record{Key: "k", State: keystore.StatePending,
+		Request: keystore.Request{Method: "POST"}, CreatedAt: at, UpdatedAt: at}
+	if err := s.Create(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	next := rec.Clone()
+	next.UpdatedAt = at.In(time.FixedZone("", 25*3600))
+	if err := s.UpdateDeferred(ctx, next); errors.Is(err, keystore.ErrInvalid) {
+		return // refused
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, "", "k"); err != nil || !got.UpdatedAt.Equal(at) {
+		t.Errorf("before the commit: Get = %v, %v; want the accepted record", got, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, "", "k"); err != nil || !got.UpdatedAt.Equal(at) {
+		t.Errorf("committed: Get = %v, %v; want the accepted record", got, err)
 	}
 }
