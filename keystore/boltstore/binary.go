@@ -184,6 +184,11 @@ func appendTime(b []byte, t time.Time) ([]byte, error) {
 		return nil, fmt.Errorf("%w: time %v: year outside of range [0,9999]", keystore.ErrInvalid, t)
 	}
 	_, off := t.Zone()
+	if off <= -24*3600 || off >= 24*3600 {
+		// RFC 3339 (and so the JSON of version 2) cannot write it, and the reader refuses it:
+		// stored, the record would read back as ErrCorrupt.
+		return nil, fmt.Errorf("%w: time %v: zone offset %ds outside of (-24h, 24h)", keystore.ErrInvalid, t, off)
+	}
 	at := len(b)
 	b = append(b, 0)
 	b = binary.AppendVarint(b, t.Unix())

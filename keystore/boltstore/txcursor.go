@@ -37,8 +37,12 @@ func (t *txCursors) cursor(tx *bbolt.Tx, i int) *bbolt.Cursor {
 	if t.tx != tx {
 		*t = txCursors{tx: tx}
 	}
-	if t.cur[i] == nil {
-		t.cur[i] = tx.Bucket(cursorBuckets[i]).Cursor()
+	// The bucket is looked up every time (a map lookup in the transaction's cache): a
+	// commit that deletes and recreates it (RebuildIntentIndex) leaves a cursor of the old
+	// one, which bbolt cannot walk.
+	b := tx.Bucket(cursorBuckets[i])
+	if t.cur[i] == nil || t.cur[i].Bucket() != b {
+		t.cur[i] = b.Cursor()
 	}
 	return t.cur[i]
 }

@@ -19,9 +19,9 @@ import (
 // falls 3 bytes short: the value's buffer, sized once from binarySize in codec.value, is grown
 // (copied) in the middle of the encoding, against binarySize's doc ("an upper bound"). A valid
 // record (Validate passes, years within 0 to 9999) must never outgrow its bound. (Such an
-// offset is also one the decoder refuses, see TestAdvUnreadableZoneOffsetIsRefused: a fix
+// offset is also one the decoder refuses, see TestUnreadableZoneOffsetIsRefused: a fix
 // that refuses it on encode passes this test too.)
-func TestAdvBinarySizeBoundsExtremeTimes(t *testing.T) {
+func TestBinarySizeBoundsExtremeTimes(t *testing.T) {
 	zone := time.FixedZone("far", -(1<<34 + 1))
 	at := time.Date(9000, 12, 31, 23, 59, 59, 999_999_999, time.UTC).In(zone) // local year 8455
 	if y := at.Year(); y < 0 || y > 9999 {
@@ -55,14 +55,12 @@ func TestAdvBinarySizeBoundsExtremeTimes(t *testing.T) {
 	}
 }
 
-// appendTime writes any zone offset, but the decoder refuses one of 24 hours or more
-// (binReader.time): Create and Update accept such a record (time.FixedZone makes it, Validate
-// and checkUTF8 pass), commit it, and every later read of the record fails with ErrCorrupt,
-// so a record persisted as valid is lost to Get, List and Recover. Since the change the
-// overlay decodes the deferred value too, so Get fails right after UpdateDeferred returned
-// nil. The store must refuse the record (ErrInvalid) or read back what it wrote. (Not new in
-// this change: the encoding is the same before it.)
-func TestAdvUnreadableZoneOffsetIsRefused(t *testing.T) {
+// The decoder refuses a zone offset of 24 hours or more (binReader.time), so appendTime must
+// too: time.FixedZone makes one, Validate and checkUTF8 pass it, and once committed every
+// later read of the record failed with ErrCorrupt, a record persisted as valid lost to Get,
+// List and Recover (and, since the overlay decodes the deferred value, Get failed right after
+// UpdateDeferred returned nil). The store refuses it with ErrInvalid.
+func TestUnreadableZoneOffsetIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys.db")
 	s, err := Open(path, &Options{FlushDelay: time.Hour})
 	if err != nil {

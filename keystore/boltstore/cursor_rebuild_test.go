@@ -11,15 +11,13 @@ import (
 )
 
 // RebuildIntentIndex deletes and recreates the "unleased" and "leased" buckets inside its
-// commit. The commit's cursors (txcursor.go) are cached per transaction, not per bucket: a
-// write queued before the rebuild in the same commit leaves the cursor of the old, deleted
-// "unleased" bucket behind, and a write queued after it deletes its index entry through that
-// stale cursor. bbolt's deleted bucket has no nodes map, so the delete panics; the panic is
-// taken for page damage, the whole batch (the rebuild and both updates) is rolled back and the
-// healthy store refuses every later write. Before the change (Bucket.Delete on tx.Bucket) each
-// write found the live bucket. It matters because the rebuild is the repair tool: running it
-// while the store serves calls must not brick the store nor lose the calls' final writes.
-func TestAdvCursorSurvivesIndexRebuildInTheSameCommit(t *testing.T) {
+// commit. A write queued after it in the same commit must delete its index entry through the
+// live bucket, not through a cursor the commit made on the deleted one (txcursor.go checks the
+// cursor's bucket): bbolt's deleted bucket has no nodes map, the delete panicked, the panic
+// was taken for page damage, the whole batch (the rebuild and both updates) rolled back and
+// the healthy store refused every later write. The rebuild is the repair tool: running it
+// while the store serves calls must neither brick the store nor lose the calls' final writes.
+func TestCursorSurvivesIndexRebuildInTheSameCommit(t *testing.T) {
 	s := openInternal(t)
 	ctx := context.Background()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
