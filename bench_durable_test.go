@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/keystore"
 	"github.com/idemkit/idem/keystore/boltstore"
 )
 
@@ -156,17 +157,7 @@ func BenchmarkDurable(b *testing.B) {
 					rs.shards = append(rs.shards, s)
 				}
 				defer rs.Close()
-				cl, err := idem.NewClient(idem.Config{BaseURL: srv.URL, HTTPClient: hc, Store: rs})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer cl.Close()
-				ctx := b.Context()
-				hdr := http.Header{"Content-Type": {"application/json"}}
-				timed(b, c, func() error {
-					_, err := cl.Do(ctx, idem.NewOperation(http.MethodPost, benchPath, benchBody, idem.WithHeader(hdr)))
-					return err
-				})
+				durableCalls(b, c, srv.URL, hc, rs)
 			})
 		}
 		b.Run(fmt.Sprintf("idem-bolt/c=%d", c), func(b *testing.B) {
@@ -175,19 +166,25 @@ func BenchmarkDurable(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer store.Close()
-			cl, err := idem.NewClient(idem.Config{BaseURL: srv.URL, HTTPClient: hc, Store: store})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer cl.Close()
-			ctx := b.Context()
-			hdr := http.Header{"Content-Type": {"application/json"}}
-			timed(b, c, func() error {
-				_, err := cl.Do(ctx, idem.NewOperation(http.MethodPost, benchPath, benchBody, idem.WithHeader(hdr)))
-				return err
-			})
+			durableCalls(b, c, srv.URL, hc, store)
 		})
 	}
+}
+
+// durableCalls times b.N calls of the benchmark's payment by c callers through one client on
+// store.
+func durableCalls(b *testing.B, c int, base string, hc *http.Client, store keystore.Store) {
+	cl, err := idem.NewClient(idem.Config{BaseURL: base, HTTPClient: hc, Store: store})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := b.Context()
+	hdr := http.Header{"Content-Type": {"application/json"}}
+	timed(b, c, func() error {
+		_, err := cl.Do(ctx, idem.NewOperation(http.MethodPost, benchPath, benchBody, idem.WithHeader(hdr)))
+		return err
+	})
 }
 
 // BenchmarkSoak runs calls through a bbolt keystore with a short retention (2 s, purged
