@@ -152,11 +152,12 @@ type Config struct {
 	// RecoverBusyRate is the most orphaned records per second a Recover (or the background
 	// reclaim of Fleet.ReclaimInterval) starts while Do calls are in flight on the client,
 	// so that a large recovery leaves the cores to live calls; with no call in flight it is
-	// unpaced, and the pace never stops a recovery. Default 6,500 (on a 2-core host it kept
-	// a recovery of 100,000 records at about 5,800 records/s while one caller's p99 fell
-	// from 10.4 to 6.4 ms: docs/PERFORMANCE.md section j); raise it on a larger host, lower
-	// it to put the callers' tail first (4,000 there: p99 about 2× the quiet one instead of
-	// 2.5×, 3,600 records/s); negative means never paced. A rate so low that starting one claimed batch
+	// unpaced, and the pace never stops a recovery. 0 means the default, 6,500: on a 2-core
+	// host a recovery of 100,000 records then runs at about 5,500 records/s with a caller's
+	// p99 during it about 2.5× its p99 before (4.6× unpaced; docs/PERFORMANCE.md section j).
+	// Raise it on a larger host (measure with BenchmarkRecoverExpired, section j); lower it
+	// to put the callers' tail first (4,000 there: about 2×, 3,600 records/s); negative
+	// means never paced. A rate so low that starting one claimed batch
 	// (RecoverConcurrency × 8 records) takes more than a tenth of Fleet.LeaseTTL is
 	// ErrInvalidConfig: the batch's leases would run out before its records are sent.
 	RecoverBusyRate int

@@ -37,6 +37,7 @@ fi
 
 go test -c -o "$OUT/idem.test" .
 go test -c -o "$OUT/boltstore.test" ./keystore/boltstore/
+go test -c -o "$OUT/idemserver.test" ./idemserver/
 
 # run NAME BINARY ARGS...: COUNT interleaved runs into $OUT/NAME.txt.
 run() {
@@ -82,6 +83,10 @@ COUNT=${SLOW_COUNT:-1} run recover-expired "$OUT/idem.test" -test.bench '^Benchm
 run purge "$OUT/idem.test" -test.bench '^BenchmarkPurgeLatency$' -test.benchtime 30000x
 # k. Memory store soak: RSS and the runtime's memory classes at each quarter of 1.2M calls.
 COUNT=${SLOW_COUNT:-1} run soak-memory "$OUT/idem.test" -test.bench '^BenchmarkSoakMemory$' -test.benchtime 1200000x
+# The server middleware on Memory against a bare handler, in process: the time ratio (its
+# "ratio" metric), allocations, and what Memory keeps per key with the collector's share.
+# (pgserver's benchmark needs PostgreSQL: docs/PERFORMANCE.md section i gives its command.)
+(cd idemserver && run middleware "$OUT/idemserver.test" -test.bench '^BenchmarkMiddleware(InProcess|MemoryGC)$' -test.benchtime 20000x)
 # fdatasync/fsync calls of 2000 lone durable calls (strace, if installed).
 if command -v strace >/dev/null && { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" fdatasync "* ]]; }; then
 	strace -f -c -e trace=fdatasync,fsync -o "$OUT/strace.txt" "$OUT/idem.test" -test.run '^$' \
@@ -123,7 +128,7 @@ ratios() {
 		}'
 }
 
-for name in overhead amplification recover persist durable freelist soak recover-expired claim purge soak-memory; do
+for name in overhead amplification recover persist durable freelist soak recover-expired claim purge soak-memory middleware; do
 	[ -s "$OUT/$name.txt" ] || continue
 	echo
 	echo "### $name"
