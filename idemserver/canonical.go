@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
-	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -44,31 +43,6 @@ func canonicalize(body []byte) canonical {
 	return canonicalizeWith(body, &canonScratch{})
 }
 
-// canonScratch is the memory canonicalizeWith works in: its tables and its output. The
-// middleware takes one from scratchPool for each request and gives it back once the body's
-// fingerprint is made, so that a request allocates none of them.
-type canonScratch struct {
-	objs    []object
-	members []member
-	stack   []member
-	out     []byte
-}
-
-// scratchPool holds canonScratch values for the middleware's requests.
-var scratchPool = sync.Pool{New: func() any { return new(canonScratch) }}
-
-// maxPooledScratch is the largest body, in bytes, whose scratch goes back to scratchPool: a
-// rare large body's tables are left to the collector rather than kept for every request.
-const maxPooledScratch = 64 << 10
-
-// release gives s back to scratchPool; the canonical form made in it is no longer read.
-func (s *canonScratch) release() {
-	if cap(s.out) > maxPooledScratch {
-		return
-	}
-	scratchPool.Put(s)
-}
-
 // canonicalizeWith is canonicalize working in s: the canonical form it returns lives in s
 // until s is reused, or is body itself when body is already canonical (canonicalJSON).
 func canonicalizeWith(body []byte, s *canonScratch) canonical {
@@ -102,15 +76,6 @@ func canonicalizeFull(body []byte, s *canonScratch) canonical {
 func duplicateMember(body []byte) (name string, dup bool) {
 	c := canonicalize(body)
 	return c.dup, c.hasDup
-}
-
-// reuse returns s emptied if it holds n elements, else a new slice of capacity n (exactly:
-// slices.Grow may allocate twice under the race detector, and rounds up).
-func reuse[T any](s []T, n int) []T {
-	if cap(s) >= n {
-		return s[:0]
-	}
-	return make([]T, 0, n)
 }
 
 // canon re-encodes a document json.Valid accepted; it trusts that validation. It works in
