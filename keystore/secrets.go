@@ -24,10 +24,26 @@ func StripSecrets(h http.Header, secret ...string) http.Header {
 // stripInPlace deletes the secret headers from h itself.
 func stripInPlace(h http.Header, secret []string) {
 	for k := range h {
-		if isSecret(k, CredentialHeaders) || isSecret(k, secret) {
+		if SecretHeader(k, secret) {
 			delete(h, k)
 		}
 	}
+}
+
+// SecretHeader reports whether a header named name is kept out of a store: one of
+// CredentialHeaders or of the names in the extra lists, matched case-insensitively, as
+// StripSecrets and StoredCopy match them. A store that encodes a record without copying it
+// first uses it to leave out what StoredCopy would have removed.
+func SecretHeader(name string, extra ...[]string) bool {
+	if isSecret(name, CredentialHeaders) {
+		return true
+	}
+	for _, list := range extra {
+		if isSecret(name, list) {
+			return true
+		}
+	}
+	return false
 }
 
 func isSecret(name string, secret []string) bool {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -121,13 +120,13 @@ func storedView(v, rec *keystore.Record, secret []string) {
 	}
 }
 
-// withoutSecrets returns h if it has none of keystore.CredentialHeaders, secret and more
-// (matched case-insensitively, as keystore.StoredCopy matches them), else a new map with the
-// other names, their value lists shared with h, and changed true.
+// withoutSecrets returns h if it has no header keystore.SecretHeader names (with secret and
+// more), else a new map with the other names, their value lists shared with h, and changed
+// true.
 func withoutSecrets(h http.Header, secret, more []string) (_ http.Header, changed bool) {
 	n := 0
 	for k := range h {
-		if isSecretName(k, secret, more) {
+		if keystore.SecretHeader(k, secret, more) {
 			n++
 		}
 	}
@@ -136,22 +135,11 @@ func withoutSecrets(h http.Header, secret, more []string) (_ http.Header, change
 	}
 	out := make(http.Header, len(h)-n)
 	for k, vs := range h {
-		if !isSecretName(k, secret, more) {
+		if !keystore.SecretHeader(k, secret, more) {
 			out[k] = vs
 		}
 	}
 	return out, true
-}
-
-func isSecretName(name string, secret, more []string) bool {
-	for _, list := range [...][]string{keystore.CredentialHeaders, secret, more} {
-		for _, s := range list {
-			if strings.EqualFold(name, s) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // checkUTF8 refuses strings that JSON cannot carry unchanged: encoding/json replaces invalid

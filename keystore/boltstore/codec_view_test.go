@@ -84,7 +84,7 @@ func TestStoredViewEncodesAsStoredCopy(t *testing.T) {
 			}
 			for _, h := range []http.Header{got.Request.Header, responseHeader(got)} {
 				for k := range h {
-					if isSecretName(k, tc.secret, keystore.ResponseSecretHeaders) {
+					if keystore.SecretHeader(k, tc.secret, keystore.ResponseSecretHeaders) {
 						t.Fatalf("stored record carries secret header %q", k)
 					}
 				}
